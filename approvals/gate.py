@@ -1,0 +1,201 @@
+"""The deterministic policy gate: what the runtime allows, derived from the ledger and the
+tenant's current policy, never from what the model or the ticket text claims.
+
+The model's proposal and the customer's requested amount can only lower the allowed
+amount, never raise it. Everything here is pure: no writes, so tests and evals call it
+directly.
+"""
+
+import re
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from decimal import Decimal
+
+from ledger.models import Order
+from ledger.selectors import ZERO, order_refund_position
+
+from .models import RefundPolicy
+
+
+class Outcome:
+    APPROVAL_REQUIRED = "approval_required"
+    ESCALATED = "escalated"
+    DENIED = "denied"
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """What the model drafted (refunds.create_draft), already schema-validated."""
+
+    recommendation: str  # refund / escalate / deny / request_info
+    amount: Decimal | None
+    policy_version: str
+    customer_reply: str = ""
+    destination: str = "original"  # 'original' or 'gift_card'
+
+
+@dataclass
+class GateVerdict:
+    outcome: str
+    currency: str
+    refundable: Decimal
+    allowed_amount: Decimal | None = None
+    policy_version: str | None = None
+    destination: str = "original"
+    item_ids: list[str] = field(default_factory=list)
+    codes: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def reason(self) -> str:
+        return " ".join(self.reasons)
+
+    def as_dict(self) -> dict:
+        data = asdict(self)
+        for key in ("refundable", "allowed_amount"):
+            data[key] = None if data[key] is None else str(data[key])
+        return data
+
+
+# Phrases that promise the customer money or a completed refund. A draft reply is reviewed
+# by a person before anything is sent, and it must not commit the company in advance.
+_PAYMENT_PROMISES = [
+    r"\brefund (?:has|have|was|were|is) (?:been )?(?:processed|issued|sent|approved|completed|credited|initiated)\b",
+    r"\b(?:we(?:'ve| have)?|i(?:'ve| have)?) (?:already )?(?:refunded|issued (?:you )?(?:a|the|your) refund|credited)\b",
+    r"\byou(?:'ll| will| shall)? (?:now )?(?:receive|get|be (?:refunded|credited|paid))\b.{0,40}(?:[$€£]\s?\d|\d+(?:[.,]\d{2})?\s?(?:usd|eur|gbp|dollars?)|refund|money)",
+    r"\b(?:money|funds|payment) (?:is|are|has been|have been) (?:on (?:its|their) way|sent|returned)\b",
+    r"\bi (?:guarantee|promise)\b",
+]
+_PAYMENT_PROMISE_RE = re.compile("|".join(_PAYMENT_PROMISES), re.IGNORECASE)
+
+
+def reply_promises_payment(text: str) -> bool:
+    return bool(_PAYMENT_PROMISE_RE.search(text or ""))
+
+
+def policy_current(tenant) -> RefundPolicy | None:
+    return RefundPolicy.objects.current_for(tenant)
+
+
+def policy_gate_evaluate(
+    *,
+    order: Order,
+    policy: RefundPolicy | None,
+    proposal: Proposal,
+    requested_amount: Decimal | None = None,
+    requested_currency: str | None = None,
+    item_ids: list[str] | None = None,
+    now: datetime,
+) -> GateVerdict:
+    """Decide what a draft may lead to. Pure: reads the ledger, writes nothing."""
+    position = order_refund_position(order)
+    item_ids = list(item_ids or [])
+    verdict = GateVerdict(
+        outcome=Outcome.APPROVAL_REQUIRED,
+        currency=order.currency,
+        refundable=position.refundable,
+        policy_version=policy.version if policy else None,
+        destination=proposal.destination or "original",
+        item_ids=item_ids,
+    )
+
+    def stop(outcome: str, code: str, reason: str) -> GateVerdict:
+        verdict.outcome = outcome
+        verdict.allowed_amount = None
+        verdict.codes.append(code)
+        verdict.reasons.append(reason)
+        return verdict
+
+    if policy is None or policy.status != RefundPolicy.Status.PUBLISHED:
+        return stop(Outcome.ESCALATED, "policy_missing", "No current refund policy for this tenant: a person must decide.")
+    if not proposal.policy_version:
+        return stop(Outcome.ESCALATED, "citation_missing", "The draft cites no policy version.")
+    if proposal.policy_version != policy.version:
+        return stop(
+            Outcome.ESCALATED,
+            "citation_stale",
+            f"The draft cites {proposal.policy_version}, but the current policy is {policy.version}.",
+        )
+    if reply_promises_payment(proposal.customer_reply):
+        return stop(
+            Outcome.ESCALATED,
+            "reply_promises_payment",
+            "The customer reply draft promises a payment before finance approved one.",
+        )
+
+    eligible, code, reason = _eligibility(order, policy, position, item_ids, now)
+    if proposal.recommendation != "refund":
+        if proposal.recommendation == "deny" and not eligible:
+            return stop(Outcome.DENIED, code, reason)
+        return stop(
+            Outcome.ESCALATED,
+            f"model_recommends_{proposal.recommendation}",
+            f"The agent recommends '{proposal.recommendation}'" + ("" if eligible else f"; {reason}") + ": a person decides.",
+        )
+    if not eligible:
+        outcome = Outcome.DENIED if code in {"fully_refunded", "items_already_refunded"} else Outcome.ESCALATED
+        return stop(outcome, code, reason)
+    if requested_currency and requested_currency != order.currency:
+        return stop(
+            Outcome.ESCALATED,
+            "currency_mismatch",
+            f"The request is in {requested_currency}, the order in {order.currency}.",
+        )
+    destinations = policy.item_refund_destinations if item_ids else policy.full_refund_destinations
+    if verdict.destination not in destinations:
+        return stop(
+            Outcome.ESCALATED,
+            "destination_not_allowed",
+            f"Refunds to '{verdict.destination}' are not allowed by {policy.version} (allowed: {', '.join(destinations) or 'none'}).",
+        )
+
+    cap = position.refundable
+    if item_ids:
+        items_value, _ = position.items_value(item_ids)
+        cap = min(cap, items_value)
+    allowed = cap
+    for limit, label in ((requested_amount, "requested amount"), (proposal.amount, "drafted amount")):
+        if limit is not None and limit < allowed:
+            allowed = limit
+        elif limit is not None and limit > cap:
+            verdict.codes.append(f"{label.split()[0]}_capped")
+            verdict.reasons.append(f"The {label} {limit} was capped at the refundable {cap} {order.currency}.")
+    if allowed <= ZERO:
+        return stop(Outcome.DENIED, "nothing_refundable", "There is nothing to refund.")
+    verdict.allowed_amount = allowed
+    verdict.reasons.append(
+        f"Eligible under {policy.version}: {allowed} {order.currency} of {position.refundable} still refundable; "
+        "finance must approve."
+    )
+    return verdict
+
+
+def _eligibility(order, policy, position, item_ids, now) -> tuple[bool, str, str]:
+    statuses = policy.item_refund_statuses if item_ids else policy.full_refund_statuses
+    kind = "item refunds" if item_ids else "refunds"
+    if order.status not in statuses:
+        return (
+            False,
+            "status_not_eligible",
+            f"Order {order.external_id} is {order.status}; {policy.version} allows {kind} only for "
+            f"{', '.join(statuses) or 'no'} orders.",
+        )
+    if policy.window_days is not None:
+        age_days = (now - order.placed_at).days
+        if age_days > policy.window_days:
+            return (
+                False,
+                "outside_window",
+                f"Order {order.external_id} was placed {age_days} days ago, outside the {policy.window_days}-day "
+                f"window of {policy.version}.",
+            )
+    if position.refundable <= ZERO:
+        return False, "fully_refunded", f"Order {order.external_id} is already fully refunded."
+    if item_ids:
+        _, unmatched = position.items_value(item_ids)
+        if unmatched:
+            on_order = {line.item_id for line in position.lines}
+            if all(item_id in on_order for item_id in unmatched):
+                return False, "items_already_refunded", f"Items {', '.join(unmatched)} were already refunded."
+            return False, "items_not_on_order", f"Items {', '.join(unmatched)} are not on order {order.external_id}."
+    return True, "eligible", "eligible"

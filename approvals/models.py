@@ -1,0 +1,215 @@
+"""The authority boundary: refund policies, the capability registry and approval requests.
+
+Approvals sit above the ledger and below the agent: they may import `ledger`, never
+`refundagent`. The ticket an approval belongs to is therefore kept as an opaque reference
+(`ticket_ref`); the agent layer listens to the signals in `approvals.signals`.
+"""
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from ledger.models import MONEY, Order, Tenant, TenantQuerySet
+
+
+class PolicyImmutable(Exception):
+    """A published policy version cannot be edited: publish a new version instead."""
+
+
+class RefundPolicyQuerySet(TenantQuerySet):
+    def current_for(self, tenant):
+        """The tenant's current policy: the newest published version that is not retired."""
+        return (
+            self.for_tenant(tenant)
+            .filter(status=RefundPolicy.Status.PUBLISHED)
+            .order_by("-published_at", "-id")
+            .first()
+        )
+
+
+class RefundPolicy(models.Model):
+    """One version of a tenant's refund policy. The rules are data; the gate reads them."""
+
+    class Status(models.TextChoices):
+        DRAFT = "draft"
+        PUBLISHED = "published"
+        RETIRED = "retired"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="refund_policies")
+    version = models.CharField(max_length=100, help_text="What drafts cite, e.g. refund-policy-v4.")
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.DRAFT)
+    window_days = models.PositiveIntegerField(null=True, blank=True, help_text="Days after purchase; empty = no window.")
+    full_refund_statuses = models.JSONField(default=list, help_text="Order statuses that allow a refund of the order.")
+    item_refund_statuses = models.JSONField(default=list, help_text="Order statuses that allow a refund of named items.")
+    full_refund_destinations = models.JSONField(default=list, help_text="'original' and/or 'gift_card'.")
+    item_refund_destinations = models.JSONField(default=list, help_text="'original' and/or 'gift_card'.")
+    two_approver_threshold = models.DecimalField(
+        **MONEY, null=True, blank=True, help_text="Refunds above this amount need more than one finance approver."
+    )
+    approvals_above_threshold = models.PositiveSmallIntegerField(default=2)
+    text = models.TextField(help_text="The policy text that drafts cite.")
+    published_at = models.DateTimeField(null=True, blank=True)
+    retired_at = models.DateTimeField(null=True, blank=True)
+    supersedes = models.OneToOneField(
+        "self", on_delete=models.PROTECT, null=True, blank=True, related_name="superseded_by"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    objects = RefundPolicyQuerySet.as_manager()
+
+    class Meta:
+        verbose_name_plural = "refund policies"
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "version"], name="policy_version_unique_per_tenant"),
+            models.CheckConstraint(condition=Q(approvals_above_threshold__gte=1), name="policy_approvals_at_least_one"),
+        ]
+
+    # Fields that may still change after publication: only the lifecycle.
+    LIFECYCLE_FIELDS = {"status", "retired_at"}
+
+    def __str__(self):
+        return f"{self.tenant}:{self.version} ({self.status})"
+
+    def save(self, *args, **kwargs):
+        if self.pk and not self._state.adding:
+            stored = type(self).objects.get(pk=self.pk)
+            if stored.status != self.Status.DRAFT:
+                changed = {
+                    f.attname
+                    for f in self._meta.concrete_fields
+                    if getattr(stored, f.attname) != getattr(self, f.attname)
+                }
+                if changed - self.LIFECYCLE_FIELDS:
+                    raise PolicyImmutable(
+                        f"{self.version} is {stored.status}; its rules cannot change. Publish a new version."
+                    )
+        super().save(*args, **kwargs)
+
+
+class Capability(models.Model):
+    """One tool in the registry. Operators switch a capability off here (the kill switch)."""
+
+    class SideEffect(models.TextChoices):
+        READ = "read"
+        WRITE_DRAFT = "write_draft", "write draft"
+        MONEY_MOVEMENT = "money_movement", "money movement"
+        OUTBOUND = "outbound"
+
+    # Side-effect classes the agent may ever use. Everything else is the runtime's or a person's.
+    AGENT_ALLOWED = {SideEffect.READ, SideEffect.WRITE_DRAFT}
+
+    class ApprovalRule(models.TextChoices):
+        NONE = "none"
+        GATE = "gate", "policy gate decides"
+        FINANCE = "finance", "finance approval (two above the policy threshold)"
+        FORBIDDEN = "forbidden", "never by the agent"
+
+    name = models.CharField(max_length=100, unique=True, help_text="e.g. refunds.create_draft")
+    description = models.TextField(blank=True)
+    side_effect = models.CharField(max_length=20, choices=SideEffect.choices)
+    enabled = models.BooleanField(default=True)
+    timeout_seconds = models.PositiveIntegerField(default=10)
+    approval_rule = models.CharField(max_length=20, choices=ApprovalRule.choices, default=ApprovalRule.NONE)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "capabilities"
+        ordering = ["name"]
+
+    def __str__(self):
+        return self.name
+
+    @property
+    def agent_allowed(self) -> bool:
+        return self.side_effect in self.AGENT_ALLOWED
+
+
+class ApprovalRequest(models.Model):
+    """One exact action waiting for finance: these args, this hash, this key, nothing else."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        APPROVED = "approved", "approved (executing)"
+        EXECUTED = "executed", "executed and verified"
+        DENIED = "denied"
+        CHANGES_REQUESTED = "changes_requested", "changes requested"
+        ESCALATED = "escalated"
+        EXPIRED = "expired"
+        INVALIDATED = "invalidated", "invalidated (facts changed)"
+        FAILED = "failed", "execution or verification failed"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="approval_requests")
+    action = models.CharField(max_length=100, default="refunds.issue_refund")
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="approval_requests")
+    amount = models.DecimalField(**MONEY)
+    currency = models.CharField(max_length=3)
+    args = models.JSONField(help_text="The canonical arguments of the action.")
+    args_hash = models.CharField(max_length=64, help_text="SHA-256 of the canonical args.")
+    idempotency_key = models.CharField(max_length=200, unique=True)
+    policy = models.ForeignKey("RefundPolicy", on_delete=models.PROTECT, related_name="approval_requests")
+    policy_version = models.CharField(max_length=100)
+    refundable_at_request = models.DecimalField(
+        **MONEY, help_text="What was still refundable when the request was made (re-checked before approval)."
+    )
+    trace_id = models.CharField(max_length=64, blank=True)
+    ticket_ref = models.PositiveBigIntegerField(null=True, blank=True, db_index=True, help_text="The ticket's id.")
+    approver_role = models.CharField(max_length=40, default="finance")
+    required_approvals = models.PositiveSmallIntegerField(default=1)
+    expires_at = models.DateTimeField()
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+",
+        help_text="Who filed the ticket (the maker). Never an approver of this request.",
+    )
+    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decision_note = models.TextField(blank=True)
+    requested_amount_change = models.DecimalField(
+        **MONEY, null=True, blank=True, help_text="With 'request changes': the amount finance wants instead."
+    )
+    replaced_by = models.OneToOneField(
+        "self", on_delete=models.PROTECT, null=True, blank=True, related_name="replaces",
+        help_text="When facts changed before approval, the new request that replaced this one.",
+    )
+    ledger_entry_ref = models.PositiveBigIntegerField(null=True, blank=True, help_text="The refund entry written.")
+    verification = models.JSONField(null=True, blank=True, help_text="The evaluator's verdict and evidence.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["created_at"]
+        permissions = [("approve_approvalrequest", "Can approve or decide refund approval requests")]
+        constraints = [
+            models.CheckConstraint(condition=Q(amount__gt=0), name="approval_amount_positive"),
+            models.CheckConstraint(condition=Q(required_approvals__gte=1), name="approval_required_at_least_one"),
+        ]
+        indexes = [
+            # The review queue and the expiry sweep read pending requests by age.
+            models.Index(fields=["created_at"], condition=Q(status="pending"), name="approval_pending_idx"),
+        ]
+
+    def __str__(self):
+        return f"approval #{self.pk} {self.action} {self.amount} {self.currency} ({self.status})"
+
+
+class ApprovalVote(models.Model):
+    """One finance user's decision on a request. Unique per person: approving twice counts once."""
+
+    class Decision(models.TextChoices):
+        APPROVE = "approve"
+        DENY = "deny"
+        REQUEST_CHANGES = "request_changes", "request changes"
+        ESCALATE = "escalate"
+
+    request = models.ForeignKey(ApprovalRequest, on_delete=models.PROTECT, related_name="votes")
+    approver = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    decision = models.CharField(max_length=20, choices=Decision.choices)
+    args_hash = models.CharField(max_length=64)
+    note = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at"]
+        constraints = [models.UniqueConstraint(fields=["request", "approver"], name="one_vote_per_approver")]

@@ -1,0 +1,50 @@
+"""Domain errors. Every layer's errors derive from DomainError; the API maps them to HTTP once
+(refundagent.api), by `status_code`."""
+
+
+class DomainError(Exception):
+    status_code = 400
+    code = "domain_error"
+
+    def __init__(self, message: str, *, code: str | None = None, details: dict | None = None):
+        super().__init__(message)
+        self.message = message
+        if code:
+            self.code = code
+        self.details = details or {}
+
+
+class InvalidInput(DomainError):
+    status_code = 422
+    code = "invalid_input"
+
+
+class NotFound(DomainError):
+    status_code = 404
+    code = "not_found"
+
+
+class Forbidden(DomainError):
+    status_code = 403
+    code = "forbidden"
+
+
+class Conflict(DomainError):
+    status_code = 409
+    code = "conflict"
+
+
+class RefundRefused(InvalidInput):
+    """The ledger will not record this refund (cap, sign, currency, item already refunded)."""
+
+    code = "refund_refused"
+
+
+class IdempotencyConflict(Conflict):
+    """The idempotency key was already used with different arguments."""
+
+    code = "idempotency_conflict"
+
+
+class ImportRefused(InvalidInput):
+    code = "import_refused"

@@ -1,0 +1,44 @@
+from datetime import datetime
+from decimal import Decimal
+from typing import Annotated
+
+from ninja import Schema
+from pydantic import PlainSerializer
+
+CENT = Decimal("0.01")
+# Money leaves the API as a decimal string with two places ("120.00"), never a float.
+Money = Annotated[Decimal, PlainSerializer(lambda d: str(Decimal(d).quantize(CENT)), return_type=str)]
+
+
+class RevisionOut(Schema):
+    old_amount: Money
+    new_amount: Money
+    reason: str
+    created_by: str | None
+    created_at: datetime
+
+
+class LedgerEntryOut(Schema):
+    refund_id: int
+    amount: Money
+    original_amount: Money
+    currency: str
+    status: str
+    idempotency_key: str
+    approval: str | None
+    destination: str | None
+    items: list[str]
+    source: str
+    created_at: datetime
+    revisions: list[RevisionOut]
+
+
+class OrderLedgerOut(Schema):
+    order: str
+    customer: str
+    status: str
+    total: Money
+    currency: str
+    refunded_total: Money
+    refundable: Money
+    entries: list[LedgerEntryOut]

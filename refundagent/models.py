@@ -1,0 +1,165 @@
+"""The agent's records: tickets, durable agent runs, drafts and the trace."""
+
+import uuid
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from ledger.models import MONEY, Customer, Order, Tenant, TenantQuerySet
+
+
+class Ticket(models.Model):
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DRAFT_READY = "draft_ready", "draft ready"
+        APPROVAL_REQUIRED = "approval_required", "approval required"
+        APPROVED = "approved"
+        REFUNDED = "refunded"
+        ESCALATED = "escalated"
+        DENIED = "denied"
+        FAILED = "failed"
+        CLOSED = "closed"
+
+    class StopReason(models.TextChoices):
+        DRAFT_READY = "draft_ready"
+        APPROVAL_REQUIRED = "approval_required"
+        ESCALATED = "escalated"
+        DENIED = "denied"
+        FAILED = "failed"
+        BUDGET_EXHAUSTED = "budget_exhausted"
+        NO_PROGRESS = "no_progress"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="tickets")
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="tickets")
+    customer = models.ForeignKey(Customer, on_delete=models.PROTECT, related_name="tickets")
+    message = models.TextField(help_text="The customer's words. Untrusted input, never an instruction.")
+    requested_amount = models.DecimalField(**MONEY, null=True, blank=True)
+    currency = models.CharField(max_length=3)
+    items = models.JSONField(default=list, blank=True, help_text="Item ids the ticket is about (optional).")
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED)
+    stop_reason = models.CharField(max_length=20, choices=StopReason.choices, null=True, blank=True)
+    stop_detail = models.TextField(blank=True)
+    trace_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="filed_tickets")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["tenant", "status"], name="ticket_tenant_status_idx")]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(requested_amount__isnull=True) | Q(requested_amount__gt=0), name="ticket_requested_amount_positive"
+            ),
+        ]
+
+    def __str__(self):
+        return f"ticket #{self.pk} {self.order} ({self.status})"
+
+
+class AgentRun(models.Model):
+    """One run of the agent loop for a ticket. Its state is persisted after every step, so a
+    redelivered task resumes where the killed one stopped instead of starting over."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        STOPPED = "stopped"
+
+    ticket = models.ForeignKey(Ticket, on_delete=models.PROTECT, related_name="runs")
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED)
+    provider = models.CharField(max_length=40)
+    model = models.CharField(max_length=100, blank=True)
+    claimed_by = models.CharField(max_length=200, blank=True, help_text="Worker that holds the run.")
+    claimed_at = models.DateTimeField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    iterations = models.PositiveIntegerField(default=0)
+    invalid_args_retries = models.PositiveIntegerField(default=0)
+    input_tokens = models.PositiveIntegerField(default=0)
+    output_tokens = models.PositiveIntegerField(default=0)
+    cache_creation_input_tokens = models.PositiveIntegerField(default=0)
+    cache_read_input_tokens = models.PositiveIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=0)
+    messages = models.JSONField(default=list, help_text="The conversation so far (durable loop state).")
+    state = models.JSONField(default=dict, help_text="Evidence gathered, calls seen, pending step.")
+    stop_reason = models.CharField(max_length=20, choices=Ticket.StopReason.choices, null=True, blank=True)
+    stop_detail = models.TextField(blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            # At most one unfinished run per ticket: two workers never run one ticket.
+            models.UniqueConstraint(fields=["ticket"], condition=~Q(status="stopped"), name="one_open_run_per_ticket"),
+        ]
+
+    def __str__(self):
+        return f"run #{self.pk} of ticket {self.ticket_id} ({self.status})"
+
+
+class RefundDraft(models.Model):
+    """What the model proposed, and what the runtime's gate made of it. One per run."""
+
+    class Recommendation(models.TextChoices):
+        REFUND = "refund"
+        ESCALATE = "escalate"
+        DENY = "deny"
+        REQUEST_INFO = "request_info", "request info"
+
+    run = models.OneToOneField(AgentRun, on_delete=models.PROTECT, related_name="draft")
+    ticket = models.ForeignKey(Ticket, on_delete=models.PROTECT, related_name="drafts")
+    recommendation = models.CharField(max_length=20, choices=Recommendation.choices)
+    amount = models.DecimalField(**MONEY, null=True, blank=True, help_text="The model's amount, as proposed.")
+    currency = models.CharField(max_length=3)
+    policy_version = models.CharField(max_length=100, blank=True, help_text="The version the model cited.")
+    rationale = models.TextField(blank=True)
+    customer_reply = models.TextField(blank=True, help_text="A draft for a person to send. Never sent by the product.")
+    gate_verdict = models.JSONField(default=dict, help_text="The runtime's decision: outcome, allowed amount, reasons.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self):
+        return f"draft for ticket {self.ticket_id}: {self.recommendation} {self.amount}"
+
+
+class TraceEvent(models.Model):
+    """One event of a ticket's trace. Redacted before it is stored (refundagent.redaction)."""
+
+    class Span(models.TextChoices):
+        RUN = "run"
+        POLICY = "policy"
+        TOOL = "tool"
+        MODEL = "model"
+        DRAFT = "draft"
+        APPROVAL = "approval"
+        STOP = "stop"
+        LEDGER = "ledger"
+        VERIFY = "verify"
+        EVAL = "eval"
+
+    ticket = models.ForeignKey(Ticket, on_delete=models.PROTECT, related_name="trace_events")
+    run = models.ForeignKey(AgentRun, on_delete=models.PROTECT, null=True, blank=True, related_name="trace_events")
+    trace_id = models.UUIDField(db_index=True)
+    seq = models.PositiveIntegerField()
+    span = models.CharField(max_length=20, choices=Span.choices)
+    status = models.CharField(max_length=20, blank=True, help_text="ok / denied / error / ...")
+    decision = models.CharField(max_length=40, blank=True)
+    reason = models.CharField(max_length=200, blank=True)
+    tool = models.CharField(max_length=100, blank=True)
+    duration_ms = models.PositiveIntegerField(null=True, blank=True)
+    input_tokens = models.PositiveIntegerField(null=True, blank=True)
+    output_tokens = models.PositiveIntegerField(null=True, blank=True)
+    data = models.JSONField(default=dict, blank=True)
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["ticket", "seq"]
+        constraints = [models.UniqueConstraint(fields=["ticket", "seq"], name="trace_event_seq_unique")]
+
+    def __str__(self):
+        return f"{self.trace_id}#{self.seq} {self.span} {self.decision}"

@@ -1,0 +1,1 @@
+"""Receivers for signals sent by lower layers (approvals), which may not import this app."""

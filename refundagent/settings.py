@@ -1,0 +1,211 @@
+"""One settings module, driven by environment variables (see docs/configuration.md).
+
+With nothing set, the product runs embedded: SQLite in the project folder and Celery in
+eager mode, so `manage.py demo` needs no server. Production values (DJANGO_DEBUG=0, a real
+DJANGO_SECRET_KEY, DJANGO_ALLOWED_HOSTS) make `manage.py check --deploy` clean.
+"""
+
+import os
+from datetime import timedelta
+from decimal import Decimal
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off", ""}
+
+
+def envbool(name: str, default: str) -> bool:
+    value = os.getenv(name, default).strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name} must be a boolean (1/0, true/false), got {value!r}")
+
+
+def envint(name: str, default: str) -> int:
+    value = os.getenv(name, default)
+    try:
+        return int(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be an integer, got {value!r}") from None
+
+
+def envdecimal(name: str, default: str) -> Decimal:
+    value = os.getenv(name, default)
+    try:
+        return Decimal(value)
+    except ArithmeticError:
+        raise ImproperlyConfigured(f"{name} must be a decimal number, got {value!r}") from None
+
+
+DEBUG = envbool("DJANGO_DEBUG", "1")
+_DEV_SECRET = "dev-only-insecure-secret-key-change-me-0123456789abcdefghijklmnop"
+SECRET_KEY = os.getenv("DJANGO_SECRET_KEY", _DEV_SECRET if DEBUG else "")
+if not SECRET_KEY:
+    raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set when DJANGO_DEBUG=0")
+ALLOWED_HOSTS = [h.strip() for h in os.getenv("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,testserver").split(",") if h.strip()]
+CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.getenv("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_celery_beat",
+    "ledger",
+    "approvals",
+    "refundagent",
+    "evals",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "refundagent.urls"
+WSGI_APPLICATION = "refundagent.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+DATABASES = {
+    "default": dj_database_url.parse(
+        os.getenv("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}"),
+        conn_max_age=envint("DATABASE_CONN_MAX_AGE", "0"),
+    )
+}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Row locks do not exist on SQLite; serialise writers instead of failing with "database is locked".
+    DATABASES["default"].setdefault("OPTIONS", {})
+    DATABASES["default"]["OPTIONS"].update({"timeout": 20, "transaction_mode": "IMMEDIATE"})
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {
+        "BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"
+        if DEBUG
+        else "whitenoise.storage.CompressedManifestStaticFilesStorage"
+    },
+}
+
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "tickets"
+LOGOUT_REDIRECT_URL = "login"
+
+# Production hardening: on whenever DEBUG is off, so `check --deploy` is clean.
+SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+if not DEBUG:
+    SECURE_SSL_REDIRECT = envbool("DJANGO_SECURE_SSL_REDIRECT", "1")
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+    SECURE_HSTS_SECONDS = envint("DJANGO_HSTS_SECONDS", "31536000")
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SECURE_CONTENT_TYPE_NOSNIFF = True
+    X_FRAME_OPTIONS = "DENY"
+# Health checks come from the load balancer over plain HTTP.
+SECURE_REDIRECT_EXEMPT = [r"^api/health$"]
+
+# --- Celery -----------------------------------------------------------------------------
+CELERY_BROKER_URL = os.getenv("CELERY_BROKER_URL", "")
+# Without a broker every task runs in-process, at once (the embedded default).
+CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_SERIALIZER = "json"
+# A task is acknowledged only after it finished, and requeued if its worker died:
+# safe because every side effect is keyed in the database (idempotency keys, claims).
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": envint("CELERY_VISIBILITY_TIMEOUT", "3600")}
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TIMEZONE = TIME_ZONE
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+
+# --- The agent --------------------------------------------------------------------------
+ANTHROPIC_API_KEY = os.getenv("ANTHROPIC_API_KEY", "")
+ANTHROPIC_MODEL = os.getenv("ANTHROPIC_MODEL", "claude-sonnet-4-5")
+ANTHROPIC_BASE_URL = os.getenv("ANTHROPIC_BASE_URL", "") or None
+ANTHROPIC_TIMEOUT_SECONDS = envint("ANTHROPIC_TIMEOUT_SECONDS", "60")
+ANTHROPIC_MAX_RETRIES = envint("ANTHROPIC_MAX_RETRIES", "3")
+# USD per million tokens, for the estimated cost recorded per run.
+ANTHROPIC_PRICE_INPUT_PER_MTOK = envdecimal("ANTHROPIC_PRICE_INPUT_PER_MTOK", "3.00")
+ANTHROPIC_PRICE_OUTPUT_PER_MTOK = envdecimal("ANTHROPIC_PRICE_OUTPUT_PER_MTOK", "15.00")
+ANTHROPIC_PRICE_CACHE_WRITE_PER_MTOK = envdecimal("ANTHROPIC_PRICE_CACHE_WRITE_PER_MTOK", "3.75")
+ANTHROPIC_PRICE_CACHE_READ_PER_MTOK = envdecimal("ANTHROPIC_PRICE_CACHE_READ_PER_MTOK", "0.30")
+# "anthropic" when a key is set, else "offline"; AGENT_PROVIDER forces one.
+AGENT_PROVIDER = os.getenv("AGENT_PROVIDER", "anthropic" if ANTHROPIC_API_KEY else "offline")
+
+AGENT_MAX_ITERATIONS = envint("AGENT_MAX_ITERATIONS", "12")
+AGENT_MAX_TOKENS = envint("AGENT_MAX_TOKENS", "60000")
+AGENT_MAX_OUTPUT_TOKENS_PER_CALL = envint("AGENT_MAX_OUTPUT_TOKENS_PER_CALL", "2048")
+AGENT_MAX_WALL_SECONDS = envint("AGENT_MAX_WALL_SECONDS", "300")
+AGENT_MAX_COST_USD = envdecimal("AGENT_MAX_COST_USD", "0.50")
+AGENT_MAX_INVALID_ARGS_RETRIES = envint("AGENT_MAX_INVALID_ARGS_RETRIES", "2")
+
+# --- Approvals ----------------------------------------------------------------------------
+APPROVAL_EXPIRY = timedelta(hours=envint("APPROVAL_EXPIRY_HOURS", "72"))
+
+# --- Evals: the release gate's blocking thresholds ------------------------------------------
+EVAL_GATE = {
+    "false_allow_max": envint("EVAL_GATE_FALSE_ALLOW_MAX", "0"),
+    "missing_citation_max": envint("EVAL_GATE_MISSING_CITATION_MAX", "0"),
+    "money_moved_by_agent_max": envint("EVAL_GATE_MONEY_MOVED_BY_AGENT_MAX", "0"),
+    "draft_quality_min": envdecimal("EVAL_GATE_DRAFT_QUALITY_MIN", "0.95"),
+}
+
+# ISO 4217 codes the ledger accepts.
+LEDGER_CURRENCIES = {"USD", "EUR", "GBP", "CAD", "AUD", "JPY", "CHF", "SEK", "NOK", "DKK"}
+
+DEMO_PASSWORD = os.getenv("DEMO_PASSWORD", "demo")
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": os.getenv("LOG_LEVEL", "WARNING")},
+}
