@@ -58,3 +58,85 @@ def api_client(user):
 @pytest.fixture
 def is_postgres():
     return connection.vendor == "postgresql"
+
+
+@pytest.fixture(autouse=True)
+def _celery_mode(request):
+    """Tasks run eagerly in-process, except in tests marked `worker`, which use a real worker."""
+    from refundagent.celery import app
+
+    eager = "worker" not in request.keywords
+    previous = app.conf.task_always_eager
+    app.conf.task_always_eager = eager
+    yield
+    app.conf.task_always_eager = previous
+
+
+class WorkerProcess:
+    """A real `celery -A refundagent worker` subprocess on the configured Redis broker, pointed
+    at the test database. `kill()` sends SIGKILL to the whole process group (main + children)."""
+
+    def __init__(self, database_url: str, concurrency: int = 1):
+        self.database_url = database_url
+        self.concurrency = concurrency
+        self.proc = None
+        self.n = 0
+
+    def start(self, timeout: float = 30.0, extra_env: dict | None = None):
+        import subprocess
+        import sys
+        import time
+        import uuid
+
+        from refundagent.celery import app
+
+        self.n += 1
+        self.hostname = f"test-{uuid.uuid4().hex[:8]}@localhost"
+        env = dict(os.environ, DATABASE_URL=self.database_url, **(extra_env or {}))
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "refundagent", "worker", "--pool=prefork",
+             f"--concurrency={self.concurrency}", "--loglevel=INFO", "-n", self.hostname, "--without-gossip",
+             "--without-mingle", "--without-heartbeat"],
+            env=env,
+            start_new_session=True,
+            stdout=open(f"/tmp/celery-worker-{os.getpid()}-{self.n}.log", "w"),
+            stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"celery worker exited with {self.proc.returncode}")
+            if app.control.ping(destination=[self.hostname], timeout=0.5):
+                return self
+        raise RuntimeError("celery worker did not become ready in time")
+
+    def kill(self):
+        import signal
+
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self):
+        import signal
+
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except Exception:  # noqa: BLE001
+                self.kill()
+
+
+@pytest.fixture
+def celery_worker_process(transactional_db):
+    """A real worker on Redis + the PostgreSQL test database. Mark the test `worker`."""
+    from refundagent.celery import app
+
+    s = connection.settings_dict
+    url = f"postgres://{s['USER']}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
+    app.control.purge()
+    worker = WorkerProcess(url)
+    yield worker
+    worker.stop()
+    app.control.purge()

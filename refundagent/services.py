@@ -1,0 +1,112 @@
+"""Writes on tickets made by people (support staff, finance). The agent's own writes live in
+`refundagent.agent`."""
+
+from decimal import Decimal
+
+from django.db import transaction
+
+from ledger.exceptions import InvalidInput
+from ledger.selectors import customer_get, order_get, tenant_for_user, user_require_role
+from ledger.services import money
+
+from .exceptions import TicketStateConflict
+from .models import Ticket
+from .tracing import trace_record
+
+MAX_MESSAGE_LENGTH = 20_000
+MAX_ITEMS = 100
+# A ticket in one of these states can no longer be escalated or closed by hand.
+FINAL = {Ticket.Status.REFUNDED, Ticket.Status.CLOSED}
+
+
+def ticket_create(
+    *,
+    user,
+    order: str,
+    customer: str,
+    message: str,
+    requested_amount: Decimal | str | None = None,
+    items: list[str] | None = None,
+) -> Ticket:
+    """File a refund ticket for an order of the caller's tenant and queue the agent run.
+
+    Another tenant's order or customer answers NotFound (404), a customer who is not the
+    order's answers InvalidInput (422); nothing is written in either case."""
+    user_require_role(user, "support")
+    tenant = tenant_for_user(user)
+    found_order = order_get(tenant=tenant, external_id=order)
+    found_customer = customer_get(tenant=tenant, external_id=customer)
+    if found_order.customer_id != found_customer.pk:
+        raise InvalidInput(f"Order {order} does not belong to customer {customer}.", code="customer_mismatch")
+    message = (message or "").strip()
+    if not message:
+        raise InvalidInput("The message must not be empty.", code="message_required")
+    if len(message) > MAX_MESSAGE_LENGTH:
+        raise InvalidInput(f"The message is longer than {MAX_MESSAGE_LENGTH} characters.", code="message_too_long")
+    amount = None
+    if requested_amount not in (None, ""):
+        amount = money(requested_amount)
+        if amount <= 0:
+            raise InvalidInput("The requested amount must be positive.", code="amount_not_positive")
+    items = [str(i).strip() for i in (items or []) if str(i).strip()]
+    if len(items) > MAX_ITEMS:
+        raise InvalidInput(f"At most {MAX_ITEMS} items per ticket.", code="too_many_items")
+    on_order = set(found_order.items.values_list("item_id", flat=True))
+    unknown = [i for i in items if i not in on_order]
+    if unknown:
+        raise InvalidInput(f"Items {', '.join(unknown)} are not on order {order}.", code="item_not_on_order")
+
+    with transaction.atomic():
+        ticket = Ticket.objects.create(
+            tenant=tenant,
+            order=found_order,
+            customer=found_customer,
+            message=message,
+            requested_amount=amount,
+            currency=found_order.currency,
+            items=items,
+            created_by=user,
+        )
+        trace_record(ticket=ticket, span="run", status="queued", decision="filed", reason=f"Filed by {user.get_username()}.")
+        transaction.on_commit(lambda: ticket_run_enqueue(ticket.pk))
+    return ticket
+
+
+def ticket_run_enqueue(ticket_id: int) -> None:
+    from .tasks import agent_run_ticket_task
+
+    agent_run_ticket_task.delay(ticket_id)
+
+
+def ticket_escalate(*, ticket: Ticket, user, note: str = "") -> Ticket:
+    """Send a ticket to the human queue by hand."""
+    user_require_role(user, "support", "finance")
+    with transaction.atomic():
+        updated = Ticket.objects.filter(pk=ticket.pk).exclude(status__in=FINAL).update(
+            status=Ticket.Status.ESCALATED,
+            stop_reason=Ticket.StopReason.ESCALATED,
+            stop_detail=f"Escalated by {user.get_username()}" + (f": {note}" if note else "."),
+        )
+        if updated != 1:
+            raise TicketStateConflict(f"Ticket {ticket.pk} is {ticket.status}; it cannot be escalated.")
+        ticket.refresh_from_db()
+        trace_record(ticket=ticket, span="stop", status="escalated", decision="escalate", reason=ticket.stop_detail)
+    return ticket
+
+
+def ticket_close(*, ticket: Ticket, user, note: str = "") -> Ticket:
+    """Close a ticket (done, or nothing more to do). A ticket waiting for finance cannot be
+    closed from under the approval: decide the approval first."""
+    user_require_role(user, "support", "finance")
+    with transaction.atomic():
+        updated = (
+            Ticket.objects.filter(pk=ticket.pk)
+            .exclude(status__in=FINAL | {Ticket.Status.APPROVAL_REQUIRED, Ticket.Status.APPROVED, Ticket.Status.RUNNING})
+            .update(status=Ticket.Status.CLOSED)
+        )
+        if updated != 1:
+            raise TicketStateConflict(f"Ticket {ticket.pk} is {ticket.status}; it cannot be closed now.")
+        ticket.refresh_from_db()
+        trace_record(ticket=ticket, span="stop", status="closed", decision="close",
+                     reason=f"Closed by {user.get_username()}" + (f": {note}" if note else "."))
+    return ticket
