@@ -1,0 +1,136 @@
+"""The main job end to end: migrate, seed, file the in-window and out-of-window tickets, run
+the agent, approve as finance, execute, verify, and print the ledger."""
+
+import os
+from pathlib import Path
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.core.management.base import BaseCommand
+from django.db import connection
+
+from approvals.models import ApprovalRequest
+from approvals.services import approval_request_decide
+from ledger.api import order_ledger_serialize
+from ledger.selectors import order_get
+from refundagent.demo import demo_seed
+from refundagent.models import Ticket
+from refundagent.services import ticket_create
+
+TICKETS = [
+    (
+        "ORD-5001",
+        "200.00",
+        "Hi, the wireless headphones I bought stopped charging after a week. I'd like my money back, "
+        "$200 please for the trouble.",
+    ),
+    (
+        "ORD-5002",
+        None,
+        "The desk lamp flickers. Can I get a refund? I bought it about six weeks ago.",
+    ),
+]
+
+
+class Command(BaseCommand):
+    help = "Run the whole product end to end on the configured database (embedded SQLite by default)."
+
+    def handle(self, *args, **options):
+        self.embedded = connection.vendor == "sqlite" and not os.getenv("DATABASE_URL")
+        self.step("1. Database")
+        if self.embedded:
+            # The embedded demo database is a scratch file: every run starts from the same state.
+            connection.close()
+            Path(settings.DATABASES["default"]["NAME"]).unlink(missing_ok=True)
+        call_command("migrate", verbosity=0)
+        if self.embedded:
+            self.say("embedded SQLite, fresh demo database; Celery eager; provider " + settings.AGENT_PROVIDER)
+        else:
+            self.say(f"{connection.vendor} database; broker {'eager' if not settings.CELERY_BROKER_URL else 'set'}")
+
+        self.step("2. Demo data")
+        demo_seed()
+        self.say("tenants acme and globex, refund-policy-v4 (30-day window, two approvers above 500.00)")
+
+        User = get_user_model()
+        support = User.objects.get(username="acme-support")
+        finance = User.objects.get(username="acme-finance")
+
+        self.step("3. Support files two tickets; the agent investigates each")
+        tickets = []
+        for order, amount, message in TICKETS:
+            ticket = ticket_create(
+                user=support, order=order, customer="CUST-1001", message=message, requested_amount=amount
+            )
+            ticket.refresh_from_db()
+            tickets.append(ticket)
+            self.show_ticket(ticket)
+
+        self.step("4. Finance approves the one exact refund the gate allowed")
+        for ticket in tickets:
+            request = ApprovalRequest.objects.filter(ticket_ref=ticket.pk).order_by("-id").first()
+            if request is None:
+                self.say(f"ticket #{ticket.pk} ({ticket.order.external_id}): no approval request — {ticket.status}")
+                continue
+            self.say(
+                f"acme-finance approves request #{request.pk}: {request.amount} {request.currency} "
+                f"to {request.args.get('destination')} for {request.order.external_id} (hash {request.args_hash[:12]}…)"
+            )
+            approval_request_decide(
+                request_id=request.pk, user=finance, decision="approve", args_hash=request.args_hash,
+                note="Checked against the order and refund-policy-v4.",
+            )
+            request.refresh_from_db()
+            ticket.refresh_from_db()
+            verdict = (request.verification or {}).get("ok")
+            self.say(f"executed: ledger entry #{request.ledger_entry_ref}; evaluator verdict ok={verdict}")
+            self.say(f"ticket #{ticket.pk} is now {ticket.status}")
+
+        self.step("5. The ledger")
+        tenant = support.membership.tenant
+        for order in ("ORD-5001", "ORD-5002"):
+            ledger = order_ledger_serialize(order_get(tenant=tenant, external_id=order))
+            self.say(
+                f"{order}: total {ledger['total']} {ledger['currency']}, refunded {ledger['refunded_total']}, "
+                f"still refundable {ledger['refundable']}"
+            )
+            for entry in ledger["entries"]:
+                self.say(
+                    f"   refund #{entry['refund_id']}: {entry['amount']} {entry['currency']} {entry['status']} "
+                    f"key={entry['idempotency_key']} approval={entry['approval']}"
+                )
+            if not ledger["entries"]:
+                self.say("   no refunds")
+
+        final = {t.order.external_id: Ticket.objects.get(pk=t.pk).status for t in tickets}
+        ok = final.get("ORD-5001") == Ticket.Status.REFUNDED and final.get("ORD-5002") == Ticket.Status.ESCALATED
+        self.step("Done" if ok else "Unexpected outcome")
+        self.say(", ".join(f"{order}: {status}" for order, status in final.items()))
+        if not ok:
+            raise SystemExit(1)
+
+    def show_ticket(self, ticket: Ticket):
+        self.say(f"ticket #{ticket.pk} {ticket.order.external_id} asking {ticket.requested_amount or '-'}: {ticket.status}")
+        if ticket.stop_detail:
+            self.say(f"   why: {ticket.stop_detail}")
+        draft = ticket.drafts.order_by("-id").first()
+        if draft:
+            self.say(
+                f"   draft: {draft.recommendation} {draft.amount or ''} citing {draft.policy_version or '(nothing)'}"
+            )
+            self.say(f"   reply draft (not sent): {draft.customer_reply[:160]}")
+        request = ApprovalRequest.objects.filter(ticket_ref=ticket.pk).order_by("-id").first()
+        if request:
+            self.say(
+                f"   approval request #{request.pk}: {request.amount} {request.currency}, "
+                f"{request.required_approvals} approver(s), expires {request.expires_at:%Y-%m-%d %H:%M}"
+            )
+        trace = list(ticket.trace_events.order_by("seq").values_list("span", "decision"))
+        self.say("   trace: " + " → ".join(f"{span}:{decision}" if decision else span for span, decision in trace))
+
+    def step(self, title: str):
+        self.stdout.write(self.style.MIGRATE_HEADING(title))
+
+    def say(self, text: str):
+        self.stdout.write("  " + text)
