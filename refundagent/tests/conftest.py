@@ -1,0 +1,3 @@
+"""Fixtures for the refundagent tests: the fake Anthropic Messages API server."""
+
+from refundagent.tests.fake_anthropic import fake_anthropic  # noqa: F401
