@@ -1,0 +1,211 @@
+"""Claude through the official `anthropic` SDK (Messages API with tool use).
+
+The SDK's own retries are switched off (`max_retries=0` on the client) and done here instead:
+the SDK's backoff starts at 0.5 s and cannot be shortened, and retrying here keeps one place
+that decides what is transient (429, 408, 5xx incl. 529 overloaded, connection errors,
+timeouts) and turns everything else into `ProviderError(transient=False)` for the loop.
+"""
+
+import copy
+import logging
+import random
+import time
+from collections.abc import Callable
+from decimal import Decimal
+
+import anthropic
+from django.conf import settings
+
+from .base import ModelTurn, ProviderError, ToolCall, ToolSpec, Usage
+
+log = logging.getLogger(__name__)
+
+EPHEMERAL = {"type": "ephemeral"}
+MTOK = Decimal(1_000_000)
+
+
+class AnthropicProvider:
+    name = "anthropic"
+
+    def __init__(
+        self,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        model: str | None = None,
+        max_retries: int | None = None,
+        timeout: float | None = None,
+        backoff_seconds: float = 0.5,
+        max_backoff_seconds: float = 8.0,
+        cache_conversation: bool = True,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        api_key = api_key if api_key is not None else settings.ANTHROPIC_API_KEY
+        if not api_key:
+            raise ProviderError("ANTHROPIC_API_KEY is not set: the anthropic provider cannot run.", transient=False)
+        self.model = model or settings.ANTHROPIC_MODEL
+        self.max_retries = settings.ANTHROPIC_MAX_RETRIES if max_retries is None else max_retries
+        self.backoff_seconds = backoff_seconds
+        self.max_backoff_seconds = max_backoff_seconds
+        self.cache_conversation = cache_conversation
+        self._sleep = sleep
+        self.client = anthropic.Anthropic(
+            api_key=api_key,
+            base_url=base_url if base_url is not None else settings.ANTHROPIC_BASE_URL,
+            timeout=settings.ANTHROPIC_TIMEOUT_SECONDS if timeout is None else timeout,
+            max_retries=0,
+        )
+
+    # -- the Provider interface -------------------------------------------------------------
+
+    def complete(self, *, system: str, tools: list[ToolSpec], messages: list[dict], max_tokens: int) -> ModelTurn:
+        if max_tokens < 1:
+            raise ProviderError(f"max_tokens must be at least 1 (got {max_tokens}).", transient=False)
+        request = {
+            "model": self.model,
+            "max_tokens": int(max_tokens),
+            "system": [{"type": "text", "text": system, "cache_control": EPHEMERAL}],
+            "messages": self._messages(messages),
+        }
+        if tools:
+            request["tools"] = tool_definitions(tools)
+        message = self._create(request)
+        return turn_from_message(message, default_model=self.model)
+
+    def cost_usd(self, usage: Usage) -> Decimal:
+        """Estimated cost in USD from the per-million-token prices in settings, exact (not rounded)."""
+        return (
+            usage.input_tokens * settings.ANTHROPIC_PRICE_INPUT_PER_MTOK
+            + usage.output_tokens * settings.ANTHROPIC_PRICE_OUTPUT_PER_MTOK
+            + usage.cache_creation_input_tokens * settings.ANTHROPIC_PRICE_CACHE_WRITE_PER_MTOK
+            + usage.cache_read_input_tokens * settings.ANTHROPIC_PRICE_CACHE_READ_PER_MTOK
+        ) / MTOK
+
+    # -- internals --------------------------------------------------------------------------
+
+    def _messages(self, messages: list[dict]) -> list[dict]:
+        """A copy of the transcript; with conversation caching, a cache breakpoint on the last
+        block, so each turn reads the previous turns from the cache instead of paying for them
+        again. The caller's list (the durable transcript) is never modified."""
+        messages = copy.deepcopy(messages)
+        for message in messages:  # at most 4 breakpoints per request: only ours count
+            if isinstance(message.get("content"), list):
+                for block in message["content"]:
+                    if isinstance(block, dict):
+                        block.pop("cache_control", None)
+        if self.cache_conversation and messages:
+            last = messages[-1]
+            content = last.get("content")
+            if isinstance(content, str):
+                content = last["content"] = [{"type": "text", "text": content}]
+            if content and isinstance(content[-1], dict) and content[-1].get("type") in CACHEABLE_BLOCKS:
+                content[-1]["cache_control"] = EPHEMERAL
+        return messages
+
+    def _create(self, request: dict):
+        attempt = 0
+        while True:
+            try:
+                return self.client.messages.create(**request)
+            except anthropic.APIStatusError as e:
+                transient = is_transient_status(e.status_code, e.response.headers.get("x-should-retry"))
+                error = ProviderError(describe(e), transient=transient, status_code=e.status_code)
+                retry_after = retry_after_seconds(e.response.headers)
+                cause = e
+            except anthropic.APIConnectionError as e:  # includes APITimeoutError
+                error = ProviderError(f"anthropic: {type(e).__name__}: {e}", transient=True)
+                retry_after = None
+                cause = e
+            except anthropic.AnthropicError as e:
+                raise ProviderError(f"anthropic: {type(e).__name__}: {e}", transient=False) from e
+            except ValueError as e:  # the SDK refuses some requests before sending them
+                raise ProviderError(f"anthropic: {e}", transient=False) from e
+            if not error.transient:
+                raise error from cause
+            if attempt >= self.max_retries:
+                raise ProviderError(
+                    f"{error} (gave up after {attempt + 1} attempts)", transient=True, status_code=error.status_code
+                ) from cause
+            delay = self._backoff(attempt, retry_after)
+            log.warning("anthropic: %s; retry %d of %d in %.2fs", error, attempt + 1, self.max_retries, delay)
+            self._sleep(delay)
+            attempt += 1
+
+    def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        if retry_after is not None and retry_after > 0:
+            return min(retry_after, self.max_backoff_seconds)
+        delay = min(self.backoff_seconds * (2**attempt), self.max_backoff_seconds)
+        return delay * (1 - 0.25 * random.random())  # jitter, so workers do not retry in step
+
+
+CACHEABLE_BLOCKS = {"text", "tool_result", "tool_use", "image", "document"}
+
+
+def tool_definitions(tools: list[ToolSpec]) -> list[dict]:
+    """Tools as the API takes them; the breakpoint on the last one caches the whole tool list."""
+    definitions = [{"name": t.name, "description": t.description, "input_schema": t.input_schema} for t in tools]
+    if definitions:
+        definitions[-1]["cache_control"] = EPHEMERAL
+    return definitions
+
+
+def turn_from_message(message, *, default_model: str = "") -> ModelTurn:
+    content: list[dict] = []
+    tool_calls: list[ToolCall] = []
+    texts: list[str] = []
+    for block in message.content or []:
+        if block.type == "text":
+            content.append({"type": "text", "text": block.text})
+            texts.append(block.text)
+        elif block.type == "tool_use":
+            tool_input = dict(block.input) if isinstance(block.input, dict) else {}
+            content.append({"type": "tool_use", "id": block.id, "name": block.name, "input": tool_input})
+            tool_calls.append(ToolCall(id=block.id, name=block.name, input=tool_input))
+        else:
+            # thinking and other blocks go back to the API unchanged in the next request
+            content.append(block.model_dump(mode="json", exclude_none=True))
+    return ModelTurn(
+        content=content,
+        tool_calls=tool_calls,
+        text="\n".join(t for t in texts if t),
+        stop_reason=message.stop_reason or "end_turn",
+        usage=usage_from(getattr(message, "usage", None)),
+        model=message.model or default_model,
+    )
+
+
+def usage_from(usage) -> Usage:
+    if usage is None:
+        return Usage()
+    return Usage(
+        input_tokens=getattr(usage, "input_tokens", None) or 0,
+        output_tokens=getattr(usage, "output_tokens", None) or 0,
+        cache_creation_input_tokens=getattr(usage, "cache_creation_input_tokens", None) or 0,
+        cache_read_input_tokens=getattr(usage, "cache_read_input_tokens", None) or 0,
+    )
+
+
+def is_transient_status(status_code: int, should_retry: str | None = None) -> bool:
+    if should_retry == "true":
+        return True
+    if should_retry == "false":
+        return False
+    return status_code in (408, 429) or status_code >= 500
+
+
+def retry_after_seconds(headers) -> float | None:
+    for name, scale in (("retry-after-ms", 1000), ("retry-after", 1)):
+        value = headers.get(name)
+        if value is not None:
+            try:
+                return float(value) / scale
+            except ValueError:
+                continue
+    return None
+
+
+def describe(e: "anthropic.APIStatusError") -> str:
+    kind = e.type or "error"
+    message = e.api_message or str(e)
+    request_id = f" (request {e.request_id})" if e.request_id else ""
+    return f"anthropic {e.status_code} {kind}: {message}{request_id}"

@@ -1,0 +1,292 @@
+"""A local fake of the Anthropic Messages API, for driving the real `anthropic` client in tests.
+
+An `http.server` on 127.0.0.1 (a free port) in a background thread answers `POST /v1/messages`
+from a queue of scripted responses and records every request (headers and JSON body):
+
+    def test_something(fake_anthropic):
+        fake_anthropic.add_tool_use("orders_lookup_order", {"order_id": "ORD-5001"})
+        fake_anthropic.add_overloaded()                      # 529 overloaded_error
+        fake_anthropic.add_text("Done.")
+        provider = fake_anthropic.provider()                 # AnthropicProvider pointed here
+        ...
+        assert len(fake_anthropic.requests) == 3
+
+Like the real API, it refuses (400 invalid_request_error) a request that the real API would
+refuse for its shape: no model, max_tokens < 1, no messages, a role other than user/assistant,
+a tool name outside ^[a-zA-Z0-9_-]{1,64}$, more than 4 cache_control breakpoints, or a
+`tool_use` whose `tool_result` is missing from the next message. A request with no credentials gets 401.
+When the queue is empty it answers 400 `fake_queue_empty`, so a test that scripted too few
+responses fails loudly instead of hanging.
+"""
+
+import itertools
+import json
+import re
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+DEFAULT_USAGE = {"input_tokens": 100, "output_tokens": 20, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+
+
+@dataclass
+class RecordedRequest:
+    method: str
+    path: str
+    headers: dict  # lower-cased names
+    body: dict | None
+
+    @property
+    def tool_names(self) -> list[str]:
+        return [t["name"] for t in (self.body or {}).get("tools", [])]
+
+
+@dataclass
+class Scripted:
+    status: int = 200
+    body: dict | None = None
+    headers: dict = field(default_factory=dict)
+    delay: float = 0.0  # seconds to wait before answering (for client timeouts)
+    disconnect: bool = False  # close the connection without an answer (a connection error)
+
+
+def error_body(error_type: str, message: str) -> dict:
+    return {"type": "error", "error": {"type": error_type, "message": message}}
+
+
+class FakeAnthropic:
+    def __init__(self, *, strict: bool = True):
+        self.strict = strict
+        self.requests: list[RecordedRequest] = []
+        self._queue: deque[Scripted] = deque()
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, name="fake-anthropic", daemon=True)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> "FakeAnthropic":
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+    def provider(self, **overrides):
+        """An AnthropicProvider pointed at this server, with retries that do not make tests wait."""
+        from refundagent.agent.providers.anthropic import AnthropicProvider
+
+        options = {"api_key": "test-key", "base_url": self.url, "model": "claude-fake", "max_retries": 2,
+                   "timeout": 5.0, "backoff_seconds": 0.01, "max_backoff_seconds": 0.05}
+        options.update(overrides)
+        return AnthropicProvider(**options)
+
+    # -- scripting ----------------------------------------------------------------------------
+
+    def add(self, scripted: Scripted) -> "FakeAnthropic":
+        with self._lock:
+            self._queue.append(scripted)
+        return self
+
+    def add_message(self, content: list[dict], *, stop_reason: str = "end_turn", usage: dict | None = None,
+                    model: str | None = None) -> "FakeAnthropic":
+        """A 200 answer with these content blocks. `usage=None` means DEFAULT_USAGE; pass
+        `usage={}` to omit the usage object entirely."""
+        body = {"id": f"msg_fake_{next(self._ids)}", "type": "message", "role": "assistant",
+                "model": model, "content": content, "stop_reason": stop_reason, "stop_sequence": None}
+        if usage != {}:
+            body["usage"] = {**DEFAULT_USAGE, **(usage or {})}
+        return self.add(Scripted(body=body))
+
+    def add_text(self, text: str, **kwargs) -> "FakeAnthropic":
+        return self.add_message([{"type": "text", "text": text}], **kwargs)
+
+    def add_tool_use(self, name: str, tool_input: dict, *, text: str | None = None, tool_use_id: str | None = None,
+                     **kwargs) -> "FakeAnthropic":
+        """A `tool_use` answer calling one tool (optionally preceded by a text block)."""
+        return self.add_tool_uses([(name, tool_input)], text=text, ids=[tool_use_id] if tool_use_id else None, **kwargs)
+
+    def add_tool_uses(self, calls: list[tuple[str, dict]], *, text: str | None = None, ids: list[str] | None = None,
+                      **kwargs) -> "FakeAnthropic":
+        content = [{"type": "text", "text": text}] if text else []
+        for i, (name, tool_input) in enumerate(calls):
+            block_id = ids[i] if ids else f"toolu_fake_{next(self._ids)}"
+            content.append({"type": "tool_use", "id": block_id, "name": name, "input": tool_input})
+        return self.add_message(content, stop_reason="tool_use", **kwargs)
+
+    def add_error(self, status: int, error_type: str, message: str = "", *, headers: dict | None = None):
+        return self.add(Scripted(status=status, body=error_body(error_type, message or error_type),
+                                 headers=headers or {}))
+
+    def add_overloaded(self, message: str = "Overloaded") -> "FakeAnthropic":
+        return self.add_error(529, "overloaded_error", message)
+
+    def add_rate_limited(self, message: str = "Rate limited", *, retry_after: str | None = None):
+        return self.add_error(429, "rate_limit_error", message, headers={"retry-after": retry_after} if retry_after else None)
+
+    def add_server_error(self, message: str = "Internal server error") -> "FakeAnthropic":
+        return self.add_error(500, "api_error", message)
+
+    def add_invalid_request(self, message: str = "Invalid request") -> "FakeAnthropic":
+        return self.add_error(400, "invalid_request_error", message)
+
+    def add_disconnect(self) -> "FakeAnthropic":
+        return self.add(Scripted(disconnect=True))
+
+    def add_delay(self, seconds: float, then: Scripted | None = None) -> "FakeAnthropic":
+        """Answer only after `seconds` (a client with a shorter timeout sees a timeout)."""
+        scripted = then or Scripted(body=None)
+        scripted.delay = seconds
+        return self.add(scripted)
+
+    @property
+    def remaining(self) -> int:
+        with self._lock:
+            return len(self._queue)
+
+    @property
+    def bodies(self) -> list[dict]:
+        return [r.body for r in self.requests]
+
+    # -- serving ------------------------------------------------------------------------------
+
+    def _answer(self, request: RecordedRequest) -> Scripted:
+        if request.method != "POST" or request.path.split("?")[0].rstrip("/") != "/v1/messages":
+            return Scripted(status=404, body=error_body("not_found_error", f"No route {request.method} {request.path}"))
+        auth = request.headers.get("authorization", "")
+        if not (auth.startswith("Bearer ") and len(auth) > 7) and not request.headers.get("x-api-key"):
+            return Scripted(status=401, body=error_body("authentication_error", "invalid x-api-key"))
+        if request.body is None:
+            return Scripted(status=400, body=error_body("invalid_request_error", "Request body is not valid JSON."))
+        if self.strict:
+            problem = validate_request(request.body)
+            if problem:
+                return Scripted(status=400, body=error_body("invalid_request_error", problem))
+        with self._lock:
+            scripted = self._queue.popleft() if self._queue else None
+        if scripted is None:
+            return Scripted(status=400, body=error_body("fake_queue_empty", "fake_anthropic: no scripted response left"))
+        if scripted.status == 200 and scripted.body is not None and scripted.body.get("model") is None:
+            scripted.body["model"] = request.body.get("model")
+        return scripted
+
+
+def validate_request(body: dict) -> str | None:
+    """The shape errors the real Messages API answers with 400 (a subset)."""
+    if not body.get("model"):
+        return "model: Field required"
+    if not isinstance(body.get("max_tokens"), int) or body["max_tokens"] < 1:
+        return "max_tokens: must be an integer >= 1"
+    messages = body.get("messages")
+    if not isinstance(messages, list) or not messages:
+        return "messages: at least one message is required"
+    for tool in body.get("tools") or []:
+        if not TOOL_NAME.match(str(tool.get("name", ""))):
+            return f"tools.name: String should match pattern '^[a-zA-Z0-9_-]{{1,64}}$' (got {tool.get('name')!r})"
+        if not isinstance(tool.get("input_schema"), dict):
+            return f"tools.{tool.get('name')}.input_schema: Field required"
+    breakpoints = count_cache_breakpoints(body)
+    if breakpoints > 4:
+        return f"A maximum of 4 blocks with cache_control may be provided. Found {breakpoints}."
+    for i, message in enumerate(messages):
+        if message.get("role") not in ("user", "assistant"):
+            return f"messages.{i}.role: Input should be 'user' or 'assistant'"
+        content = message.get("content")
+        if message.get("role") != "assistant" or not isinstance(content, list):
+            continue
+        wanted = {b.get("id") for b in content if isinstance(b, dict) and b.get("type") == "tool_use"}
+        if not wanted:
+            continue
+        following = messages[i + 1].get("content") if i + 1 < len(messages) else None
+        given = {b.get("tool_use_id") for b in following or [] if isinstance(b, dict) and b.get("type") == "tool_result"}
+        if i + 1 < len(messages) and not wanted <= given:
+            return (f"messages.{i + 1}: `tool_use` ids were found without `tool_result` blocks immediately after: "
+                    f"{', '.join(sorted(wanted - given))}")
+    return None
+
+
+def count_cache_breakpoints(body: dict) -> int:
+    blocks = list(body.get("tools") or [])
+    if isinstance(body.get("system"), list):
+        blocks += body["system"]
+    for message in body.get("messages") or []:
+        if isinstance(message.get("content"), list):
+            blocks += message["content"]
+    return sum(1 for b in blocks if isinstance(b, dict) and b.get("cache_control"))
+
+
+def _handler_for(fake: FakeAnthropic):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args):  # keep test output quiet
+            pass
+
+        def do_GET(self):
+            self._handle()
+
+        def do_POST(self):
+            self._handle()
+
+        def _handle(self):
+            length = int(self.headers.get("content-length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            try:
+                body = json.loads(raw) if raw else None
+            except ValueError:
+                body = None
+            request = RecordedRequest(method=self.command, path=self.path,
+                                      headers={k.lower(): v for k, v in self.headers.items()}, body=body)
+            with fake._lock:
+                fake.requests.append(request)
+            scripted = fake._answer(request)
+            if scripted.delay:
+                time.sleep(scripted.delay)
+            if scripted.disconnect:
+                self.close_connection = True
+                try:
+                    self.connection.shutdown(2)
+                except OSError:
+                    pass
+                return
+            payload = json.dumps(scripted.body if scripted.body is not None else {}).encode()
+            try:
+                self.send_response(scripted.status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(payload)))
+                self.send_header("request-id", f"req_fake_{len(fake.requests)}")
+                for name, value in scripted.headers.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(payload)
+            except OSError:  # the client gave up (timeout) before the answer
+                self.close_connection = True
+
+    return Handler
+
+
+@pytest.fixture
+def fake_anthropic():
+    """A running FakeAnthropic; stopped after the test."""
+    with FakeAnthropic() as fake:
+        yield fake
