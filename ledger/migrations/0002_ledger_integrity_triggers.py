@@ -80,18 +80,23 @@ BEGIN
 END;
 $$ LANGUAGE plpgsql;
 
-CREATE OR REPLACE FUNCTION ledger_check_refund_child() RETURNS trigger AS $$
+CREATE OR REPLACE FUNCTION ledger_check_refund_item() RETURNS trigger AS $$
 DECLARE
     v_order_id bigint;
 BEGIN
     SELECT order_id INTO v_order_id FROM ledger_refundentry WHERE id = NEW.entry_id;
-    IF TG_TABLE_NAME = 'ledger_refundentryitem' AND NOT EXISTS (
-        SELECT 1 FROM ledger_orderitem WHERE id = NEW.order_item_id AND order_id = v_order_id
-    ) THEN
+    IF NOT EXISTS (SELECT 1 FROM ledger_orderitem WHERE id = NEW.order_item_id AND order_id = v_order_id) THEN
         RAISE EXCEPTION 'ledger: refund item % names a line of another order', NEW.id
             USING ERRCODE = 'check_violation';
     END IF;
     PERFORM ledger_order_check_refunds(v_order_id);
+    RETURN NULL;
+END;
+$$ LANGUAGE plpgsql;
+
+CREATE OR REPLACE FUNCTION ledger_check_refund_revision() RETURNS trigger AS $$
+BEGIN
+    PERFORM ledger_order_check_refunds((SELECT order_id FROM ledger_refundentry WHERE id = NEW.entry_id));
     RETURN NULL;
 END;
 $$ LANGUAGE plpgsql;
@@ -103,11 +108,11 @@ CREATE CONSTRAINT TRIGGER ledger_refundentry_check_caps
 CREATE CONSTRAINT TRIGGER ledger_refundentryitem_check_caps
     AFTER INSERT ON ledger_refundentryitem
     DEFERRABLE INITIALLY DEFERRED
-    FOR EACH ROW EXECUTE FUNCTION ledger_check_refund_child();
+    FOR EACH ROW EXECUTE FUNCTION ledger_check_refund_item();
 CREATE CONSTRAINT TRIGGER ledger_refundrevision_check_caps
     AFTER INSERT ON ledger_refundrevision
     DEFERRABLE INITIALLY DEFERRED
-    FOR EACH ROW EXECUTE FUNCTION ledger_check_refund_child();
+    FOR EACH ROW EXECUTE FUNCTION ledger_check_refund_revision();
 
 CREATE OR REPLACE FUNCTION ledger_check_order_total() RETURNS trigger AS $$
 BEGIN
@@ -142,7 +147,8 @@ DROP FUNCTION IF EXISTS ledger_check_order_total();
 DROP TRIGGER IF EXISTS ledger_refundrevision_check_caps ON ledger_refundrevision;
 DROP TRIGGER IF EXISTS ledger_refundentryitem_check_caps ON ledger_refundentryitem;
 DROP TRIGGER IF EXISTS ledger_refundentry_check_caps ON ledger_refundentry;
-DROP FUNCTION IF EXISTS ledger_check_refund_child();
+DROP FUNCTION IF EXISTS ledger_check_refund_revision();
+DROP FUNCTION IF EXISTS ledger_check_refund_item();
 DROP FUNCTION IF EXISTS ledger_check_refund_entry();
 DROP FUNCTION IF EXISTS ledger_order_check_refunds(bigint);
 DROP TRIGGER IF EXISTS ledger_refundrevision_append_only ON ledger_refundrevision;
