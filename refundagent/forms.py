@@ -1,0 +1,77 @@
+"""Forms of the support web UI. They only parse input; `refundagent.services` decides."""
+
+from django import forms
+
+from ledger.exceptions import DomainError
+
+from .models import Ticket
+
+
+class TicketForm(forms.Form):
+    order = forms.CharField(
+        max_length=100, label="Order", widget=forms.TextInput(attrs={"placeholder": "ORD-5001", "autofocus": True})
+    )
+    customer = forms.CharField(max_length=100, label="Customer", widget=forms.TextInput(attrs={"placeholder": "CUST-1001"}))
+    message = forms.CharField(
+        label="Customer's message",
+        widget=forms.Textarea(attrs={"rows": 6, "placeholder": "Paste what the customer wrote."}),
+        help_text="Untrusted text: the agent reads it, the policy gate decides.",
+    )
+    requested_amount = forms.DecimalField(
+        label="Requested amount",
+        required=False,
+        max_digits=12,
+        decimal_places=2,
+        widget=forms.TextInput(attrs={"placeholder": "200.00", "inputmode": "decimal"}),
+        help_text="Optional. What the customer asks for, in the order's currency.",
+    )
+    items = forms.CharField(
+        label="Items",
+        required=False,
+        widget=forms.TextInput(attrs={"placeholder": "ITEM-1, ITEM-2"}),
+        help_text="Optional, comma separated: the items the request is about.",
+    )
+
+    def clean_order(self):
+        return self.cleaned_data["order"].strip()
+
+    def clean_customer(self):
+        return self.cleaned_data["customer"].strip()
+
+    def clean_items(self):
+        return [part.strip() for part in self.cleaned_data["items"].split(",") if part.strip()]
+
+    def add_domain_error(self, error: DomainError) -> None:
+        """Show a service's refusal next to the field it is about (else above the form)."""
+        self.add_error(_field_for(error, self.cleaned_data), error.message)
+
+
+def _field_for(error: DomainError, data: dict) -> str | None:
+    code = error.code
+    if code == "customer_mismatch":
+        return "customer"
+    if code.startswith("message"):
+        return "message"
+    if code in {"amount_not_positive", "bad_amount", "float_amount"}:
+        return "requested_amount"
+    if code in {"item_not_on_order", "too_many_items"}:
+        return "items"
+    if code == "not_found":
+        # "Order X not found." / "Customer X not found." (ledger.selectors)
+        if error.message.startswith("Order"):
+            return "order"
+        if error.message.startswith("Customer"):
+            return "customer"
+    return None
+
+
+class TicketFilterForm(forms.Form):
+    status = forms.ChoiceField(required=False, choices=[("", "All statuses"), *Ticket.Status.choices])
+    q = forms.CharField(
+        required=False, max_length=100, label="Search",
+        widget=forms.TextInput(attrs={"placeholder": "Order or customer", "type": "search"}),
+    )
+
+
+class NoteForm(forms.Form):
+    note = forms.CharField(required=False, max_length=500, widget=forms.TextInput(attrs={"placeholder": "Note (optional)"}))

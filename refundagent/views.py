@@ -1,0 +1,209 @@
+"""The support web UI: thin views over the ticket services and the tenant-scoped selectors.
+
+Every view resolves the caller's tenant first; anything of another tenant is a 404, a role
+that may not do something gets the 403 page with the reason, and a domain error is shown to
+the user (as a form error or a message), never as a 500.
+"""
+
+from functools import wraps
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.core.paginator import Paginator
+from django.db.models import Q
+from django.http import Http404, JsonResponse
+from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
+from django.views.decorators.http import require_GET, require_POST
+
+from approvals.models import ApprovalRequest
+from approvals.schemas import approval_serialize
+from ledger.api import order_ledger_serialize
+from ledger.exceptions import DomainError, Forbidden, NotFound
+from ledger.selectors import order_refund_position, tenant_for_user, user_require_role, user_roles
+
+from .forms import NoteForm, TicketFilterForm, TicketForm
+from .models import Ticket
+from .services import FINAL, ticket_close, ticket_create, ticket_escalate
+from .tracing import trace_export
+
+PAGE_SIZE = 20
+# While a ticket is in one of these states something is still happening: the page polls.
+ACTIVE = {Ticket.Status.QUEUED, Ticket.Status.RUNNING, Ticket.Status.APPROVED}
+NOT_CLOSABLE = FINAL | {Ticket.Status.APPROVAL_REQUIRED, Ticket.Status.APPROVED, Ticket.Status.RUNNING}
+# The admin review queue (approvals/admin.py) where finance decides approval requests.
+REVIEW_QUEUE_URL = "/admin/approvals/approvalrequest/"
+
+
+def forbidden(request, reason: str):
+    return render(request, "403.html", {"reason": reason}, status=403)
+
+
+def tenant_view(view):
+    """Login required; sets `request.tenant` and `request.roles`; maps domain errors once."""
+
+    @login_required
+    @wraps(view)
+    def wrapper(request, *args, **kwargs):
+        try:
+            request.tenant = tenant_for_user(request.user)
+            request.roles = user_roles(request.user)
+            return view(request, *args, **kwargs)
+        except NotFound as exc:
+            raise Http404(exc.message) from None
+        except Forbidden as exc:
+            return forbidden(request, exc.message)
+
+    return wrapper
+
+
+def _ticket_get(request, pk: int) -> Ticket:
+    return get_object_or_404(
+        Ticket.objects.for_tenant(request.tenant).select_related("order", "customer", "created_by"), pk=pk
+    )
+
+
+def _ticket_approval(ticket: Ticket) -> ApprovalRequest | None:
+    return (
+        ApprovalRequest.objects.for_tenant(ticket.tenant)
+        .filter(ticket_ref=ticket.pk)
+        .select_related("order__customer", "requested_by", "decided_by")
+        .prefetch_related("votes__approver")
+        .order_by("-created_at", "-id")
+        .first()
+    )
+
+
+def _status_payload(ticket: Ticket, since: int = 0) -> dict:
+    events = [e for e in trace_export(ticket)["events"] if e["seq"] > since]
+    return {
+        "id": ticket.pk,
+        "status": ticket.status,
+        "status_label": ticket.get_status_display(),
+        "stop_reason": ticket.stop_reason,
+        "stop_detail": ticket.stop_detail,
+        "active": ticket.status in ACTIVE,
+        "updated_at": ticket.updated_at.isoformat(),
+        "events": [{k: v for k, v in e.items() if k != "data"} for e in events],
+    }
+
+
+@tenant_view
+@require_GET
+def ticket_list(request):
+    filters = TicketFilterForm(request.GET or None)
+    tickets = Ticket.objects.for_tenant(request.tenant).select_related("order", "customer")
+    if filters.is_valid():
+        if status := filters.cleaned_data["status"]:
+            tickets = tickets.filter(status=status)
+        if q := filters.cleaned_data["q"].strip():
+            tickets = tickets.filter(Q(order__external_id__icontains=q) | Q(customer__external_id__icontains=q))
+    page = Paginator(tickets, PAGE_SIZE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    return render(
+        request,
+        "refundagent/ticket_list.html",
+        {"page": page, "filters": filters, "query": query.urlencode(), "roles": request.roles, "nav": "tickets"},
+    )
+
+
+@tenant_view
+def ticket_new(request):
+    try:
+        user_require_role(request.user, "support")
+    except Forbidden:
+        return forbidden(request, "Filing refund tickets needs the support role.")
+    form = TicketForm(request.POST or None)
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        try:
+            ticket = ticket_create(
+                user=request.user,
+                order=data["order"],
+                customer=data["customer"],
+                message=data["message"],
+                requested_amount=data["requested_amount"],
+                items=data["items"],
+            )
+        except DomainError as exc:
+            form.add_domain_error(exc)
+        else:
+            messages.success(request, f"Ticket #{ticket.pk} filed. The agent is investigating order {ticket.order}.")
+            return redirect("ticket", pk=ticket.pk)
+    status = 422 if form.errors else 200
+    return render(request, "refundagent/ticket_new.html", {"form": form, "roles": request.roles, "nav": "new"}, status=status)
+
+
+@tenant_view
+@require_GET
+def ticket_detail(request, pk: int):
+    ticket = _ticket_get(request, pk)
+    approval = _ticket_approval(ticket)
+    draft = ticket.drafts.order_by("-created_at", "-id").first()
+    order = ticket.order
+    payments = [
+        {"method": p.get_method_display(), "card": f"{p.card_brand} ****{p.card_last4}" if p.card_last4 else "",
+         "amount": p.amount, "currency": p.currency}
+        for p in order.payments.all()
+    ]
+    trace = trace_export(ticket)
+    return render(
+        request,
+        "refundagent/ticket_detail.html",
+        {
+            "ticket": ticket,
+            "draft": draft,
+            "verdict": draft.gate_verdict if draft else None,
+            "approval": approval_serialize(approval) if approval else None,
+            "position": order_refund_position(order),
+            "payments": payments,
+            "ledger": order_ledger_serialize(order),
+            "trace": trace,
+            "last_seq": trace["events"][-1]["seq"] if trace["events"] else 0,
+            "active": ticket.status in ACTIVE,
+            "can_escalate": ticket.status not in FINAL,
+            "can_close": ticket.status not in NOT_CLOSABLE,
+            "note_form": NoteForm(),
+            "roles": request.roles,
+            "review_queue_url": REVIEW_QUEUE_URL,
+            "nav": "tickets",
+        },
+    )
+
+
+@tenant_view
+@require_GET
+def ticket_status(request, pk: int):
+    """The small JSON the ticket page polls while the agent runs: status plus new trace events."""
+    ticket = _ticket_get(request, pk)
+    try:
+        since = max(int(request.GET.get("since", 0)), 0)
+    except ValueError:
+        since = 0
+    return JsonResponse(_status_payload(ticket, since))
+
+
+def _ticket_action(request, pk: int, service, done: str):
+    ticket = _ticket_get(request, pk)
+    form = NoteForm(request.POST)
+    note = form.cleaned_data["note"] if form.is_valid() else ""
+    try:
+        service(ticket=ticket, user=request.user, note=note)
+    except DomainError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, done.format(pk=ticket.pk))
+    return redirect(reverse("ticket", kwargs={"pk": ticket.pk}))
+
+
+@tenant_view
+@require_POST
+def ticket_escalate_view(request, pk: int):
+    return _ticket_action(request, pk, ticket_escalate, "Ticket #{pk} escalated to a person.")
+
+
+@tenant_view
+@require_POST
+def ticket_close_view(request, pk: int):
+    return _ticket_action(request, pk, ticket_close, "Ticket #{pk} closed.")
