@@ -84,3 +84,4 @@ def health(request):
 
 
 api.add_router("/orders", ledger_router)
+api.add_router("/approvals", "approvals.api.router")
