@@ -1,0 +1,95 @@
+"""The approvals endpoints (API.md). Thin: parse, call one selector or service, serialise."""
+
+from typing import Literal
+
+from django.db.models import Prefetch
+from ninja import Field, Query, Router, Schema
+from ninja.pagination import paginate
+
+from ledger.exceptions import NotFound
+from ledger.selectors import tenant_for_user, user_require_role
+
+from .models import ApprovalRequest, ApprovalVote
+from .schemas import ApprovalOut, approval_serialize
+from .services import approval_request_decide
+
+router = Router(tags=["approvals"])
+
+
+class ApprovalFilter(Schema):
+    status: ApprovalRequest.Status | None = None
+
+
+class DecisionIn(Schema):
+    decision: Literal["approve", "deny", "request_changes", "escalate"]
+    args_hash: str = Field(..., min_length=1, max_length=64, description="The hash of the args you reviewed.")
+    note: str = Field("", max_length=4000)
+    wanted_amount: str | None = Field(
+        None, description="With request_changes: the amount finance wants instead, a decimal string."
+    )
+
+
+def approvals_for(user):
+    user_require_role(user, "finance")
+    return (
+        ApprovalRequest.objects.for_tenant(tenant_for_user(user))
+        .select_related("order", "order__customer", "requested_by", "decided_by")
+        .prefetch_related(Prefetch("votes", queryset=ApprovalVote.objects.select_related("approver")))
+    )
+
+
+def approval_get(*, user, request_id: int) -> ApprovalRequest:
+    try:
+        return approvals_for(user).get(pk=request_id)
+    except ApprovalRequest.DoesNotExist:
+        raise NotFound(f"Approval request {request_id} not found.") from None
+
+
+@router.get("", response=list[ApprovalOut])
+@paginate
+def approval_list(request, filters: Query[ApprovalFilter]):
+    """The caller's tenant's approval requests, oldest first (`?status=pending` for the queue)."""
+    queryset = approvals_for(request.user).order_by("created_at", "id")
+    if filters.status:
+        queryset = queryset.filter(status=filters.status)
+    return _Serialized(queryset)
+
+
+class _Serialized:
+    """A lazily serialised queryset: the paginator slices it, then only that page is read."""
+
+    def __init__(self, queryset):
+        self.queryset = queryset
+
+    def all(self):
+        return self
+
+    def __len__(self):
+        return self.queryset.count()
+
+    def count(self):
+        return self.queryset.count()
+
+    def __getitem__(self, item):
+        return [approval_serialize(r) for r in self.queryset[item]]
+
+
+@router.get("/{int:request_id}", response=ApprovalOut)
+def approval_detail(request, request_id: int):
+    return approval_serialize(approval_get(user=request.user, request_id=request_id))
+
+
+@router.post("/{int:request_id}/decision", response=ApprovalOut)
+def approval_decision(request, request_id: int, body: DecisionIn):
+    """Decide one exact action. `args_hash` must be the request's; wrong hash, expired or already
+    decided answer 409; the filer of the ticket or a user without the finance role 403. Above the
+    policy threshold the first approval answers 200 with the request still pending."""
+    approval_request_decide(
+        request_id=request_id,
+        user=request.user,
+        decision=body.decision,
+        args_hash=body.args_hash,
+        note=body.note,
+        wanted_amount=body.wanted_amount,
+    )
+    return approval_serialize(approval_get(user=request.user, request_id=request_id))

@@ -1,0 +1,24 @@
+"""Celery tasks of the approvals layer. Thin: they take ids and call one service."""
+
+from celery import shared_task
+from django.db import OperationalError
+
+from .services import approval_execute, approval_requests_expire
+
+
+@shared_task(
+    acks_late=True,
+    reject_on_worker_lost=True,
+    ignore_result=True,
+    autoretry_for=(OperationalError,),
+    retry_backoff=True,
+    max_retries=5,
+)
+def approval_execute_task(request_id: int) -> None:
+    # Redelivery is safe: the ledger write is keyed by the request's idempotency key.
+    approval_execute(request_id=request_id)
+
+
+@shared_task(ignore_result=True)
+def approval_requests_expire_task() -> int:
+    return approval_requests_expire()

@@ -1,0 +1,136 @@
+"""The evaluator: separate code from the actor (approvals.services.approval_execute).
+
+It trusts nothing the actor recorded about itself. It re-reads the ledger and the policy the
+request was made under and checks that exactly the approved refund was recorded: one entry
+under the request's key, on that order, for exactly the approved amount and currency, the
+order's refunds within its total, the order within the policy window when the request was made,
+and the approvals the policy asked for, none by the filer.
+"""
+
+import logging
+from decimal import Decimal
+
+from django.db import transaction
+from django.utils import timezone
+
+from ledger.models import Order, RefundEntry
+from ledger.selectors import order_refunded_total, refund_entries_with_effective_amount
+from ledger.services import canonical_hash
+
+from .models import ApprovalRequest, ApprovalVote
+from .signals import refund_verified
+
+logger = logging.getLogger(__name__)
+
+
+def _check(name: str, ok: bool, expected, actual) -> dict:
+    return {"name": name, "ok": bool(ok), "expected": _plain(expected), "actual": _plain(actual)}
+
+
+def _plain(value):
+    if isinstance(value, Decimal):
+        return str(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def approval_verdict(*, request: ApprovalRequest) -> dict:
+    """The verdict on one approval request, read from the ledger. Pure: writes nothing."""
+    checks: list[dict] = []
+    args = request.args or {}
+    entries = list(
+        refund_entries_with_effective_amount(RefundEntry.objects.filter(idempotency_key=request.idempotency_key))
+        .select_related("order")
+        .prefetch_related("items__order_item")
+    )
+    checks.append(_check("one_entry_under_key", len(entries) == 1, 1, len(entries)))
+    entry = entries[0] if len(entries) == 1 else None
+    order = Order.objects.get(pk=request.order_id)
+
+    checks.append(_check("args_match_hash", canonical_hash(args) == request.args_hash, request.args_hash,
+                         canonical_hash(args)))
+    if entry is not None:
+        checks.append(_check("entry_on_order", entry.order_id == request.order_id, order.external_id,
+                             entry.order.external_id))
+        checks.append(_check("entry_same_tenant", entry.tenant_id == request.tenant_id, request.tenant_id,
+                             entry.tenant_id))
+        checks.append(_check("amount_exact", entry.amount == request.amount and entry.effective_amount == request.amount
+                             and str(request.amount) == str(args.get("amount")),
+                             request.amount, entry.effective_amount))
+        checks.append(_check("currency_exact", entry.currency == request.currency == args.get("currency"),
+                             request.currency, entry.currency))
+        checks.append(_check("approval_ref", entry.approval_ref == str(request.pk), str(request.pk), entry.approval_ref))
+        checks.append(_check("destination", entry.destination_kind == (args.get("destination") or "original"),
+                             args.get("destination") or "original", entry.destination_kind))
+        entry_items = sorted(ri.order_item.item_id for ri in entry.items.all() for _ in range(ri.quantity))
+        checks.append(_check("items_exact", entry_items == sorted(args.get("items") or []),
+                             sorted(args.get("items") or []), entry_items))
+        if request.ledger_entry_ref is not None:
+            checks.append(_check("entry_recorded_on_request", request.ledger_entry_ref == entry.pk,
+                                 request.ledger_entry_ref, entry.pk))
+
+    refunded = order_refunded_total(order)
+    checks.append(_check("order_refunds_within_total", refunded <= order.total, f"<= {order.total}", refunded))
+
+    policy = request.policy
+    if policy.window_days is not None:
+        age_days = (request.created_at - order.placed_at).days
+        checks.append(_check("within_policy_window", age_days <= policy.window_days,
+                             f"<= {policy.window_days} days ({policy.version})", f"{age_days} days"))
+    checks.append(_check("amount_within_refundable_at_request", request.amount <= request.refundable_at_request,
+                         f"<= {request.refundable_at_request}", request.amount))
+
+    approvers = set(
+        request.votes.filter(decision=ApprovalVote.Decision.APPROVE).values_list("approver_id", flat=True)
+    )
+    checks.append(_check("distinct_approvers", len(approvers) >= request.required_approvals,
+                         request.required_approvals, len(approvers)))
+    checks.append(_check("filer_not_approver", request.requested_by_id not in approvers,
+                         "filer not among approvers", "filer approved" if request.requested_by_id in approvers else "ok"))
+
+    ok = all(c["ok"] for c in checks)
+    return {
+        "ok": ok,
+        "stage": "verify",
+        "entry": entry.pk if entry else None,
+        "idempotency_key": request.idempotency_key,
+        "order": order.external_id,
+        "amount": str(request.amount),
+        "currency": request.currency,
+        "failed": [c["name"] for c in checks if not c["ok"]],
+        "checks": checks,
+        "verified_at": timezone.now().isoformat(),
+    }
+
+
+def approval_verify(*, request_id: int) -> dict:
+    """Verify an executed approval against the ledger and record the verdict.
+
+    An approved request becomes `executed` when the verdict is ok and `failed` otherwise; an
+    executed one that no longer verifies becomes `failed`. A failure is logged at ERROR level and
+    kept on the request with its evidence. Other statuses are only read. Sends refund_verified
+    when the status changed."""
+    request = ApprovalRequest.objects.select_related("policy").get(pk=request_id)
+    verdict = approval_verdict(request=request)
+    Status = ApprovalRequest.Status
+    if request.status == Status.APPROVED:
+        new_status = Status.EXECUTED if verdict["ok"] else Status.FAILED
+    elif request.status == Status.EXECUTED and not verdict["ok"]:
+        new_status = Status.FAILED
+    else:
+        return verdict
+    with transaction.atomic():
+        updated = ApprovalRequest.objects.filter(pk=request.pk, status=request.status).update(
+            status=new_status, verification=verdict, updated_at=timezone.now()
+        )
+        if updated != 1:
+            return verdict  # someone else recorded a verdict meanwhile
+        request.refresh_from_db()
+        if not verdict["ok"]:
+            logger.error(
+                "approval %s failed verification: %s", request.pk, ", ".join(verdict["failed"]),
+                extra={"approval": request.pk, "verification": verdict},
+            )
+        refund_verified.send(sender=ApprovalRequest, request=request, verdict=verdict)
+    return verdict
