@@ -1,0 +1,225 @@
+"""The ticket page, its status endpoint and the escalate/close actions."""
+
+from decimal import Decimal
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from approvals.gate import Proposal, policy_current, policy_gate_evaluate
+from approvals.models import ApprovalRequest
+from approvals.services import approval_request_create, approval_request_decide
+from refundagent.models import AgentRun, RefundDraft, Ticket
+from refundagent.services import ticket_create
+from refundagent.tracing import trace_record
+
+
+@pytest.fixture(autouse=True)
+def _fast_passwords(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def ticket(user, django_capture_on_commit_callbacks):
+    """An acme ticket for ORD-5001 asking 200.00, filed without running the agent."""
+    with django_capture_on_commit_callbacks(execute=False):
+        return ticket_create(
+            user=user("acme-support"), order="ORD-5001", customer="CUST-1001",
+            message="Headphones broke. Contact me at jane.doe@example.com", requested_amount="200.00",
+        )
+
+
+@pytest.fixture
+def login(client, user):
+    def as_user(username):
+        client.force_login(user(username))
+        return client
+
+    return as_user
+
+
+def _stopped_for_approval(ticket: Ticket) -> ApprovalRequest:
+    """Given the agent drafted a refund and the gate asked finance for the allowed amount."""
+    run = AgentRun.objects.create(ticket=ticket, provider="offline", status=AgentRun.Status.STOPPED)
+    policy = policy_current(ticket.tenant)
+    proposal = Proposal(recommendation="refund", amount=Decimal("200.00"), policy_version=policy.version,
+                        customer_reply="Hi Jane, we are reviewing your request and will get back to you.")
+    verdict = policy_gate_evaluate(order=ticket.order, policy=policy, proposal=proposal,
+                                   requested_amount=ticket.requested_amount, now=timezone.now())
+    RefundDraft.objects.create(
+        run=run, ticket=ticket, recommendation="refund", amount=Decimal("200.00"), currency="USD",
+        policy_version=policy.version, rationale="Within the 30-day window.", customer_reply=proposal.customer_reply,
+        gate_verdict=verdict.as_dict(),
+    )
+    request, _ = approval_request_create(
+        order=ticket.order, policy=policy, verdict=verdict, idempotency_key=f"web-test:{ticket.pk}",
+        requested_by=ticket.created_by, ticket_ref=ticket.pk, trace_id=str(ticket.trace_id),
+    )
+    Ticket.objects.filter(pk=ticket.pk).update(
+        status=Ticket.Status.APPROVAL_REQUIRED, stop_reason=Ticket.StopReason.APPROVAL_REQUIRED,
+        stop_detail="Finance must approve 120.00 USD.",
+    )
+    return request
+
+
+def test_ticket_page_shows_status_evidence_and_the_trace(login, ticket):
+    response = login("acme-support").get(reverse("ticket", args=[ticket.pk]))
+
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert 'data-status="queued"' in html
+    assert 'data-active="true"' in html  # the page polls while the agent works
+    assert "Wireless Headphones" in html
+    assert "visa ****4242" in html
+    assert "120.00 USD" in html  # refundable
+    assert "filed" in html  # the first trace event
+    assert str(ticket.trace_id) in html
+
+
+def test_ticket_page_never_shows_payment_refs_or_customer_email_of_the_order(login, ticket):
+    order = ticket.order
+    payment_ref = order.payments.get().payment_ref
+
+    html = login("acme-support").get(reverse("ticket", args=[ticket.pk])).content.decode()
+
+    assert payment_ref not in html
+    assert order.customer.email not in html.replace(ticket.message, "")  # only the customer's own words quote it
+
+
+def test_ticket_page_shows_draft_reply_approval_and_ledger(login, ticket):
+    request = _stopped_for_approval(ticket)
+
+    response = login("acme-support").get(reverse("ticket", args=[ticket.pk]))
+
+    html = response.content.decode()
+    assert 'data-status="approval_required"' in html
+    assert 'data-active="false"' in html
+    assert "Within the 30-day window." in html
+    assert "refund-policy-v4" in html
+    assert 'id="reply-text"' in html and "we are reviewing your request" in html
+    assert "Nothing is sent by refundagent" in html
+    assert 'id="approval-status">pending<' in html
+    assert "0 of 1" in html
+    assert response.context["approval"]["id"] == request.pk
+    assert response.context["approval"]["amount"] == Decimal("120.00")
+    assert "No refund recorded for this order." in html
+    assert reverse("ticket_close", args=[ticket.pk]) not in html  # waiting for finance: not closable
+
+
+def test_ticket_page_after_finance_approves_shows_refunded_and_the_ledger_entry(
+    login, ticket, user, django_capture_on_commit_callbacks
+):
+    request = _stopped_for_approval(ticket)
+    with django_capture_on_commit_callbacks(execute=True):
+        approval_request_decide(request_id=request.pk, user=user("acme-finance"), decision="approve",
+                                args_hash=request.args_hash)
+
+    response = login("acme-support").get(reverse("ticket", args=[ticket.pk]))
+
+    ticket.refresh_from_db()
+    assert ticket.status == Ticket.Status.REFUNDED
+    html = response.content.decode()
+    assert 'data-status="refunded"' in html
+    [entry] = response.context["ledger"]["entries"]
+    assert entry["amount"] == Decimal("120.00")
+    assert response.context["approval"]["ledger_entry"] == entry["refund_id"]
+    assert "this ticket" in html
+    assert 'id="refunded-total">120.00 USD<' in html
+
+
+def test_another_tenants_ticket_is_a_404_everywhere(login, ticket):
+    client = login("globex-support")
+
+    assert client.get(reverse("ticket", args=[ticket.pk])).status_code == 404
+    assert client.get(reverse("ticket_status", args=[ticket.pk])).status_code == 404
+    assert client.post(reverse("ticket_escalate", args=[ticket.pk])).status_code == 404
+    assert client.post(reverse("ticket_close", args=[ticket.pk])).status_code == 404
+    ticket.refresh_from_db()
+    assert ticket.status == Ticket.Status.QUEUED
+
+
+def test_status_endpoint_returns_the_status_and_new_trace_events(login, ticket):
+    trace_record(ticket=ticket, span="tool", decision="allow", tool="orders.lookup_order", duration_ms=12)
+    client = login("acme-support")
+
+    everything = client.get(reverse("ticket_status", args=[ticket.pk])).json()
+    since_first = client.get(reverse("ticket_status", args=[ticket.pk]), {"since": 1}).json()
+
+    assert everything["status"] == "queued"
+    assert everything["active"] is True
+    assert [e["seq"] for e in everything["events"]] == [1, 2]
+    assert [e["tool"] for e in since_first["events"]] == ["orders.lookup_order"]
+    assert "data" not in since_first["events"][0]
+
+
+def test_status_endpoint_reports_a_stop_state_as_inactive(login, ticket):
+    _stopped_for_approval(ticket)
+
+    data = login("acme-finance").get(reverse("ticket_status", args=[ticket.pk])).json()
+
+    assert data["status"] == "approval_required"
+    assert data["stop_reason"] == "approval_required"
+    assert data["stop_detail"] == "Finance must approve 120.00 USD."
+    assert data["active"] is False
+
+
+def test_escalate_moves_the_ticket_to_escalated_with_the_note(login, ticket):
+    client = login("acme-support")
+
+    response = client.post(reverse("ticket_escalate", args=[ticket.pk]), {"note": "customer is a VIP"}, follow=True)
+
+    ticket.refresh_from_db()
+    assert ticket.status == Ticket.Status.ESCALATED
+    assert ticket.stop_detail == "Escalated by acme-support: customer is a VIP"
+    assert f"Ticket #{ticket.pk} escalated" in response.content.decode()
+
+
+def test_close_closes_a_stopped_ticket(login, ticket):
+    Ticket.objects.filter(pk=ticket.pk).update(status=Ticket.Status.ESCALATED)
+
+    response = login("acme-support").post(reverse("ticket_close", args=[ticket.pk]), follow=True)
+
+    ticket.refresh_from_db()
+    assert ticket.status == Ticket.Status.CLOSED
+    assert f"Ticket #{ticket.pk} closed." in response.content.decode()
+
+
+def test_close_is_refused_while_finance_decides(login, ticket):
+    _stopped_for_approval(ticket)
+
+    response = login("acme-support").post(reverse("ticket_close", args=[ticket.pk]), follow=True)
+
+    ticket.refresh_from_db()
+    assert response.status_code == 200
+    assert ticket.status == Ticket.Status.APPROVAL_REQUIRED
+    assert "cannot be closed now" in response.content.decode()
+
+
+def test_escalate_is_refused_on_a_closed_ticket(login, ticket):
+    Ticket.objects.filter(pk=ticket.pk).update(status=Ticket.Status.CLOSED)
+
+    response = login("acme-support").post(reverse("ticket_escalate", args=[ticket.pk]), follow=True)
+
+    ticket.refresh_from_db()
+    assert ticket.status == Ticket.Status.CLOSED
+    assert "it cannot be escalated" in response.content.decode()
+
+
+def test_actions_need_post(login, ticket):
+    client = login("acme-support")
+
+    assert client.get(reverse("ticket_escalate", args=[ticket.pk])).status_code == 405
+    assert client.get(reverse("ticket_close", args=[ticket.pk])).status_code == 405
+
+
+def test_actions_need_the_csrf_token(user, ticket):
+    from django.test import Client
+
+    client = Client(enforce_csrf_checks=True)
+    client.force_login(user("acme-support"))
+
+    response = client.post(reverse("ticket_escalate", args=[ticket.pk]))
+
+    assert response.status_code == 403
+    ticket.refresh_from_db()
+    assert ticket.status == Ticket.Status.QUEUED
