@@ -1,0 +1,454 @@
+"""The agent loop: durable, budgeted, gated. The model proposes; the runtime decides.
+
+One iteration = budget check -> one model call -> each tool call through the gate (and, for a
+valid read, executed tenant-scoped) -> the turn and its results persisted on the AgentRun in
+one UPDATE, before the next model call. The transcript on AgentRun.messages is the loop's
+state: a resumed run looks at its last message and carries on from there.
+
+Exactly once, whatever is redelivered:
+- the run is claimed by compare-and-set (ticket queued -> running, one open run per ticket);
+  the claim holds the Celery task id, so a redelivered message (same id) takes its run over
+  at once, while another task may only once the lease expired;
+- every persist is a compare-and-set on that claim: a worker that lost it stops writing;
+- the only write the agent can make, refunds.create_draft, is decided in one transaction with
+  the ticket's stop: the draft (one per run), the gate's verdict, the approval request (keyed by
+  the draft) and the stop commit together, so a resumed run finds the ticket stopped and does
+  nothing more.
+No on_commit and no second connection: the loop also runs inside a caller's transaction.
+
+A model that ends its turn without a draft is nudged once, then the ticket is escalated.
+Budget and no-progress stops send the ticket to the human queue (status escalated, stop
+reason budget_exhausted / no_progress); invalid arguments past the retries and provider
+errors stop it failed.
+"""
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from datetime import timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from approvals import gate
+from approvals.gate import Outcome
+from approvals.services import approval_request_create
+
+from ..models import AgentRun, RefundDraft, Ticket
+from ..redaction import sensitive_values_for_order
+from ..tracing import trace_record
+from .prompts import NUDGE, SYSTEM_PROMPT, ticket_first_message
+from .providers import provider_get
+from .providers.base import ModelTurn, Provider, ProviderError, ToolCall
+from .tools import (
+    CREATE_DRAFT,
+    ToolFailed,
+    api_name,
+    capabilities_load,
+    result_text,
+    ticket_cross_tenant,
+    tool_args_validate,
+    tool_call_check,
+    tool_execute,
+    tool_manifest,
+    tool_scope_check,
+)
+
+S = Ticket.Status
+R = Ticket.StopReason
+
+
+@dataclass
+class _Stop(Exception):
+    status: str
+    stop_reason: str
+    detail: str
+
+
+class LostClaim(Exception):
+    """Another task took this run over (lease expired) or it was stopped: stop writing."""
+
+
+def _lease() -> timedelta:
+    return timedelta(seconds=getattr(settings, "AGENT_LEASE_SECONDS", settings.AGENT_MAX_WALL_SECONDS + 60))
+
+
+def agent_run_claim(*, ticket_id: int, task_id: str, provider: Provider) -> tuple[AgentRun, str] | None:
+    """Claim the ticket's run for this task: a queued ticket starts a new run; a running one is
+    taken over by the same task id (a redelivery) or once its lease expired. Else None."""
+    now = timezone.now()
+    with transaction.atomic():
+        moved = Ticket.objects.filter(pk=ticket_id, status=S.QUEUED).update(
+            status=S.RUNNING, stop_reason=None, stop_detail="", updated_at=now
+        )
+        if moved == 1:
+            run = AgentRun.objects.create(
+                ticket_id=ticket_id, status=AgentRun.Status.RUNNING, provider=provider.name,
+                model=getattr(provider, "model", "") or "", claimed_by=task_id, claimed_at=now,
+                lease_expires_at=now + _lease(), started_at=now,
+            )
+            return run, "claimed"
+    taken = (
+        AgentRun.objects.filter(ticket_id=ticket_id, status=AgentRun.Status.RUNNING, ticket__status=S.RUNNING)
+        .filter(Q(claimed_by=task_id) | Q(lease_expires_at__lt=now))
+        .update(claimed_by=task_id, claimed_at=now, lease_expires_at=now + _lease())
+    )
+    if taken == 1:
+        return AgentRun.objects.get(ticket_id=ticket_id, status=AgentRun.Status.RUNNING), "resumed"
+    return None
+
+
+def agent_run_ticket(*, ticket_id: int, provider: Provider | None = None, task_id: str | None = None) -> AgentRun | None:
+    """Run (or resume) the agent on a ticket until it stops. A ticket that is not queued, or
+    whose run another live task holds, is left alone: the ticket's newest run is returned."""
+    provider = provider or provider_get()
+    task_id = task_id or f"sync-{uuid.uuid4().hex}"
+    claimed = agent_run_claim(ticket_id=ticket_id, task_id=task_id, provider=provider)
+    if claimed is None:
+        return AgentRun.objects.filter(ticket_id=ticket_id).order_by("-created_at", "-id").first()
+    run, how = claimed
+    try:
+        _Loop(run=run, provider=provider, task_id=task_id).go(how)
+    except LostClaim:
+        pass
+    return run
+
+
+class _Loop:
+    def __init__(self, *, run: AgentRun, provider: Provider, task_id: str):
+        self.run = run
+        self.provider = provider
+        self.task_id = task_id
+        self.ticket = Ticket.objects.select_related(
+            "tenant", "order__tenant", "order__customer", "customer", "created_by"
+        ).get(pk=run.ticket_id)
+        run.ticket = self.ticket
+        self.order = self.ticket.order
+        self.sensitive = sensitive_values_for_order(self.order)
+        self.messages: list[dict] = list(run.messages or [])
+        self.state: dict = {"results": {}, "seen": {}, "evidence": 0, "repeats": 0, "nudged": False, **(run.state or {})}
+        self.capabilities = None
+        self.offered: set[str] = set()
+
+    # --- plumbing ---------------------------------------------------------------------
+
+    def trace(self, **kwargs):
+        return trace_record(ticket=self.ticket, run=self.run, sensitive=self.sensitive, **kwargs)
+
+    def persist(self, **extra):
+        run = self.run
+        fields = {
+            "messages": self.messages,
+            "state": self.state,
+            "iterations": run.iterations,
+            "invalid_args_retries": run.invalid_args_retries,
+            "input_tokens": run.input_tokens,
+            "output_tokens": run.output_tokens,
+            "cache_creation_input_tokens": run.cache_creation_input_tokens,
+            "cache_read_input_tokens": run.cache_read_input_tokens,
+            "cost_usd": run.cost_usd,
+            "model": run.model,
+            "lease_expires_at": timezone.now() + _lease(),
+            **extra,
+        }
+        updated = AgentRun.objects.filter(pk=run.pk, claimed_by=self.task_id, status=AgentRun.Status.RUNNING).update(
+            **fields
+        )
+        if updated != 1:
+            raise LostClaim(f"run {run.pk} is no longer held by {self.task_id}")
+        for key, value in fields.items():
+            setattr(run, key, value)
+
+    def tokens_used(self) -> int:
+        r = self.run
+        return r.input_tokens + r.output_tokens + r.cache_creation_input_tokens + r.cache_read_input_tokens
+
+    def budget_check(self, *, model_call: bool) -> int:
+        """Raise _Stop when a ceiling is reached; else the max_tokens left for one call."""
+        run, s = self.run, settings
+        used = self.tokens_used()
+        elapsed = (timezone.now() - run.started_at).total_seconds() if run.started_at else 0
+        reason = None
+        if model_call and run.iterations >= s.AGENT_MAX_ITERATIONS:
+            reason = f"The iteration budget ({s.AGENT_MAX_ITERATIONS} model calls) is used up."
+        elif used >= s.AGENT_MAX_TOKENS:
+            reason = f"The token budget ({s.AGENT_MAX_TOKENS} tokens) is used up ({used})."
+        elif elapsed >= s.AGENT_MAX_WALL_SECONDS:
+            reason = f"The wall-clock budget ({s.AGENT_MAX_WALL_SECONDS} s) is used up."
+        elif Decimal(run.cost_usd) >= s.AGENT_MAX_COST_USD:
+            reason = f"The cost budget ({s.AGENT_MAX_COST_USD} USD) is used up ({run.cost_usd} USD)."
+        if reason:
+            raise _Stop(S.ESCALATED, R.BUDGET_EXHAUSTED, reason + " A person takes the ticket from here.")
+        return max(1, min(s.AGENT_MAX_OUTPUT_TOKENS_PER_CALL, s.AGENT_MAX_TOKENS - used))
+
+    # --- the loop -------------------------------------------------------------------------
+
+    def go(self, how: str):
+        self.trace(span="run", status="running", decision=how,
+                   reason=f"Run {self.run.pk} {how} by task {self.task_id} ({self.provider.name}).",
+                   data={"provider": self.provider.name, "model": self.run.model, "task": self.task_id})
+        try:
+            if ticket_cross_tenant(self.ticket):
+                # Before the model sees anything: no evidence of another tenant enters its context.
+                self.trace(span="policy", status="denied", decision="deny", reason="cross_tenant",
+                           data={"message": "The ticket's order or customer is outside the ticket's tenant."})
+                raise _Stop(S.DENIED, R.DENIED, "cross_tenant: the ticket's order or customer belongs to another "
+                            "tenant; nothing was read.")
+            if not self.messages:
+                self.messages = [ticket_first_message(self.ticket)]
+            while True:
+                self.step()
+        except _Stop as stop:
+            self.finish(stop)
+        except _Done:
+            pass
+
+    def step(self):
+        last = self.messages[-1]
+        if last.get("role") == "assistant":
+            # Resuming: the last turn was persisted but not yet answered.
+            calls = [b for b in last.get("content") or [] if isinstance(b, dict) and b.get("type") == "tool_use"]
+            self.tools_refresh()
+            if calls:
+                self.act(calls)
+            else:
+                self.no_call()
+            return
+        self.tools_refresh()
+        if api_name(CREATE_DRAFT) not in self.offered:
+            raise _Stop(S.ESCALATED, R.ESCALATED, "refunds.create_draft is switched off (kill switch): the ticket "
+                        "goes to the human queue.")
+        max_tokens = self.budget_check(model_call=True)
+        started = time.monotonic()
+        try:
+            turn = self.provider.complete(system=SYSTEM_PROMPT, tools=self.tools, messages=self.messages,
+                                          max_tokens=max_tokens)
+        except ProviderError as exc:
+            self.trace(span="model", status="error", decision="provider_error", reason=str(exc)[:200],
+                       duration_ms=int((time.monotonic() - started) * 1000),
+                       data={"status_code": exc.status_code, "transient": exc.transient})
+            raise _Stop(S.FAILED, R.FAILED, f"The model provider failed: {exc}") from None
+        duration_ms = int((time.monotonic() - started) * 1000)
+        self.account(turn)
+        content = list(turn.content)
+        present = {b.get("id") for b in content if isinstance(b, dict) and b.get("type") == "tool_use"}
+        for call in turn.tool_calls:
+            if call.id not in present:
+                content.append({"type": "tool_use", "id": call.id, "name": call.name, "input": call.input})
+        self.messages.append({"role": "assistant", "content": content})
+        usage = turn.usage
+        self.trace(
+            span="model", status="ok", decision=turn.stop_reason or "", duration_ms=duration_ms,
+            input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
+            reason=f"{len(turn.tool_calls)} tool call(s)" if turn.tool_calls else "no tool call",
+            data={"model": turn.model or self.run.model, "max_tokens": max_tokens,
+                  "cache_creation_input_tokens": usage.cache_creation_input_tokens,
+                  "cache_read_input_tokens": usage.cache_read_input_tokens,
+                  "cost_usd": str(self.provider.cost_usd(usage)), "tool_calls": [c.name for c in turn.tool_calls],
+                  "text": (turn.text or "")[:1000]},
+        )
+        calls = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_use"]
+        if calls:
+            self.act(calls)
+        else:
+            self.no_call()
+
+    def tools_refresh(self):
+        self.capabilities = capabilities_load()
+        self.tools = tool_manifest(self.capabilities)
+        self.offered = {t.name for t in self.tools}
+
+    def account(self, turn: ModelTurn):
+        run, usage = self.run, turn.usage
+        run.iterations += 1
+        run.input_tokens += usage.input_tokens
+        run.output_tokens += usage.output_tokens
+        run.cache_creation_input_tokens += usage.cache_creation_input_tokens
+        run.cache_read_input_tokens += usage.cache_read_input_tokens
+        run.cost_usd = Decimal(run.cost_usd) + Decimal(self.provider.cost_usd(usage))
+        if turn.model:
+            run.model = turn.model
+
+    def no_call(self):
+        if self.state.get("nudged"):
+            raise _Stop(S.ESCALATED, R.ESCALATED, "The agent ended without recording a recommendation: a person "
+                        "decides.")
+        self.state["nudged"] = True
+        self.messages.append({"role": "user", "content": [{"type": "text", "text": NUDGE}]})
+        self.persist()
+
+    def act(self, blocks: list[dict]):
+        results = self.state.setdefault("results", {})
+        for n, block in enumerate(blocks):
+            if block["id"] in results:
+                continue  # answered before a crash: never executed twice
+            call = ToolCall(id=block["id"], name=str(block.get("name", "")), input=block.get("input") or {})
+            self.budget_check(model_call=False)
+            results[call.id] = self.handle(call)
+            if n < len(blocks) - 1:
+                self.persist()
+        self.messages.append({"role": "user", "content": [results[b["id"]] for b in blocks]})
+        self.state["results"] = {}
+        self.persist()
+
+    # --- one tool call --------------------------------------------------------------------
+
+    @staticmethod
+    def _result(call: ToolCall, value: dict, *, error: bool = False) -> dict:
+        return {"type": "tool_result", "tool_use_id": call.id, "content": result_text(value), "is_error": error}
+
+    def progress_check(self, call: ToolCall) -> bool:
+        """True if this exact call was made before and nothing new was learned since."""
+        signature = call.name + ":" + json.dumps(call.input, sort_keys=True, default=str)
+        seen, evidence = self.state.setdefault("seen", {}), self.state.get("evidence", 0)
+        repeated = seen.get(signature) == evidence
+        seen[signature] = evidence
+        if not repeated:
+            return False
+        self.state["repeats"] = self.state.get("repeats", 0) + 1
+        allowed = getattr(settings, "AGENT_MAX_REPEATED_CALLS", 1)
+        if self.state["repeats"] > allowed:
+            self.trace(span="policy", status="denied", decision="no_progress", tool=call.name,
+                       reason="The same call was repeated without new evidence.", data={"args": call.input})
+            raise _Stop(S.ESCALATED, R.NO_PROGRESS, f"No progress: the agent repeated {call.name} with the same "
+                        "arguments and nothing new was learned. A person takes the ticket from here.")
+        return True
+
+    def handle(self, call: ToolCall) -> dict:
+        check = tool_call_check(call=call, capabilities=self.capabilities, offered=self.offered)
+        if not check.allowed:
+            self.trace(span="policy", status="denied", decision="deny", reason=check.reason,
+                       tool=check.capability or call.name, data={"tool": call.name, "args": call.input,
+                                                                 "message": check.message})
+            if check.capability == CREATE_DRAFT and check.reason == "capability_disabled":
+                raise _Stop(S.ESCALATED, R.ESCALATED, "refunds.create_draft is switched off (kill switch): the "
+                            "ticket goes to the human queue.")
+            self.progress_check(call)
+            return self._result(call, {"error": "denied", "reason": check.reason, "message": check.message},
+                                error=True)
+        capability = check.capability
+        args, problems = tool_args_validate(capability=capability, arguments=call.input)
+        if problems:
+            self.run.invalid_args_retries += 1
+            tries, allowed = self.run.invalid_args_retries, settings.AGENT_MAX_INVALID_ARGS_RETRIES
+            summary = "; ".join(f"{p['field']}: {p['problem']}" for p in problems)
+            self.trace(span="tool", status="error", decision="invalid_args", tool=capability, reason=summary[:200],
+                       data={"args": call.input, "problems": problems, "attempt": tries})
+            if tries > allowed:
+                raise _Stop(S.FAILED, R.FAILED, f"The model sent invalid arguments {tries} times (at most "
+                            f"{allowed} retries); last, to {call.name}: {summary}")
+            return self._result(call, {"error": "invalid_arguments", "tool": call.name, "problems": problems,
+                                       "retries_left": allowed - tries + 1}, error=True)
+        scope = tool_scope_check(ticket=self.ticket, args=args)
+        if not scope.allowed:
+            self.trace(span="policy", status="denied", decision="deny", reason=scope.reason, tool=capability,
+                       data={"args": call.input, "message": scope.message})
+            self.progress_check(call)
+            return self._result(call, {"error": "denied", "reason": scope.reason, "message": scope.message},
+                                error=True)
+        if capability == CREATE_DRAFT:
+            self.decide(call, args)  # always stops the run
+        if self.progress_check(call):
+            return self._result(call, {"error": "repeated_call", "message": "You already made this exact call and "
+                                       "nothing has changed since: its result is above. Decide now with "
+                                       "refunds_create_draft."}, error=True)
+        started = time.monotonic()
+        try:
+            value = tool_execute(capability=capability, ticket=self.ticket)
+        except ToolFailed as exc:
+            self.trace(span="tool", status="error", decision="no_result", tool=capability, reason=str(exc)[:200],
+                       duration_ms=int((time.monotonic() - started) * 1000), data={"args": call.input})
+            return self._result(call, {"error": "no_result", "message": str(exc)}, error=True)
+        self.state["evidence"] = self.state.get("evidence", 0) + 1
+        self.state["seen"][call.name + ":" + json.dumps(call.input, sort_keys=True, default=str)] = self.state["evidence"]
+        self.trace(span="tool", status="ok", decision="allowed", tool=capability,
+                   duration_ms=int((time.monotonic() - started) * 1000), data={"args": call.input, "result": value})
+        return self._result(call, value)
+
+    # --- the decision -----------------------------------------------------------------------
+
+    def decide(self, call: ToolCall, args):
+        """The draft, the gate's verdict from the ledger and the current policy, the approval
+        request when eligible, and the ticket's stop: one transaction."""
+        ticket, order = self.ticket, self.order
+        now = timezone.now()
+        policy = gate.policy_current(ticket.tenant)
+        proposal = gate.Proposal(
+            recommendation=args.recommendation, amount=args.amount, policy_version=args.policy_version,
+            customer_reply=args.customer_reply, destination=args.destination,
+        )
+        verdict = gate.policy_gate_evaluate(
+            order=order, policy=policy, proposal=proposal, requested_amount=ticket.requested_amount,
+            requested_currency=ticket.currency, item_ids=list(ticket.items or []), now=now,
+        )
+        if verdict.outcome == Outcome.APPROVAL_REQUIRED and policy is not None and verdict.allowed_amount:
+            status = S.APPROVAL_REQUIRED
+        elif verdict.outcome == Outcome.DENIED:
+            status = S.DENIED
+        else:
+            status = S.ESCALATED
+        with transaction.atomic():
+            draft = RefundDraft.objects.create(
+                run=self.run, ticket=ticket, recommendation=args.recommendation, amount=args.amount,
+                currency=order.currency, policy_version=args.policy_version, rationale=args.rationale,
+                customer_reply=args.customer_reply, gate_verdict=verdict.as_dict(),
+            )
+            self.trace(span="draft", status="ok", decision=args.recommendation, tool=CREATE_DRAFT,
+                       reason=f"Draft {draft.pk}: {args.recommendation} {args.amount or ''} citing "
+                              f"{args.policy_version or 'no policy'}.",
+                       data={"draft": draft.pk, "args": call.input})
+            self.trace(span="policy", status="ok" if status == S.APPROVAL_REQUIRED else status,
+                       decision=verdict.outcome, reason=verdict.reason[:200], tool=CREATE_DRAFT,
+                       data=verdict.as_dict())
+            result = {"draft": draft.pk, "outcome": verdict.outcome, "reasons": verdict.reasons,
+                      "allowed_amount": None if verdict.allowed_amount is None else str(verdict.allowed_amount)}
+            detail = verdict.reason
+            if status == S.APPROVAL_REQUIRED:
+                approval, created = approval_request_create(
+                    order=order, policy=policy, verdict=verdict,
+                    idempotency_key=f"refund:{ticket.tenant.slug}:ticket-{ticket.pk}:draft-{draft.pk}",
+                    requested_by=ticket.created_by, ticket_ref=ticket.pk, trace_id=str(ticket.trace_id),
+                )
+                detail = (f"Finance must approve a refund of {approval.amount} {approval.currency} on "
+                          f"{order.external_id} under {approval.policy_version} (approval #{approval.pk}).")
+                self.trace(span="approval", status="pending", decision="requested" if created else "replayed",
+                           tool="refunds.issue_refund", reason=detail[:200],
+                           data={"approval": approval.pk, "amount": str(approval.amount), "currency": approval.currency,
+                                 "args_hash": approval.args_hash, "idempotency_key": approval.idempotency_key,
+                                 "required_approvals": approval.required_approvals})
+                result["approval"] = approval.pk
+            moved = Ticket.objects.filter(pk=ticket.pk, status=S.RUNNING).update(
+                status=status, stop_reason=status, stop_detail=detail, updated_at=now
+            )
+            if moved != 1:  # a person changed the ticket meanwhile: roll the decision back
+                raise _Stop(S.ESCALATED, R.ESCALATED, "The ticket was changed by a person while the agent ran.")
+            self.messages.append({"role": "user", "content": [self._result(call, result)]})
+            self.state["results"] = {}
+            self.persist(status=AgentRun.Status.STOPPED, stop_reason=status, stop_detail=detail, finished_at=now)
+            self.trace(span="stop", status=status, decision=status, reason=detail[:200],
+                       data={"iterations": self.run.iterations, "tokens": self.tokens_used(),
+                             "cost_usd": str(self.run.cost_usd)})
+        ticket.status, ticket.stop_reason, ticket.stop_detail = status, status, detail
+        raise _Done()
+
+    def finish(self, stop: _Stop):
+        now = timezone.now()
+        with transaction.atomic():
+            moved = Ticket.objects.filter(pk=self.ticket.pk, status=S.RUNNING).update(
+                status=stop.status, stop_reason=stop.stop_reason, stop_detail=stop.detail, updated_at=now
+            )
+            self.persist(status=AgentRun.Status.STOPPED, stop_reason=stop.stop_reason, stop_detail=stop.detail,
+                         finished_at=now)
+        if moved == 1:
+            self.ticket.status, self.ticket.stop_reason, self.ticket.stop_detail = stop.status, stop.stop_reason, stop.detail
+        self.trace(span="stop", status=stop.status, decision=stop.stop_reason, reason=stop.detail[:200],
+                   data={"iterations": self.run.iterations, "tokens": self.tokens_used(),
+                         "cost_usd": str(self.run.cost_usd), "ticket_updated": moved == 1})
+
+
+class _Done(Exception):
+    """The decision stopped the run (already persisted)."""

@@ -1,0 +1,186 @@
+"""The offline provider: a deterministic planner behind the Provider interface, so the whole
+product runs end to end with no key and no network.
+
+It reads the transcript like a model would: the ticket's facts line (the filing form, never the
+customer's free text, so instructions in the ticket change nothing), then the tool results so
+far. It investigates (order, payments, policy) with the tools it was offered, then drafts one
+recommendation from the evidence. It is stateless: a resumed run continues where it stopped.
+"""
+
+import json
+import time
+from decimal import Decimal, InvalidOperation
+
+from ..prompts import facts_from_messages
+from ..tools import CREATE_DRAFT, LOOKUP_ORDER, PAYMENT_SUMMARY, POLICY_RETRIEVE
+from .base import ModelTurn, ToolCall, ToolSpec, Usage
+
+ZERO = Decimal("0.00")
+
+
+def _decimal(value) -> Decimal | None:
+    try:
+        return None if value in (None, "") else Decimal(str(value)).quantize(Decimal("0.01"))
+    except InvalidOperation:
+        return None
+
+
+class OfflineProvider:
+    name = "offline"
+    model = "offline-planner-1"
+
+    def __init__(self, *, think_seconds: float = 0.0):
+        self.think_seconds = think_seconds
+
+    def cost_usd(self, usage: Usage) -> Decimal:
+        return Decimal("0")
+
+    def complete(self, *, system: str, tools: list[ToolSpec], messages: list[dict], max_tokens: int) -> ModelTurn:
+        if self.think_seconds:
+            time.sleep(self.think_seconds)
+        offered = {t.capability: t.name for t in tools}
+        facts = facts_from_messages(messages)
+        results = _results_by_capability(messages, {t.name: t.capability for t in tools})
+        step = sum(1 for m in messages if m.get("role") == "assistant")
+
+        if CREATE_DRAFT in results:
+            turn = self._text("My recommendation is recorded; a person reviews it.")
+        else:
+            turn = None
+            for capability in (LOOKUP_ORDER, PAYMENT_SUMMARY, POLICY_RETRIEVE):
+                if capability in offered and capability not in results:
+                    arguments = {} if capability == POLICY_RETRIEVE else {"order_id": facts.get("order", "")}
+                    turn = self._call(step, offered[capability], arguments)
+                    break
+            if turn is None:
+                if CREATE_DRAFT in offered:
+                    turn = self._call(step, offered[CREATE_DRAFT], draft_from_evidence(facts, results))
+                else:
+                    turn = self._text("I cannot record a recommendation (refunds_create_draft is not available): "
+                                      "a person should take this ticket.")
+        prompt_chars = len(system) + len(json.dumps(messages)) + sum(len(json.dumps(t.input_schema)) for t in tools)
+        turn.usage = Usage(input_tokens=prompt_chars // 4, output_tokens=max(1, len(json.dumps(turn.content)) // 4))
+        turn.model = self.model
+        return turn
+
+    def _call(self, step: int, name: str, arguments: dict) -> ModelTurn:
+        call_id = f"toolu_off_{step:03d}"
+        return ModelTurn(
+            content=[{"type": "tool_use", "id": call_id, "name": name, "input": arguments}],
+            tool_calls=[ToolCall(id=call_id, name=name, input=arguments)],
+            stop_reason="tool_use",
+        )
+
+    def _text(self, text: str) -> ModelTurn:
+        return ModelTurn(content=[{"type": "text", "text": text}], text=text, stop_reason="end_turn")
+
+
+def _results_by_capability(messages: list[dict], capability_of: dict[str, str]) -> dict[str, tuple[dict | None, bool]]:
+    """capability -> (parsed result or None, is_error), the latest call of each."""
+    names: dict[str, str] = {}
+    out: dict[str, tuple[dict | None, bool]] = {}
+    for message in messages:
+        for block in message.get("content") or []:
+            if not isinstance(block, dict):
+                continue
+            if block.get("type") == "tool_use":
+                names[block["id"]] = capability_of.get(block["name"], block["name"].replace("_", ".", 1))
+            elif block.get("type") == "tool_result" and block.get("tool_use_id") in names:
+                text = block.get("content")
+                if isinstance(text, list):
+                    text = "".join(b.get("text", "") for b in text if isinstance(b, dict))
+                try:
+                    data = json.loads(text or "null")
+                except ValueError:
+                    data = None
+                is_error = bool(block.get("is_error"))
+                out[names[block["tool_use_id"]]] = (None if is_error else data, is_error)
+    return out
+
+
+def draft_from_evidence(facts: dict, results: dict) -> dict:
+    """The recommendation the evidence supports, with a specific reply that promises nothing."""
+    order_ref = facts.get("order", "your order")
+    order = (results.get(LOOKUP_ORDER) or (None, True))[0]
+    policy = (results.get(POLICY_RETRIEVE) or (None, True))[0]
+    greeting = f"Hello, thank you for contacting us about order {order_ref}."
+    if not order:
+        return {
+            "recommendation": "escalate",
+            "policy_version": (policy or {}).get("version", ""),
+            "rationale": "The order could not be looked at, so there is no evidence to decide on.",
+            "customer_reply": f"{greeting} A member of our team will look into your request and get back to you.",
+        }
+    if not policy:
+        return {
+            "recommendation": "escalate",
+            "policy_version": "",
+            "rationale": "There is no current refund policy for this tenant: a person must decide.",
+            "customer_reply": f"{greeting} A member of our team will review your request and get back to you.",
+        }
+    version, currency = policy["version"], order["currency"]
+    refundable = _decimal(order["refundable"]) or ZERO
+    items = list(facts.get("items") or [])
+    cap = refundable
+    if items:
+        cap = min(cap, _decimal((order.get("ticket_items") or {}).get("unrefunded_value")) or ZERO)
+    statuses = policy["item_refund_statuses"] if items else policy["full_refund_statuses"]
+    window = policy.get("window_days")
+    age = order["age_days"]
+
+    if cap <= ZERO:
+        what = "the items you named have" if items else "this order has"
+        return {
+            "recommendation": "deny",
+            "policy_version": version,
+            "rationale": f"Order {order_ref}: {order['refunded_total']} {currency} of {order['total']} {currency} already "
+                         f"refunded; nothing is left to refund ({version}, rule 2).",
+            "customer_reply": f"{greeting} Our records show that {what} already been refunded in full "
+                              f"({order['refunded_total']} {currency}), so there is nothing left to refund. If you "
+                              "think this is a mistake, reply to this message and we will look into it.",
+        }
+    if order["status"] not in statuses:
+        return {
+            "recommendation": "escalate",
+            "policy_version": version,
+            "rationale": f"Order {order_ref} is {order['status']}; {version} allows this refund only for "
+                         f"{', '.join(statuses) or 'no'} orders.",
+            "customer_reply": f"{greeting} The order is currently {order['status']}, so a member of our team will "
+                              "review your request personally and get back to you.",
+        }
+    if window is not None and age > window:
+        return {
+            "recommendation": "escalate",
+            "policy_version": version,
+            "rationale": f"Order {order_ref} was placed {age} days ago, outside the {window}-day window of {version} "
+                         "(rule 1): a person decides whether to make an exception.",
+            "customer_reply": f"{greeting} The order was placed {age} days ago, which is outside our {window}-day "
+                              "refund window, so a member of our team will review your request personally and get "
+                              "back to you.",
+        }
+    requested = _decimal(facts.get("requested_amount"))
+    amount = cap if requested is None else min(requested, cap)
+    capped = requested is not None and requested > cap
+    what = f"items {', '.join(items)}" if items else "the order"
+    rationale = (
+        f"Order {order_ref} is {order['status']}, placed {age} days ago, within the {window}-day window of {version}. "
+        f"{refundable} {currency} of {order['total']} {currency} is still refundable; the refund covers {what}. "
+        + (f"The requested {requested} {currency} is above that, so the amount is capped at {amount} {currency} "
+           "(rule 2). " if capped else "")
+        + "Finance approves before anything is issued (rule 4)."
+    )
+    reply = (
+        f"{greeting} We have checked the order and passed a refund request for {amount} {currency} to our finance "
+        "team for review."
+        + (f" The most that can be refunded on this order is {cap} {currency}, which is less than the amount you "
+           "asked for." if capped else "")
+        + " We will get back to you as soon as they have made a decision."
+    )
+    return {
+        "recommendation": "refund",
+        "amount": str(amount),
+        "policy_version": version,
+        "rationale": rationale,
+        "customer_reply": reply,
+        "destination": "original",
+    }
