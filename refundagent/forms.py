@@ -23,13 +23,13 @@ class TicketForm(forms.Form):
         max_digits=12,
         decimal_places=2,
         widget=forms.TextInput(attrs={"placeholder": "200.00", "inputmode": "decimal"}),
-        help_text="Optional. What the customer asks for, in the order's currency.",
+        help_text="What the customer asks for, in the order's currency.",
     )
     items = forms.CharField(
         label="Items",
         required=False,
         widget=forms.TextInput(attrs={"placeholder": "ITEM-1, ITEM-2"}),
-        help_text="Optional, comma separated: the items the request is about.",
+        help_text="Comma separated: the items the request is about.",
     )
 
     def clean_order(self):

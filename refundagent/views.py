@@ -79,7 +79,7 @@ def _status_payload(ticket: Ticket, since: int = 0) -> dict:
     return {
         "id": ticket.pk,
         "status": ticket.status,
-        "status_label": ticket.get_status_display(),
+        "status_label": ticket.get_status_display().capitalize(),
         "stop_reason": ticket.stop_reason,
         "stop_detail": ticket.stop_detail,
         "active": ticket.status in ACTIVE,
@@ -155,6 +155,7 @@ def ticket_detail(request, pk: int):
             "ticket": ticket,
             "draft": draft,
             "verdict": draft.gate_verdict if draft else None,
+            "verdict_label": (draft.gate_verdict.get("outcome") or "").replace("_", " ").capitalize() if draft else "",
             "approval": approval_serialize(approval) if approval else None,
             "position": order_refund_position(order),
             "payments": payments,
