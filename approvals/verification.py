@@ -29,7 +29,7 @@ def _check(name: str, ok: bool, expected, actual) -> dict:
 
 def _plain(value):
     if isinstance(value, Decimal):
-        return str(value)
+        return str(value.quantize(Decimal("0.01")))
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
