@@ -85,3 +85,4 @@ def health(request):
 
 api.add_router("/orders", ledger_router)
 api.add_router("/approvals", "approvals.api.router")
+api.add_router("/tickets", "refundagent.tickets_api.router")

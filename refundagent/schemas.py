@@ -1,0 +1,75 @@
+"""JSON shapes of the ticket endpoints (API.md). Money leaves as a two-place decimal string."""
+
+from datetime import datetime
+from uuid import UUID
+
+from ninja import Field, Schema
+
+from approvals.schemas import ApprovalOut
+from ledger.schemas import Money
+
+from .models import Ticket
+
+
+class TicketIn(Schema):
+    order: str = Field(..., min_length=1, max_length=100, description="The order id, e.g. ORD-5001.")
+    customer: str = Field(..., min_length=1, max_length=100, description="The customer id, e.g. CUST-1001.")
+    message: str = Field(..., min_length=1, max_length=20_000, description="The customer's words (untrusted).")
+    requested_amount: str | int | None = Field(None, description="A decimal string, e.g. \"200.00\".")
+    items: list[str] = Field(default_factory=list, max_length=100, description="Item ids the ticket is about.")
+
+
+class TicketFilter(Schema):
+    status: Ticket.Status | None = None
+
+
+class DraftOut(Schema):
+    recommendation: str
+    amount: Money | None
+    currency: str
+    policy_version: str
+    rationale: str
+    customer_reply: str
+    gate: dict = Field(description="The runtime's verdict on the draft: outcome, allowed amount, reasons.")
+    created_at: datetime
+
+
+class TicketSummaryOut(Schema):
+    id: int
+    status: str
+    stop_reason: str | None
+    order: str
+    customer: str
+    requested_amount: Money | None
+    currency: str
+    created_at: datetime
+    updated_at: datetime
+
+
+class TicketOut(TicketSummaryOut):
+    stop_detail: str
+    items: list[str]
+    draft: DraftOut | None
+    approval: ApprovalOut | None
+    trace_id: UUID
+    created_by: str
+
+
+class TraceEventOut(Schema):
+    seq: int
+    span: str
+    status: str
+    decision: str
+    reason: str
+    tool: str
+    at: datetime
+    duration_ms: int | None
+    input_tokens: int | None
+    output_tokens: int | None
+    data: dict
+
+
+class TraceOut(Schema):
+    trace_id: UUID
+    ticket: int
+    events: list[TraceEventOut]

@@ -1,0 +1,86 @@
+"""Tenant-scoped reads of tickets, their drafts and approvals."""
+
+from django.db.models import Prefetch, QuerySet
+
+from approvals.models import ApprovalRequest, ApprovalVote
+from approvals.schemas import approval_serialize
+from ledger.exceptions import NotFound
+
+from .models import RefundDraft, Ticket
+
+
+def ticket_list(*, tenant, status: str | None = None) -> QuerySet:
+    """The tenant's tickets, newest first."""
+    queryset = Ticket.objects.for_tenant(tenant).select_related("order", "customer").order_by("-created_at", "-id")
+    if status:
+        queryset = queryset.filter(status=status)
+    return queryset
+
+
+def ticket_get(*, tenant, ticket_id: int) -> Ticket:
+    """One ticket of the tenant; another tenant's answers NotFound, as if it did not exist."""
+    try:
+        return (
+            Ticket.objects.for_tenant(tenant)
+            .select_related("order", "customer", "created_by")
+            .get(pk=ticket_id)
+        )
+    except Ticket.DoesNotExist:
+        raise NotFound(f"Ticket {ticket_id} not found.") from None
+
+
+def ticket_draft_latest(ticket: Ticket) -> RefundDraft | None:
+    return RefundDraft.objects.filter(ticket=ticket).order_by("-created_at", "-id").first()
+
+
+def ticket_approval_latest(ticket: Ticket) -> ApprovalRequest | None:
+    """The newest approval request made for this ticket (ticket_ref is an opaque id to the
+    approvals layer, so the tenant is checked here too)."""
+    return (
+        ApprovalRequest.objects.for_tenant(ticket.tenant_id)
+        .filter(ticket_ref=ticket.pk)
+        .select_related("order", "order__customer", "requested_by", "decided_by")
+        .prefetch_related(Prefetch("votes", queryset=ApprovalVote.objects.select_related("approver")))
+        .order_by("-created_at", "-id")
+        .first()
+    )
+
+
+def ticket_summary_serialize(ticket: Ticket) -> dict:
+    return {
+        "id": ticket.pk,
+        "status": ticket.status,
+        "stop_reason": ticket.stop_reason,
+        "order": ticket.order.external_id,
+        "customer": ticket.customer.external_id,
+        "requested_amount": ticket.requested_amount,
+        "currency": ticket.currency,
+        "created_at": ticket.created_at,
+        "updated_at": ticket.updated_at,
+    }
+
+
+def ticket_detail_serialize(ticket: Ticket) -> dict:
+    """API.md: GET /api/tickets/{id}."""
+    draft = ticket_draft_latest(ticket)
+    approval = ticket_approval_latest(ticket)
+    return {
+        **ticket_summary_serialize(ticket),
+        "stop_detail": ticket.stop_detail,
+        "items": list(ticket.items or []),
+        "draft": None
+        if draft is None
+        else {
+            "recommendation": draft.recommendation,
+            "amount": draft.amount,
+            "currency": draft.currency,
+            "policy_version": draft.policy_version,
+            "rationale": draft.rationale,
+            "customer_reply": draft.customer_reply,
+            "gate": draft.gate_verdict,
+            "created_at": draft.created_at,
+        },
+        "approval": None if approval is None else approval_serialize(approval),
+        "trace_id": ticket.trace_id,
+        "created_by": ticket.created_by.get_username(),
+    }

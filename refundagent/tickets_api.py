@@ -1,0 +1,67 @@
+"""The ticket endpoints (API.md). Thin: parse, call one service or selector, serialise."""
+
+from ninja import Query, Router
+from ninja.pagination import paginate
+
+from ledger.selectors import tenant_for_user, user_require_role
+
+from .schemas import TicketFilter, TicketIn, TicketOut, TicketSummaryOut, TraceOut
+from .selectors import ticket_detail_serialize, ticket_get, ticket_list, ticket_summary_serialize
+from .services import ticket_create
+from .tracing import trace_export
+
+router = Router(tags=["tickets"])
+
+
+@router.post("", response={201: TicketOut})
+def ticket_file(request, payload: TicketIn):
+    """File a refund ticket (support). The agent run is queued once the ticket is stored."""
+    ticket = ticket_create(
+        user=request.user,
+        order=payload.order,
+        customer=payload.customer,
+        message=payload.message,
+        requested_amount=payload.requested_amount,
+        items=payload.items,
+    )
+    return 201, ticket_detail_serialize(ticket_get(tenant=ticket.tenant, ticket_id=ticket.pk))
+
+
+@router.get("", response=list[TicketSummaryOut])
+@paginate
+def ticket_index(request, filters: Query[TicketFilter]):
+    """The caller's tenant's tickets, newest first (`?status=escalated` to filter)."""
+    user_require_role(request.user, "support", "finance")
+    return _Serialized(ticket_list(tenant=tenant_for_user(request.user), status=filters.status))
+
+
+@router.get("/{int:ticket_id}", response=TicketOut)
+def ticket_detail(request, ticket_id: int):
+    user_require_role(request.user, "support", "finance")
+    return ticket_detail_serialize(ticket_get(tenant=tenant_for_user(request.user), ticket_id=ticket_id))
+
+
+@router.get("/{int:ticket_id}/trace", response=TraceOut)
+def ticket_trace(request, ticket_id: int):
+    """The ticket's trace, in order, redacted (it was redacted before it was stored)."""
+    user_require_role(request.user, "support", "finance")
+    return trace_export(ticket_get(tenant=tenant_for_user(request.user), ticket_id=ticket_id))
+
+
+class _Serialized:
+    """A lazily serialised queryset: the paginator slices it, then only that page is read."""
+
+    def __init__(self, queryset):
+        self.queryset = queryset
+
+    def all(self):
+        return self
+
+    def __len__(self):
+        return self.queryset.count()
+
+    def count(self):
+        return self.queryset.count()
+
+    def __getitem__(self, item):
+        return [ticket_summary_serialize(t) for t in self.queryset[item]]
