@@ -42,10 +42,18 @@ def browser_context_args(browser_context_args):
     return {**browser_context_args, "viewport": {"width": 1366, "height": 900}}
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _sync_orm_under_playwright():
+    """Playwright's sync API leaves an event loop running in the main thread for the rest of the
+    session, and Django refuses ORM calls there: allow them (the ORM calls are still sync).
+    Session-wide, because every later test of the session runs beside that loop too."""
+    with pytest.MonkeyPatch.context() as m:
+        m.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+        yield
+
+
 @pytest.fixture(autouse=True)
-def _sync_orm_under_playwright(monkeypatch, settings):
-    # Playwright's sync API runs an event loop in this thread; the ORM calls here are still sync.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+def _fast_passwords(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
@@ -118,6 +126,39 @@ def test_support_files_a_ticket_finance_approves_and_the_ticket_shows_the_refund
     ticket.refresh_from_db()
     assert ticket.status == Ticket.Status.REFUNDED
     assert [str(e.amount) for e in ticket.order.refund_entries.all()] == ["120.00"]
+
+
+def test_ticket_page_follows_the_agent_live_and_copies_the_reply(live_server, page, demo, user, monkeypatch):
+    from playwright.sync_api import expect
+
+    from refundagent import services
+    from refundagent.agent.loop import agent_run_ticket
+
+    base = live_server.url
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=base)
+    # Given a ticket whose agent run has not started yet (nothing enqueued)
+    with monkeypatch.context() as m:
+        m.setattr(services, "ticket_run_enqueue", lambda ticket_id: None)
+        ticket = services.ticket_create(user=user("acme-support"), order="ORD-5001", customer="CUST-1001",
+                               message="Headphones broke.", requested_amount="200.00")
+    log_in(page, base, "acme-support")
+    page.goto(f"{base}/tickets/{ticket.pk}/")
+    expect(page.locator("#ticket-status .badge")).to_have_attribute("data-status", "queued")
+    expect(page.locator("#live-hint")).to_be_visible()
+
+    # When the agent runs (as a worker would) while the page is open
+    agent_run_ticket(ticket_id=ticket.pk)
+
+    # Then the page notices by itself and renders the stop, the draft and the approval
+    expect(page.locator("#ticket-status .badge")).to_have_attribute("data-status", "approval_required", timeout=15_000)
+    expect(page.locator("#approval-status")).to_have_text("pending")
+    expect(page.locator("#live-hint")).to_be_hidden()
+    # And the reply draft is copied to the clipboard, not sent
+    page.get_by_role("button", name="Copy").click()
+    expect(page.get_by_role("button", name="Copied ✓")).to_be_visible()
+    copied = page.evaluate("navigator.clipboard.readText()")
+    assert copied.strip() == page.locator("#reply-text").inner_text().strip()
+    assert "ORD-5001" in copied
 
 
 def approve_in_admin(page, base, ticket):
