@@ -207,6 +207,11 @@ def api_token_authenticate(token: str):
     return api_token.user
 
 
+def api_tokens_revoke(*, queryset) -> int:
+    """Revoke the tokens of `queryset` that are still active; returns how many were revoked."""
+    return queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+
+
 def currency_check(currency: str) -> str:
     if currency not in settings.LEDGER_CURRENCIES:
         raise InvalidInput(f"Unknown currency {currency!r}.", code="unknown_currency")

@@ -1,0 +1,242 @@
+"""The ledger in the Django admin: for looking, not for editing.
+
+Money history (refund entries, their items and revisions) and payments are read-only here:
+refunds are written by `ledger_refund_issue` only, corrections by `ledger_refund_correct`.
+Orders and customers come from the shop (`import_orders`) and are read-only too.
+
+`TenantScopedAdminMixin` is the one place where admin querysets are scoped to the staff
+user's tenant; the approvals and refundagent admins reuse it.
+"""
+
+from django.contrib import admin
+from django.db.models import Q
+
+from .models import (
+    ApiToken,
+    Customer,
+    Membership,
+    Order,
+    OrderItem,
+    Payment,
+    PaymentMethod,
+    RefundEntry,
+    RefundEntryItem,
+    RefundRevision,
+    Tenant,
+)
+from .services import api_tokens_revoke
+
+
+def admin_tenant(request):
+    """The staff user's tenant, or None (no membership: sees nothing unless superuser)."""
+    membership = getattr(request.user, "membership", None) if request.user.is_authenticated else None
+    return membership.tenant if membership is not None else None
+
+
+class TenantScopedAdminMixin:
+    """Scope a ModelAdmin to the staff user's tenant; superusers see every tenant.
+
+    `tenant_field` is the lookup path from the model to its Tenant (e.g. "tenant",
+    "order__tenant", "entry__tenant"); "" means the model is Tenant itself. Foreign-key
+    choices offered in forms are scoped the same way when the related model has a tenant.
+    """
+
+    tenant_field = "tenant"
+
+    def tenant_q(self, request) -> Q | None:
+        """A Q that keeps the caller's tenant's rows, or None for superusers (no filter)."""
+        if request.user.is_superuser:
+            return None
+        tenant = admin_tenant(request)
+        if tenant is None:
+            return Q(pk__in=[])
+        return Q(pk=tenant.pk) if self.tenant_field == "" else Q(**{self.tenant_field: tenant})
+
+    def get_queryset(self, request):
+        queryset = super().get_queryset(request)
+        q = self.tenant_q(request)
+        return queryset if q is None else queryset.filter(q)
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        related = db_field.related_model
+        if not request.user.is_superuser and any(f.name == "tenant" for f in related._meta.get_fields()):
+            kwargs["queryset"] = related._default_manager.filter(tenant=admin_tenant(request))
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+
+class ReadOnlyAdminMixin:
+    """Viewable with the view permission; never added, changed or deleted through the admin."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        return actions
+
+
+class ReadOnlyInline(ReadOnlyAdminMixin, admin.TabularInline):
+    extra = 0
+    can_delete = False
+    show_change_link = False
+
+    def get_readonly_fields(self, request, obj=None):
+        return self.fields
+
+
+@admin.register(Tenant)
+class TenantAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
+    tenant_field = ""
+    list_display = ("slug", "name", "created_at")
+    search_fields = ("slug", "name")
+    readonly_fields = ("created_at",)
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # everything of a tenant is PROTECTed; a tenant is never deleted
+
+
+@admin.register(Membership)
+class MembershipAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
+    list_display = ("user", "tenant")
+    list_filter = ("tenant",)
+    search_fields = ("user__username", "user__email", "tenant__slug")
+    list_select_related = ("user", "tenant")
+    autocomplete_fields = ("user",)
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
+    """Tokens are created by `manage.py create_api_token` (the only time one is shown); the
+    admin lists and revokes them. Only the hash is stored, so no view can reveal a token."""
+
+    tenant_field = "user__membership__tenant"
+    list_display = ("prefix", "user", "created_at", "last_used_at", "revoked_at")
+    list_filter = (("revoked_at", admin.EmptyFieldListFilter), "user__membership__tenant")
+    search_fields = ("prefix", "user__username")
+    list_select_related = ("user",)
+    fields = ("user", "prefix", "key_hash", "created_at", "last_used_at", "revoked_at")
+    readonly_fields = ("user", "prefix", "key_hash", "created_at", "last_used_at", "revoked_at")
+    actions = ("revoke",)
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # revoke instead: the row says who had access and when it was last used
+
+    @admin.action(description="Revoke the selected tokens", permissions=["change"])
+    def revoke(self, request, queryset):
+        count = api_tokens_revoke(queryset=queryset)
+        self.message_user(request, f"{count} token(s) revoked.")
+
+
+class PaymentMethodInline(ReadOnlyInline):
+    model = PaymentMethod
+    fields = ("external_id", "kind", "brand", "last4", "balance")
+
+
+@admin.register(Customer)
+class CustomerAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ("external_id", "name", "email", "tenant", "created_at")
+    list_filter = ("tenant",)
+    search_fields = ("external_id", "name", "email")
+    list_select_related = ("tenant",)
+    inlines = (PaymentMethodInline,)
+
+
+@admin.register(PaymentMethod)
+class PaymentMethodAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+    tenant_field = "customer__tenant"
+    list_display = ("external_id", "kind", "brand", "last4", "balance", "customer")
+    list_filter = ("kind", "customer__tenant")
+    search_fields = ("external_id", "customer__external_id", "last4")
+    list_select_related = ("customer",)
+
+
+class OrderItemInline(ReadOnlyInline):
+    model = OrderItem
+    fields = ("line_no", "item_id", "name", "price", "quantity", "product_id", "options")
+
+
+class PaymentInline(ReadOnlyInline):
+    model = Payment
+    fields = ("method", "payment_method", "card_brand", "card_last4", "payment_ref", "amount", "currency")
+
+
+class RefundEntryInline(ReadOnlyInline):
+    model = RefundEntry
+    fields = ("id", "amount", "currency", "source", "idempotency_key", "approval_ref", "created_at")
+    show_change_link = True
+
+
+@admin.register(Order)
+class OrderAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ("external_id", "customer", "total", "currency", "status", "placed_at", "tenant")
+    list_filter = ("status", "currency", "tenant")
+    search_fields = ("external_id", "customer__external_id", "customer__email")
+    list_select_related = ("customer", "tenant")
+    date_hierarchy = "placed_at"
+    inlines = (OrderItemInline, PaymentInline, RefundEntryInline)
+
+
+@admin.register(OrderItem)
+class OrderItemAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+    tenant_field = "order__tenant"
+    list_display = ("order", "line_no", "item_id", "name", "price", "quantity")
+    search_fields = ("item_id", "name", "order__external_id", "product_id")
+    list_filter = ("order__tenant",)
+    list_select_related = ("order",)
+
+
+@admin.register(Payment)
+class PaymentAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+    tenant_field = "order__tenant"
+    list_display = ("order", "method", "amount", "currency", "card_brand", "card_last4", "created_at")
+    list_filter = ("method", "currency", "order__tenant")
+    search_fields = ("order__external_id", "payment_ref")
+    list_select_related = ("order",)
+
+
+class RefundEntryItemInline(ReadOnlyInline):
+    model = RefundEntryItem
+    fields = ("order_item", "quantity", "amount")
+
+
+class RefundRevisionInline(ReadOnlyInline):
+    model = RefundRevision
+    fields = ("old_amount", "new_amount", "reason", "created_by", "created_at")
+
+
+@admin.register(RefundEntry)
+class RefundEntryAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ("id", "order", "amount", "currency", "source", "destination_kind", "approval_ref", "created_at")
+    list_filter = ("source", "currency", "tenant")
+    search_fields = ("=id", "order__external_id", "idempotency_key", "approval_ref")
+    list_select_related = ("order",)
+    date_hierarchy = "created_at"
+    inlines = (RefundEntryItemInline, RefundRevisionInline)
+
+
+@admin.register(RefundEntryItem)
+class RefundEntryItemAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+    tenant_field = "entry__tenant"
+    list_display = ("entry", "order_item", "quantity", "amount")
+    search_fields = ("entry__order__external_id", "order_item__item_id")
+    list_filter = ("entry__tenant",)
+    list_select_related = ("entry", "order_item")
+
+
+@admin.register(RefundRevision)
+class RefundRevisionAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+    tenant_field = "entry__tenant"
+    list_display = ("entry", "old_amount", "new_amount", "reason", "created_by", "created_at")
+    search_fields = ("entry__order__external_id", "reason")
+    list_filter = ("entry__tenant",)
+    list_select_related = ("entry", "created_by")

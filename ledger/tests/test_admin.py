@@ -1,0 +1,131 @@
+"""The ledger admin: history is read-only, and staff see only their own tenant."""
+
+import pytest
+from django.apps import apps
+from django.contrib import admin
+from django.test import Client, RequestFactory
+
+from ledger.admin import TenantScopedAdminMixin
+from ledger.models import ApiToken, Order, Payment, RefundEntry, RefundEntryItem, RefundRevision
+from ledger.services import api_token_create, ledger_refund_correct, ledger_refund_issue
+
+
+@pytest.fixture
+def history(demo):
+    """The demo refunds plus an item refund and a correction in each tenant: every table has rows of both."""
+    entries = []
+    for order_id, item_id in (("ORD-5001", "ITEM-1"), ("ORD-7001", "ITEM-70")):
+        order = Order.objects.get(external_id=order_id)
+        entry = ledger_refund_issue(
+            order=order, amount="20.00", currency="USD", idempotency_key=f"t-{order_id}", item_ids=[item_id]
+        )
+        ledger_refund_correct(entry=entry, new_amount="15.00", reason="fee")
+        entries.append(entry)
+    return entries
+
+
+@pytest.fixture
+def ops_request(user, history):
+    request = RequestFactory().get("/admin/")
+    request.user = user("ops")  # the demo superuser
+    return request
+
+
+@pytest.mark.parametrize("model", [RefundEntry, RefundEntryItem, RefundRevision, Payment, Order])
+def test_ledger_history_cannot_be_added_changed_or_deleted_in_the_admin(ops_request, model):
+    # given a superuser, who may do anything the admin allows
+    model_admin = admin.site._registry[model]
+    obj = model.objects.first()
+
+    # then the admin allows none of these, even to them
+    assert obj is not None
+    assert not model_admin.has_add_permission(ops_request)
+    assert not model_admin.has_change_permission(ops_request, obj)
+    assert not model_admin.has_delete_permission(ops_request, obj)
+    assert "delete_selected" not in model_admin.get_actions(ops_request)
+
+
+def test_a_refund_entry_page_is_read_only_and_offers_no_delete(demo, user):
+    # given a superuser in the admin and a corrected refund (ORD-5004 was refunded by the seed)
+    entry = RefundEntry.objects.get(order__external_id="ORD-5004")
+    ledger_refund_correct(entry=entry, new_amount="80.00", reason="fee")
+    client = Client()
+    client.force_login(user("ops"))
+
+    # when they open it, try to post a change, and try the delete page
+    page = client.get(f"/admin/ledger/refundentry/{entry.pk}/change/")
+    posted = client.post(f"/admin/ledger/refundentry/{entry.pk}/change/", {"amount": "1.00"})
+    delete = client.post(f"/admin/ledger/refundentry/{entry.pk}/delete/", {"post": "yes"})
+    changelist = client.post(
+        "/admin/ledger/refundentry/", {"action": "delete_selected", "_selected_action": [entry.pk], "post": "yes"}
+    )
+
+    # then it is shown with its revision, and nothing changed
+    assert page.status_code == 200
+    assert b"80.00" in page.content and b"Save" not in page.content
+    assert posted.status_code == 403
+    assert delete.status_code == 403
+    assert changelist.status_code in (200, 302)
+    entry.refresh_from_db()
+    assert str(entry.amount) == "90.00" and entry.revisions.count() == 1
+
+
+def test_staff_see_only_their_own_tenant(demo, user):
+    # given a finance user of acme in the admin (finance may view orders)
+    client = Client()
+    client.force_login(user("acme-finance"))
+
+    # when they list orders and open globex's
+    listing = client.get("/admin/ledger/order/")
+    globex_order = Order.objects.get(external_id="ORD-7001")
+    foreign = client.get(f"/admin/ledger/order/{globex_order.pk}/change/")
+
+    # then acme's orders are listed, globex's do not exist for them
+    assert listing.status_code == 200
+    assert b"ORD-5001" in listing.content and b"ORD-7001" not in listing.content
+    assert foreign.status_code == 302  # the admin's "does not exist" redirect
+
+
+@pytest.mark.parametrize("model", list(apps.get_app_config("ledger").get_models()), ids=lambda m: m.__name__)
+def test_every_ledger_model_has_a_tenant_scoped_admin(model, history, user):
+    # given every ledger model's admin, rows of both tenants, and an acme staff member
+    for username in ("acme-finance", "globex-finance"):
+        api_token_create(user=user(username))
+    model_admin = admin.site._registry[model]
+    request = RequestFactory().get("/admin/")
+    request.user = user("acme-finance")
+    slug = f"{model_admin.tenant_field}__slug" if model_admin.tenant_field else "slug"
+
+    # when they get the admin's queryset
+    rows = model_admin.get_queryset(request)
+
+    # then it is scoped by the mixin: acme's rows, none of globex's
+    assert isinstance(model_admin, TenantScopedAdminMixin)
+    assert rows.filter(**{slug: "acme"}).count() == rows.count() > 0
+    assert model._default_manager.filter(**{slug: "globex"}).exists()
+
+
+def test_a_user_without_a_tenant_sees_nothing(demo, django_user_model):
+    staff = django_user_model.objects.create(username="drifter", is_staff=True)
+    request = RequestFactory().get("/admin/")
+    request.user = staff
+
+    assert admin.site._registry[Order].get_queryset(request).count() == 0
+
+
+def test_tokens_show_no_secret_and_can_be_revoked(demo, user):
+    # given a token
+    token = api_token_create(user=user("acme-support"))
+    client = Client()
+    client.force_login(user("ops"))
+    row = ApiToken.objects.get(user=user("acme-support"))
+
+    # when the admin shows it and revokes it
+    page = client.get(f"/admin/ledger/apitoken/{row.pk}/change/")
+    client.post("/admin/ledger/apitoken/", {"action": "revoke", "_selected_action": [row.pk]})
+
+    # then the token never appears, and it no longer authenticates
+    assert page.status_code == 200 and token.encode() not in page.content
+    row.refresh_from_db()
+    assert row.revoked_at is not None
+    assert Client(HTTP_AUTHORIZATION=f"Bearer {token}").get("/api/orders/ORD-5001/ledger").status_code == 401
