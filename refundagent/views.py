@@ -12,16 +12,16 @@ from django.contrib.auth.decorators import login_required
 from django.core.paginator import Paginator
 from django.db.models import Q
 from django.http import Http404, JsonResponse
-from django.shortcuts import get_object_or_404, redirect, render
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
-from approvals.models import ApprovalRequest
 from approvals.schemas import approval_serialize
 from ledger.api import order_ledger_serialize
 from ledger.exceptions import DomainError, Forbidden, NotFound
 from ledger.selectors import order_refund_position, tenant_for_user, user_require_role, user_roles
 
+from . import selectors
 from .forms import NoteForm, TicketFilterForm, TicketForm
 from .models import Ticket
 from .services import FINAL, ticket_close, ticket_create, ticket_escalate
@@ -58,20 +58,7 @@ def tenant_view(view):
 
 
 def _ticket_get(request, pk: int) -> Ticket:
-    return get_object_or_404(
-        Ticket.objects.for_tenant(request.tenant).select_related("order", "customer", "created_by"), pk=pk
-    )
-
-
-def _ticket_approval(ticket: Ticket) -> ApprovalRequest | None:
-    return (
-        ApprovalRequest.objects.for_tenant(ticket.tenant)
-        .filter(ticket_ref=ticket.pk)
-        .select_related("order__customer", "requested_by", "decided_by")
-        .prefetch_related("votes__approver")
-        .order_by("-created_at", "-id")
-        .first()
-    )
+    return selectors.ticket_get(tenant=request.tenant, ticket_id=pk)
 
 
 def _status_payload(ticket: Ticket, since: int = 0) -> dict:
@@ -92,12 +79,10 @@ def _status_payload(ticket: Ticket, since: int = 0) -> dict:
 @require_GET
 def ticket_list(request):
     filters = TicketFilterForm(request.GET or None)
-    tickets = Ticket.objects.for_tenant(request.tenant).select_related("order", "customer")
-    if filters.is_valid():
-        if status := filters.cleaned_data["status"]:
-            tickets = tickets.filter(status=status)
-        if q := filters.cleaned_data["q"].strip():
-            tickets = tickets.filter(Q(order__external_id__icontains=q) | Q(customer__external_id__icontains=q))
+    wanted = filters.cleaned_data if filters.is_valid() else {}
+    tickets = selectors.ticket_list(tenant=request.tenant, status=wanted.get("status") or None)
+    if q := (wanted.get("q") or "").strip():
+        tickets = tickets.filter(Q(order__external_id__icontains=q) | Q(customer__external_id__icontains=q))
     page = Paginator(tickets, PAGE_SIZE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
@@ -139,8 +124,8 @@ def ticket_new(request):
 @require_GET
 def ticket_detail(request, pk: int):
     ticket = _ticket_get(request, pk)
-    approval = _ticket_approval(ticket)
-    draft = ticket.drafts.order_by("-created_at", "-id").first()
+    approval = selectors.ticket_approval_latest(ticket)
+    draft = selectors.ticket_draft_latest(ticket)
     order = ticket.order
     payments = [
         {"method": p.get_method_display(), "card": f"{p.card_brand} ****{p.card_last4}" if p.card_last4 else "",
