@@ -8,6 +8,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from approvals.exceptions import ApprovalConflict
 from approvals.models import ApprovalRequest, ApprovalVote
 from approvals.services import approval_request_decide
 from ledger.exceptions import Forbidden, InvalidInput, NotFound
@@ -83,7 +84,7 @@ def test_an_expired_request_cannot_be_approved_before_the_sweep(approval_request
     request = approval_request_make(order="ORD-5003")
     ApprovalRequest.objects.filter(pk=request.pk).update(expires_at=timezone.now() - timedelta(minutes=1))
     # when / then approving it is a conflict
-    with pytest.raises(Exception) as exc:
+    with pytest.raises(ApprovalConflict) as exc:
         approval_request_decide(request_id=request.pk, user=user("acme-finance"), decision="approve",
                                 args_hash=request.args_hash)
     assert getattr(exc.value, "status_code", None) == 409
@@ -181,7 +182,7 @@ def test_a_refund_recorded_after_the_request_invalidates_it(approval_request_mak
     ledger_refund_issue(order=order, amount="50.00", currency="USD", idempotency_key="shop:late", source="import")
     # when finance approves the request as it was shown
     with django_capture_on_commit_callbacks(execute=True):
-        with pytest.raises(Exception) as exc:
+        with pytest.raises(ApprovalConflict) as exc:
             approval_request_decide(request_id=request.pk, user=user("acme-finance"), decision="approve",
                                     args_hash=request.args_hash)
     # then 409: invalidated, not executed, and replaced by a request for what is still refundable
@@ -212,7 +213,7 @@ def test_a_new_policy_version_invalidates_the_request(approval_request_make, use
         two_approver_threshold=v4.two_approver_threshold, text="v5", published_at=timezone.now(),
     )
     # when finance approves
-    with pytest.raises(Exception) as exc:
+    with pytest.raises(ApprovalConflict) as exc:
         approval_request_decide(request_id=request.pk, user=user("acme-finance"), decision="approve",
                                 args_hash=request.args_hash)
     # then it is invalidated and replaced by a request citing v5

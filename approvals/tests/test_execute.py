@@ -10,6 +10,7 @@ from django.db import connection
 from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
+from approvals.exceptions import ApprovalConflict
 from approvals.models import ApprovalRequest, ApprovalVote
 from approvals.services import approval_execute, approval_request_decide, approval_requests_expire
 from approvals.tasks import approval_execute_task, approval_requests_expire_task
@@ -134,7 +135,7 @@ def test_the_evaluator_reports_a_missing_entry(approval_request_make):
 
 def test_only_an_approved_request_is_executed(approval_request_make):
     request = approval_request_make(order="ORD-5001")
-    with pytest.raises(Exception) as exc:
+    with pytest.raises(ApprovalConflict) as exc:
         approval_execute(request_id=request.pk)
     assert exc.value.status_code == 409
     assert not RefundEntry.objects.filter(idempotency_key=request.idempotency_key).exists()

@@ -7,10 +7,16 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
+from approvals.exceptions import ApprovalConflict
 from approvals.gate import Proposal, policy_current, policy_gate_evaluate
 from approvals.models import ApprovalRequest
 from approvals.review import review_sections
-from approvals.services import approval_execute, approval_request_decide, approval_requests_expire, approval_request_create
+from approvals.services import (
+    approval_execute,
+    approval_request_create,
+    approval_request_decide,
+    approval_requests_expire,
+)
 from ledger.models import Order, RefundEntry
 from ledger.services import ledger_refund_correct, ledger_refund_issue
 from refundagent.models import Ticket
@@ -175,7 +181,7 @@ def test_replaced_request_keeps_the_ticket_waiting(user):
     ticket, request = ticket_with_request(user)
     ledger_refund_issue(order=ticket.order, amount="20.00", currency="USD", idempotency_key="shop:x", source="import")
     # when finance approves the stale request
-    with pytest.raises(Exception) as exc:
+    with pytest.raises(ApprovalConflict) as exc:
         decide(user, request)
     assert exc.value.status_code == 409
     # then the ticket still waits for finance, on the replacement, and the trace says why
@@ -190,7 +196,7 @@ def test_replaced_request_keeps_the_ticket_waiting(user):
 def test_invalidated_without_replacement_escalates(user):
     ticket, request = ticket_with_request(user)
     ledger_refund_issue(order=ticket.order, amount="120.00", currency="USD", idempotency_key="shop:all", source="import")
-    with pytest.raises(Exception):
+    with pytest.raises(ApprovalConflict):
         decide(user, request)
     ticket.refresh_from_db()
     assert ticket.status == Ticket.Status.ESCALATED
