@@ -5,6 +5,7 @@ A script is a list of turns, as Python objects or JSON data:
     {"tools": [{"tool": ..., "input": ...}, ...]}       several calls in one turn
     {"text": "I'm done."}                               ends the turn without a call
     {"error": "overloaded", "transient": true, "status_code": 529}   the provider fails
+    {"crash": true}                                     the process "dies" here (raises ScriptCrash)
 Any turn may carry "sleep": seconds (a slow model) and "usage": {"input_tokens": .., ...}.
 Tool names may be given with dots (refunds.issue_refund); they are sent API-safe.
 
@@ -18,6 +19,11 @@ import time
 from decimal import Decimal
 
 from .base import ModelTurn, ProviderError, ToolCall, ToolSpec, Usage
+
+
+class ScriptCrash(BaseException):
+    """Simulates the worker dying in the middle of a model call: not an Exception, so nothing in
+    the loop catches it and the run is left as a killed worker leaves it."""
 
 
 class ScriptedProvider:
@@ -64,6 +70,8 @@ class ScriptedProvider:
             return turn
         if turn.get("sleep"):
             time.sleep(float(turn["sleep"]))
+        if turn.get("crash"):
+            raise ScriptCrash(f"scripted crash at turn {index}")
         if "error" in turn:
             raise ProviderError(str(turn["error"]), transient=bool(turn.get("transient")),
                                 status_code=turn.get("status_code"))
