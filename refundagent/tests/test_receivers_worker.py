@@ -1,0 +1,61 @@
+"""A real Celery worker killed after the ledger write, before the task was acknowledged: the
+redelivered task finishes the job, and there is still one ledger entry."""
+
+import time
+
+import pytest
+
+from approvals.services import CRASH_AFTER_LEDGER_WRITE_ENV
+from ledger.models import RefundEntry
+from refundagent.models import Ticket
+from refundagent.tests.test_receivers import decide, spans, ticket_with_request
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+def wait_for(predicate, timeout=90.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.5)
+    return False
+
+
+@pytest.mark.postgres
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_worker_killed_after_the_ledger_write_still_one_entry(celery_worker_process, user, tmp_path):
+    # given a real worker whose first execution SIGKILLs its own process right after the ledger
+    # write committed (before the task is acknowledged)
+    marker = tmp_path / "killed-once"
+    celery_worker_process.start(extra_env={CRASH_AFTER_LEDGER_WRITE_ENV: str(marker)})
+    ticket, request = ticket_with_request(user)
+    # when finance approves (the execution task goes to Redis on commit)
+    decide(user, request)
+    # then the first attempt died after writing, the task was redelivered and finished
+    refunded = wait_for(lambda: Ticket.objects.get(pk=ticket.pk).status == Ticket.Status.REFUNDED)
+    assert marker.exists(), "the worker was never killed after the ledger write"
+    assert refunded, f"ticket is {Ticket.objects.get(pk=ticket.pk).status}: {spans(ticket)}"
+    # and there is exactly one ledger entry, which the redelivery replayed by its key
+    assert RefundEntry.objects.filter(order=ticket.order, source="approval").count() == 1
+    entry = RefundEntry.objects.get(idempotency_key=request.idempotency_key)
+    request.refresh_from_db()
+    assert request.status == "executed" and request.ledger_entry_ref == entry.pk
+    assert spans(ticket) == [
+        ("approval", "approve"), ("ledger", "refund_issued"), ("ledger", "refund_replayed"), ("verify", "verified"),
+    ]
+
+
+@pytest.mark.postgres
+@pytest.mark.worker
+@pytest.mark.django_db(transaction=True)
+def test_worker_executes_and_verifies(celery_worker_process, user):
+    celery_worker_process.start()
+    ticket, request = ticket_with_request(user, order="ORD-5003")
+    decide(user, request)
+    assert wait_for(lambda: Ticket.objects.get(pk=ticket.pk).status == Ticket.Status.REFUNDED)
+    assert RefundEntry.objects.filter(idempotency_key=request.idempotency_key).count() == 1
