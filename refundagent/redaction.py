@@ -20,7 +20,12 @@ _PATTERNS = [
 
 def redact_text(text: str, known: list[str] | tuple[str, ...] = ()) -> str:
     for value in sorted((k for k in known if k and len(k) >= 3), key=len, reverse=True):
-        text = re.sub(re.escape(value), REDACTED, text, flags=re.IGNORECASE)
+        pattern = re.escape(value)
+        if value.isalpha():
+            # A plain word (a part of the customer's name): whole words only, so that "Doe"
+            # does not turn "does" into "[redacted]s". Identifiers are replaced anywhere.
+            pattern = rf"(?<![^\W\d_]){pattern}(?![^\W\d_])"
+        text = re.sub(pattern, REDACTED, text, flags=re.IGNORECASE)
     for pattern, replacement in _PATTERNS:
         text = pattern.sub(replacement, text)
     return text

@@ -1,0 +1,135 @@
+"""The tool manifest, the argument schemas and the read tools' redaction and scope."""
+
+import json
+from decimal import Decimal
+
+import pytest
+
+from approvals.models import Capability, RefundPolicy
+from ledger.models import Order
+from refundagent.agent.providers.base import ToolCall
+from refundagent.agent.tools import (
+    CREATE_DRAFT,
+    TOOL_DEFS,
+    capabilities_load,
+    payment_summary,
+    policy_retrieve,
+    tool_args_validate,
+    tool_call_check,
+    tool_manifest,
+    tool_scope_check,
+)
+from refundagent.services import ticket_create
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def ticket(user):
+    return ticket_create(user=user("acme-support"), order="ORD-5001", customer="CUST-1001", message="refund")
+
+
+def test_every_registered_capability_has_a_tool_definition(db):
+    assert set(Capability.objects.values_list("name", flat=True)) == set(TOOL_DEFS)
+
+
+def test_the_manifest_offers_only_enabled_agent_tools_with_api_safe_names(db):
+    Capability.objects.filter(name="payments.get_summary").update(enabled=False)
+
+    specs = tool_manifest(capabilities_load())
+
+    assert [s.name for s in specs] == ["orders_lookup_order", "refund_policy_retrieve", "refunds_create_draft"]
+    assert all("." not in s.name and s.input_schema["type"] == "object" for s in specs)
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("refunds_issue_refund", "agent_cannot_issue_refund"),
+        ("email_send_customer_message", "agent_cannot_contact_customer"),
+        ("payments_get_summary", "capability_disabled"),
+        ("nope", "unknown_tool"),
+    ],
+)
+def test_the_call_gate_refuses_what_the_agent_may_not_do(db, name, reason):
+    Capability.objects.filter(name="payments.get_summary").update(enabled=False)
+    capabilities = capabilities_load()
+    offered = {s.name for s in tool_manifest(capabilities)}
+
+    check = tool_call_check(call=ToolCall(id="t", name=name, input={}), capabilities=capabilities, offered=offered)
+
+    assert not check.allowed and check.reason == reason
+
+
+def test_a_tool_that_was_not_offered_is_refused(db):
+    capabilities = capabilities_load()
+    check = tool_call_check(call=ToolCall(id="t", name="orders_lookup_order", input={}), capabilities=capabilities,
+                            offered=set())
+    assert check.reason == "tool_not_offered"
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"recommendation": "refund", "amount": "12.5", "policy_version": "v", "rationale": "r", "customer_reply": "c",
+         "extra": 1},
+        {"recommendation": "pay_now", "amount": "1", "policy_version": "v", "rationale": "r", "customer_reply": "c"},
+        {"recommendation": "refund", "amount": "-1", "policy_version": "v", "rationale": "r", "customer_reply": "c"},
+        {"recommendation": "refund", "amount": "NaN", "policy_version": "v", "rationale": "r", "customer_reply": "c"},
+        {"recommendation": "refund", "amount": True, "policy_version": "v", "rationale": "r", "customer_reply": "c"},
+        {"recommendation": "refund", "amount": "1", "policy_version": "v", "rationale": "r"},
+        {"recommendation": "refund", "amount": "1", "policy_version": "v", "rationale": "r", "customer_reply": "c",
+         "destination": "bitcoin"},
+    ],
+)
+def test_invalid_draft_arguments_are_reported_field_by_field(arguments):
+    args, problems = tool_args_validate(capability=CREATE_DRAFT, arguments=arguments)
+    assert args is None and problems and all(p["field"] and p["problem"] for p in problems)
+
+
+@pytest.mark.parametrize(("raw", "parsed"), [("120", "120.00"), ("120.005", "120.00"), (49.9, "49.90"), (7, "7.00")])
+def test_draft_amounts_become_two_place_decimals(raw, parsed):
+    args, problems = tool_args_validate(capability=CREATE_DRAFT, arguments={
+        "recommendation": "refund", "amount": raw, "policy_version": "refund-policy-v4", "rationale": "r",
+        "customer_reply": "c"})
+    assert problems == []
+    assert args.amount == Decimal(parsed)
+
+
+def test_order_ids_must_be_strings():
+    _, problems = tool_args_validate(capability="orders.lookup_order", arguments={"order_id": 5001})
+    assert problems[0]["field"] == "order_id"
+
+
+def test_payment_summary_shows_brand_and_last4_only(ticket):
+    summary = payment_summary(ticket=ticket)
+
+    assert summary["payments"] == [{"method": "card", "brand": "visa", "last4": "4242", "amount": "120.00",
+                                    "currency": "USD"}]
+    payment_ref = Order.objects.get(external_id="ORD-5001").payments.get().payment_ref
+    assert payment_ref not in json.dumps(summary)
+    assert "card_4242" not in json.dumps(summary)
+
+
+def test_policy_retrieve_returns_the_current_version_only(ticket):
+    assert policy_retrieve(ticket=ticket)["version"] == "refund-policy-v4"
+    assert "refund-policy-v3" not in json.dumps(policy_retrieve(ticket=ticket))
+
+
+def test_policy_retrieve_without_a_current_policy_says_so(ticket):
+    RefundPolicy.objects.update(status=RefundPolicy.Status.RETIRED)
+    from refundagent.agent.tools import ToolFailed
+
+    with pytest.raises(ToolFailed, match="no current refund policy"):
+        policy_retrieve(ticket=ticket)
+
+
+def test_the_scope_check_allows_only_the_tickets_order(ticket):
+    args_ok, _ = tool_args_validate(capability="orders.lookup_order", arguments={"order_id": "ORD-5001"})
+    args_other, _ = tool_args_validate(capability="orders.lookup_order", arguments={"order_id": "ORD-7001"})
+
+    assert tool_scope_check(ticket=ticket, args=args_ok).allowed
+    assert tool_scope_check(ticket=ticket, args=args_other).reason == "out_of_scope_order"
