@@ -1,6 +1,6 @@
 """The ticket endpoints (API.md). Thin: parse, call one service or selector, serialise."""
 
-from ninja import Query, Router
+from ninja import Query, Router, Status
 from ninja.pagination import paginate
 
 from ledger.selectors import tenant_for_user, user_require_role
@@ -24,7 +24,7 @@ def ticket_file(request, payload: TicketIn):
         requested_amount=payload.requested_amount,
         items=payload.items,
     )
-    return 201, ticket_detail_serialize(ticket_get(tenant=ticket.tenant, ticket_id=ticket.pk))
+    return Status(201, ticket_detail_serialize(ticket_get(tenant=ticket.tenant, ticket_id=ticket.pk)))
 
 
 @router.get("", response=list[TicketSummaryOut])
