@@ -1,0 +1,367 @@
+"""The finance review queue (Django admin) and the admins of policies, capabilities and votes.
+
+The ApprovalRequest changelist is the queue: pending first, then oldest first, a constant number
+of queries per page. The detail page shows everything needed to judge the one exact action
+without leaving it; approve / deny / request changes / escalate go through the same service as
+the API (approval_request_decide). Nothing here edits an amount or an argument: to change an
+amount, finance requests changes and the agent drafts a new request with its own hash.
+"""
+
+import json
+from datetime import timedelta
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.db import transaction
+from django.db.models import Case, Count, IntegerField, OuterRef, Subquery, Value, When
+from django.db.models.functions import Coalesce
+from django.http import Http404, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.safestring import mark_safe
+from django.utils.timesince import timesince, timeuntil
+
+from ledger.admin import ReadOnlyAdminMixin, TenantScopedAdminMixin
+from ledger.exceptions import DomainError
+from ledger.selectors import order_ledger, order_refund_position
+
+from .models import ApprovalRequest, ApprovalVote, Capability, RefundPolicy
+from .review import review_sections
+from .services import DECISIONS, approval_request_decide, user_can_decide
+
+S = ApprovalRequest.Status
+BADGE_COLOURS = {
+    S.PENDING: "#205067",
+    S.APPROVED: "#447e9b",
+    S.EXECUTED: "#2e7d32",
+    S.FAILED: "#ba2121",
+    S.DENIED: "#6b6b6b",
+    S.CHANGES_REQUESTED: "#8a6d3b",
+    S.ESCALATED: "#8a6d3b",
+    S.EXPIRED: "#6b6b6b",
+    S.INVALIDATED: "#6b6b6b",
+}
+DECISION_LABELS = {
+    "approve": "Approve",
+    "deny": "Deny",
+    "request_changes": "Request changes",
+    "escalate": "Escalate",
+}
+
+
+def status_badge_html(request: ApprovalRequest):
+    colour = BADGE_COLOURS.get(request.status, "#6b6b6b")
+    label = "FAILED" if request.status == S.FAILED else request.get_status_display()
+    return format_html(
+        '<span class="ra-badge ra-badge-{}" style="background:{};color:#fff;padding:2px 7px;border-radius:9px;'
+        'font-weight:600;white-space:nowrap">{}</span>',
+        request.status, colour, label,
+    )
+
+
+class ExpiryFilter(admin.SimpleListFilter):
+    title = "expiry"
+    parameter_name = "expiry"
+
+    def lookups(self, request, model_admin):
+        return [("expired", "expired"), ("24h", "expiring within 24h"), ("later", "later")]
+
+    def queryset(self, request, queryset):
+        now = timezone.now()
+        if self.value() == "expired":
+            return queryset.filter(expires_at__lte=now)
+        if self.value() == "24h":
+            return queryset.filter(expires_at__gt=now, expires_at__lte=now + timedelta(hours=24))
+        if self.value() == "later":
+            return queryset.filter(expires_at__gt=now + timedelta(hours=24))
+        return queryset
+
+
+class DecisionForm(forms.Form):
+    args_hash = forms.CharField(widget=forms.HiddenInput, max_length=64)
+    note = forms.CharField(widget=forms.Textarea(attrs={"rows": 4, "cols": 80}), required=False, max_length=4000)
+    wanted_amount = forms.DecimalField(
+        required=False, max_digits=12, decimal_places=2, min_value=0.01,
+        help_text="Optional: the amount you would approve instead. The agent drafts a new request.",
+    )
+
+    def __init__(self, *args, decision: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.decision = decision
+        if decision != "request_changes":
+            del self.fields["wanted_amount"]
+        if decision != "approve":
+            self.fields["note"].required = True
+            self.fields["note"].help_text = "Required: the ticket and the trace carry it."
+
+
+@admin.register(ApprovalRequest)
+class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+    change_form_template = "admin/approvals/approvalrequest/change_form.html"
+    list_display = (
+        "id", "ticket", "order_id_display", "customer", "amount_display", "policy_version", "requested_by",
+        "age", "time_to_expiry", "approvals_display", "status_badge",
+    )
+    list_display_links = ("id", "order_id_display")
+    list_filter = ("status", "policy_version", ExpiryFilter)
+    search_fields = ("order__external_id", "ticket_ref__exact", "=idempotency_key")
+    search_help_text = "Order id (e.g. ORD-5001), ticket id, or idempotency key."
+    list_select_related = ("order", "order__customer", "requested_by")
+    list_per_page = 50
+    show_full_result_count = False
+    fieldsets = (
+        ("The exact action", {"fields": ("status", "action", "order", "amount", "currency", "policy_version",
+                                         "required_approvals", "approver_role", "expires_at")}),
+        ("Keys", {"fields": ("args_hash", "idempotency_key", "trace_id", "ticket_ref")}),
+        ("Decision", {"fields": ("requested_by", "decided_by", "decided_at", "decision_note",
+                                 "requested_amount_change", "replaced_by", "ledger_entry_ref")}),
+        ("Record", {"fields": ("refundable_at_request", "created_at", "updated_at")}),
+    )
+
+    def get_queryset(self, request):
+        approvals = (
+            ApprovalVote.objects.filter(request=OuterRef("pk"), decision=ApprovalVote.Decision.APPROVE)
+            .order_by()
+            .values("request")
+            .annotate(n=Count("*"))
+            .values("n")
+        )
+        return super().get_queryset(request).annotate(
+            approvals_so_far=Coalesce(Subquery(approvals, output_field=IntegerField()), Value(0)),
+        )
+
+    def get_ordering(self, request):
+        # The queue: pending first, then oldest first.
+        return [Case(When(status=S.PENDING, then=Value(0)), default=Value(1), output_field=IntegerField()), "created_at"]
+
+    # --- columns -------------------------------------------------------------------------
+
+    @admin.display(description="ticket", ordering="ticket_ref")
+    def ticket(self, obj):
+        return f"#{obj.ticket_ref}" if obj.ticket_ref else "—"
+
+    @admin.display(description="order", ordering="order__external_id")
+    def order_id_display(self, obj):
+        return obj.order.external_id
+
+    @admin.display(description="customer", ordering="order__customer__external_id")
+    def customer(self, obj):
+        return obj.order.customer.external_id
+
+    @admin.display(description="amount", ordering="amount")
+    def amount_display(self, obj):
+        return format_html("<strong>{}&nbsp;{}</strong>", obj.amount, obj.currency)
+
+    @admin.display(description="age", ordering="created_at")
+    def age(self, obj):
+        return timesince(obj.created_at, depth=1)
+
+    @admin.display(description="time to expiry", ordering="expires_at")
+    def time_to_expiry(self, obj):
+        if obj.status != S.PENDING:
+            return "—"
+        if obj.expires_at <= timezone.now():
+            return mark_safe('<span style="color:#ba2121;font-weight:600">expired</span>')
+        return timeuntil(obj.expires_at, depth=2)
+
+    @admin.display(description="approvals")
+    def approvals_display(self, obj):
+        return f"{getattr(obj, 'approvals_so_far', 0)}/{obj.required_approvals}"
+
+    @admin.display(description="status", ordering="status")
+    def status_badge(self, obj):
+        return status_badge_html(obj)
+
+    # --- the review page -----------------------------------------------------------------
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        obj = self.get_object(request, object_id)
+        if obj is not None and self.has_view_permission(request, obj):
+            extra_context = {**(extra_context or {}), **self.review_context(request, obj)}
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    def review_context(self, request, obj: ApprovalRequest) -> dict:
+        order = obj.order
+        position = order_refund_position(order)
+        now = timezone.now()
+        expired = obj.expires_at <= now
+        decidable = obj.status == S.PENDING and not expired and user_can_decide(request.user)
+        is_filer = obj.requested_by_id == request.user.pk
+        payments = [
+            {
+                "method": p.get_method_display(),
+                "card": f"{p.card_brand or 'card'} ****{p.card_last4}" if p.card_last4 else "",
+                "amount": p.amount,
+                "currency": p.currency,
+                "at": p.created_at,
+            }
+            for p in order.payments.all()
+        ]
+        return {
+            "review": obj,
+            "review_badge": status_badge_html(obj),
+            "review_args_json": json.dumps(obj.args, indent=2, sort_keys=True),
+            "review_votes": list(obj.votes.select_related("approver")),
+            "review_order": order,
+            "review_customer": order.customer,
+            "review_items": list(order.items.all()),
+            "review_payments": payments,
+            "review_position": position,
+            "review_refundable_changed": position.refundable != obj.refundable_at_request,
+            "review_ledger": list(order_ledger(order)),
+            "review_policy": obj.policy,
+            "review_expired": expired,
+            "review_verification": obj.verification,
+            "review_verification_json": json.dumps(obj.verification, indent=2, default=str) if obj.verification else "",
+            "review_sections": review_sections(obj),
+            "review_decidable": decidable and not is_filer,
+            "review_is_filer": is_filer,
+            "review_decisions": [
+                (d, DECISION_LABELS[d], reverse("admin:approvals_approvalrequest_decide", args=[obj.pk, d]))
+                for d in DECISIONS
+            ],
+        }
+
+    def get_urls(self):
+        return [
+            path(
+                "<path:object_id>/decide/<str:decision>/",
+                self.admin_site.admin_view(self.decide_view),
+                name="approvals_approvalrequest_decide",
+            ),
+            *super().get_urls(),
+        ]
+
+    def decide_view(self, request, object_id, decision):
+        """Confirm one decision with a note (approving shows the exact amount and order once more),
+        then post it with the args hash that was shown."""
+        if decision not in DECISIONS:
+            raise Http404("Unknown decision.")
+        if not user_can_decide(request.user):
+            raise PermissionDenied("Deciding approval requests needs the finance role and permission.")
+        obj = self.get_queryset(request).select_related("order", "order__customer").filter(pk=object_id).first()
+        if obj is None or not self.has_view_permission(request, obj):
+            raise Http404("No such approval request.")
+        change_url = reverse("admin:approvals_approvalrequest_change", args=[obj.pk])
+        if request.method == "POST":
+            form = DecisionForm(request.POST, decision=decision)
+            if form.is_valid():
+                try:
+                    approval_request_decide(
+                        request_id=obj.pk,
+                        user=request.user,
+                        decision=decision,
+                        args_hash=form.cleaned_data["args_hash"],
+                        note=form.cleaned_data["note"],
+                        wanted_amount=form.cleaned_data.get("wanted_amount"),
+                    )
+                except DomainError as exc:
+                    messages.error(request, f"Not decided: {exc.message}")
+                    return HttpResponseRedirect(change_url)
+                obj.refresh_from_db()
+                messages.success(request, f"Request #{obj.pk}: {DECISION_LABELS[decision].lower()} recorded; "
+                                          f"it is now {obj.get_status_display()}.")
+                return HttpResponseRedirect(change_url)
+        else:
+            form = DecisionForm(initial={"args_hash": obj.args_hash}, decision=decision)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "original": obj,
+            "decision": decision,
+            "decision_label": DECISION_LABELS[decision],
+            "form": form,
+            "change_url": change_url,
+            "title": f"{DECISION_LABELS[decision]}: request #{obj.pk}",
+            "args_json": json.dumps(obj.args, indent=2, sort_keys=True),
+            "expired": obj.expires_at <= timezone.now(),
+        }
+        return TemplateResponse(request, "admin/approvals/approvalrequest/decide.html", context)
+
+
+@admin.register(ApprovalVote)
+class ApprovalVoteAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+    tenant_field = "request__tenant"
+    list_display = ("id", "request", "approver", "decision", "created_at")
+    list_filter = ("decision",)
+    list_select_related = ("request", "approver")
+    search_fields = ("request__order__external_id", "approver__username")
+
+
+@admin.register(RefundPolicy)
+class RefundPolicyAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
+    list_display = ("version", "tenant", "status", "window_days", "two_approver_threshold",
+                    "approvals_above_threshold", "published_at", "retired_at")
+    list_filter = ("status", "tenant")
+    list_select_related = ("tenant",)
+    search_fields = ("version",)
+    actions = ["copy_to_draft", "publish"]
+    LIFECYCLE = ("status", "published_at", "retired_at", "supersedes", "created_at")
+
+    def get_readonly_fields(self, request, obj=None):
+        if obj is not None and obj.status != RefundPolicy.Status.DRAFT:
+            # Published and retired versions are history: publish a new version instead.
+            return [f.name for f in self.model._meta.concrete_fields]
+        return self.LIFECYCLE
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)
+        return actions
+
+    @admin.action(description="Publish new version: copy into a draft", permissions=["add"])
+    def copy_to_draft(self, request, queryset):
+        for policy in queryset:
+            n = 1
+            while RefundPolicy.objects.filter(tenant=policy.tenant, version=f"{policy.version}-next{n}").exists():
+                n += 1
+            draft = RefundPolicy.objects.create(
+                tenant=policy.tenant, version=f"{policy.version}-next{n}", status=RefundPolicy.Status.DRAFT,
+                window_days=policy.window_days, full_refund_statuses=policy.full_refund_statuses,
+                item_refund_statuses=policy.item_refund_statuses,
+                full_refund_destinations=policy.full_refund_destinations,
+                item_refund_destinations=policy.item_refund_destinations,
+                two_approver_threshold=policy.two_approver_threshold,
+                approvals_above_threshold=policy.approvals_above_threshold, text=policy.text,
+            )
+            messages.success(request, f"Draft {draft.version} created from {policy.version}: edit it, then publish it.")
+
+    @admin.action(description="Publish the selected drafts (retires the current version)", permissions=["change"])
+    def publish(self, request, queryset):
+        for policy in queryset:
+            if policy.status != RefundPolicy.Status.DRAFT:
+                messages.error(request, f"{policy.version} is {policy.status}; only drafts are published.")
+                continue
+            now = timezone.now()
+            with transaction.atomic():
+                current = RefundPolicy.objects.select_for_update().current_for(policy.tenant)
+                policy.status, policy.published_at = RefundPolicy.Status.PUBLISHED, now
+                if current is not None and not hasattr(current, "superseded_by"):
+                    policy.supersedes = current
+                policy.save()
+                if current is not None:
+                    current.status, current.retired_at = RefundPolicy.Status.RETIRED, now
+                    current.save()
+            messages.success(request, f"{policy.version} is now the current policy of {policy.tenant}; pending "
+                                      "approval requests made under the old version are re-checked before approval.")
+
+
+@admin.register(Capability)
+class CapabilityAdmin(admin.ModelAdmin):
+    list_display = ("name", "side_effect", "approval_rule", "enabled", "timeout_seconds", "updated_at")
+    list_editable = ("enabled",)
+    list_filter = ("enabled", "side_effect")
+    readonly_fields = ("name", "side_effect", "approval_rule", "updated_at")
+    fields = ("name", "description", "side_effect", "approval_rule", "enabled", "timeout_seconds", "updated_at")
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False

@@ -1,0 +1,214 @@
+"""The finance review queue in the Django admin."""
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+
+from approvals.models import ApprovalRequest, Capability, RefundPolicy
+from ledger.models import Order, RefundEntry
+
+pytestmark = pytest.mark.django_db
+
+CHANGELIST = "/admin/approvals/approvalrequest/"
+
+
+def change_url(request):
+    return reverse("admin:approvals_approvalrequest_change", args=[request.pk])
+
+
+def decide_url(request, decision):
+    return reverse("admin:approvals_approvalrequest_decide", args=[request.pk, decision])
+
+
+@pytest.fixture
+def login(user):
+    def make(username, **attrs):
+        account = user(username)
+        for name, value in attrs.items():
+            setattr(account, name, value)
+        account.save()
+        client = Client()
+        client.force_login(account)
+        return client
+
+    return make
+
+
+def test_finance_sees_the_queue_and_approves_from_the_admin(approval_request_make, login,
+                                                            django_capture_on_commit_callbacks):
+    # given a pending request for ORD-5001 and a finance user in the admin
+    request = approval_request_make(order="ORD-5001")
+    finance = login("acme-finance")
+    # when they open the queue and the request
+    queue = finance.get(CHANGELIST)
+    assert queue.status_code == 200
+    assert change_url(request) in queue.content.decode()
+    page = finance.get(change_url(request))
+    html = page.content.decode()
+    # then the review page shows the exact action, its hash and key, the ledger, and the buttons
+    assert page.status_code == 200
+    for text in ("120.00 USD", "ORD-5001", "CUST-1001", request.args_hash, request.idempotency_key,
+                 'id="ra-ledger"', 'id="ra-approve"', 'id="ra-deny"', 'id="ra-request_changes"', 'id="ra-escalate"',
+                 "refund-policy-v4", "visa ****4242"):
+        assert text in html, text
+    assert "pi_3Pq" not in html  # the payment reference stays redacted
+    assert 'name="_save"' not in html  # nothing to edit
+    # when they click approve, the amount and order are shown once more
+    confirm = finance.get(decide_url(request, "approve"))
+    assert confirm.status_code == 200
+    assert 'id="ra-confirm-amount">120.00 USD<' in confirm.content.decode()
+    assert request.args_hash in confirm.content.decode()
+    # and confirming posts the hash shown
+    with django_capture_on_commit_callbacks(execute=True):
+        done = finance.post(decide_url(request, "approve"), {"args_hash": request.args_hash, "note": "ok"})
+    assert done.status_code == 302 and done["Location"] == change_url(request)
+    request.refresh_from_db()
+    assert request.status == "executed"
+    assert RefundEntry.objects.get(idempotency_key=request.idempotency_key).amount == Decimal("120.00")
+    after = finance.get(change_url(request)).content.decode()
+    assert 'id="ra-approve"' not in after and 'id="ra-verification"' in after
+
+
+def test_a_support_user_cannot_see_or_decide(approval_request_make, login):
+    request = approval_request_make(order="ORD-5001")
+    # not staff: the admin sends them to log in
+    support = login("acme-support")
+    assert support.get(CHANGELIST).status_code == 302
+    assert support.post(decide_url(request, "approve"), {"args_hash": request.args_hash}).status_code == 302
+    # even made staff: no view permission, no decision
+    support = login("acme-support", is_staff=True)
+    assert support.get(CHANGELIST).status_code == 403
+    assert support.get(change_url(request)).status_code in (302, 403)
+    assert support.post(decide_url(request, "approve"), {"args_hash": request.args_hash}).status_code == 403
+    assert ApprovalRequest.objects.get(pk=request.pk).status == "pending"
+
+
+def test_the_filer_gets_no_buttons_and_cannot_approve(approval_request_make, login):
+    request = approval_request_make(order="ORD-5001", filer="acme-lead")
+    lead = login("acme-lead")
+    html = lead.get(change_url(request)).content.decode()
+    assert 'id="ra-approve"' not in html and "maker-checker" in html
+    response = lead.post(decide_url(request, "approve"), {"args_hash": request.args_hash}, follow=True)
+    assert "Not decided" in response.content.decode()
+    assert ApprovalRequest.objects.get(pk=request.pk).status == "pending"
+
+
+def test_another_tenants_request_does_not_exist_for_them(approval_request_make, login):
+    request = approval_request_make(order="ORD-5001")
+    globex = login("globex-finance")
+    assert change_url(request) not in globex.get(CHANGELIST).content.decode()
+    assert globex.get(change_url(request)).status_code == 302  # the admin's "does not exist" redirect
+    assert globex.post(decide_url(request, "approve"), {"args_hash": request.args_hash}).status_code == 404
+    assert ApprovalRequest.objects.get(pk=request.pk).status == "pending"
+
+
+def test_a_stale_hash_is_refused(approval_request_make, login):
+    request = approval_request_make(order="ORD-5001")
+    response = login("acme-finance").post(decide_url(request, "approve"), {"args_hash": "f" * 64}, follow=True)
+    assert "Not decided" in response.content.decode()
+    assert ApprovalRequest.objects.get(pk=request.pk).status == "pending"
+
+
+def test_deny_needs_a_note_and_request_changes_takes_an_amount(approval_request_make, login):
+    request = approval_request_make(order="ORD-5001")
+    finance = login("acme-finance")
+    missing = finance.post(decide_url(request, "deny"), {"args_hash": request.args_hash, "note": ""})
+    assert missing.status_code == 200 and "This field is required" in missing.content.decode()
+    assert ApprovalRequest.objects.get(pk=request.pk).status == "pending"
+    changed = finance.post(decide_url(request, "request_changes"),
+                           {"args_hash": request.args_hash, "note": "Half, please.", "wanted_amount": "60.00"})
+    assert changed.status_code == 302
+    request.refresh_from_db()
+    assert (request.status, request.requested_amount_change, request.amount) == (
+        "changes_requested", Decimal("60.00"), Decimal("120.00"))
+
+
+def test_the_queue_lists_pending_first_then_oldest_and_filters(approval_request_make, login, user):
+    from approvals.services import approval_request_decide
+
+    old_denied = approval_request_make(order="ORD-5001")
+    approval_request_decide(request_id=old_denied.pk, user=user("acme-finance"), decision="deny",
+                            args_hash=old_denied.args_hash, note="no")
+    pending = approval_request_make(order="ORD-5003")
+    expired = approval_request_make(order="ORD-5006")
+    ApprovalRequest.objects.filter(pk=expired.pk).update(expires_at=timezone.now() - timedelta(hours=1))
+    finance = login("acme-finance")
+    response = finance.get(CHANGELIST)
+    ids = [r.pk for r in response.context["cl"].result_list]
+    assert ids == [pending.pk, expired.pk, old_denied.pk]
+    assert [r.pk for r in finance.get(CHANGELIST + "?expiry=expired").context["cl"].result_list] == [expired.pk]
+    assert [r.pk for r in finance.get(CHANGELIST + "?status__exact=denied").context["cl"].result_list] == [old_denied.pk]
+    assert [r.pk for r in finance.get(CHANGELIST + "?q=ORD-5003").context["cl"].result_list] == [pending.pk]
+
+
+def test_failed_requests_show_a_red_badge(approval_request_make, login):
+    request = approval_request_make(order="ORD-5001")
+    ApprovalRequest.objects.filter(pk=request.pk).update(
+        status="failed", verification={"ok": False, "checks": [{"name": "amount_exact", "ok": False,
+                                                                "expected": "120.00", "actual": "10.00"}]})
+    finance = login("acme-finance")
+    assert "ra-badge-failed" in finance.get(CHANGELIST + "?status__exact=failed").content.decode()
+    html = finance.get(change_url(request)).content.decode()
+    assert 'id="ra-failed"' in html and "amount_exact" in html
+
+
+def _bulk_requests(n, demo):
+    order = Order.objects.select_related("tenant").get(tenant__slug="acme", external_id="ORD-5001")
+    policy = RefundPolicy.objects.current_for(order.tenant)
+    now = timezone.now()
+    start = ApprovalRequest.objects.count()
+    ApprovalRequest.objects.bulk_create(
+        ApprovalRequest(
+            tenant=order.tenant, order=order, amount=Decimal("10.00"), currency="USD", args={"n": i},
+            args_hash=f"{i:064d}", idempotency_key=f"bulk:{start + i}", policy=policy, policy_version=policy.version,
+            refundable_at_request=Decimal("120.00"), ticket_ref=i, expires_at=now + timedelta(hours=i % 48),
+            status="pending" if i % 3 else "denied",
+        )
+        for i in range(n)
+    )
+
+
+def _changelist_queries(client) -> int:
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(CHANGELIST)
+    assert response.status_code == 200
+    return len(queries)
+
+
+def test_the_queue_costs_the_same_queries_at_10_and_1000_requests(demo, login, approval_request_make):
+    finance = login("acme-finance")
+    _bulk_requests(10, demo)
+    at_10 = _changelist_queries(finance)
+    _bulk_requests(990, demo)
+    at_1000 = _changelist_queries(finance)
+    assert at_10 == at_1000, (at_10, at_1000)
+    assert at_10 <= 12, at_10
+
+
+def test_operators_switch_a_capability_off_in_the_list(demo, login):
+    ops = login("ops")
+    capability = Capability.objects.get(name="orders.lookup_order")
+    page = ops.get("/admin/approvals/capability/")
+    assert page.status_code == 200 and 'name="form-0-enabled"' in page.content.decode()
+    assert ops.get(f"/admin/approvals/capability/{capability.pk}/change/").status_code == 200
+
+
+def test_publish_new_version_copies_into_a_draft_then_publishes(demo, login):
+    ops = login("ops")
+    v4 = RefundPolicy.objects.get(tenant__slug="acme", version="refund-policy-v4")
+    ops.post("/admin/approvals/refundpolicy/", {"action": "copy_to_draft", "_selected_action": [v4.pk]})
+    draft = RefundPolicy.objects.get(tenant=v4.tenant, status="draft")
+    assert draft.text == v4.text and draft.window_days == 30
+    ops.post("/admin/approvals/refundpolicy/", {"action": "publish", "_selected_action": [draft.pk]})
+    v4.refresh_from_db()
+    draft.refresh_from_db()
+    assert (draft.status, v4.status) == ("published", "retired")
+    assert RefundPolicy.objects.current_for(v4.tenant) == draft
+    # a published version is read-only in the admin
+    assert 'name="window_days"' not in ops.get(f"/admin/approvals/refundpolicy/{draft.pk}/change/").content.decode()
