@@ -1,0 +1,140 @@
+"""The agent's records in the Django admin, for reading: tickets with their trace, runs,
+drafts and trace events. What the agent produced is never edited here; tickets change through
+the services (API, web UI). Non-superusers see their own tenant only. A trace can be exported
+as JSON, from a ticket's page or as an action on selected tickets."""
+
+import json
+
+from django.contrib import admin
+from django.http import JsonResponse
+from django.shortcuts import get_object_or_404
+from django.urls import path, reverse
+from django.utils.html import format_html
+
+from ledger.admin import ReadOnlyAdminMixin, ReadOnlyInline, TenantScopedAdminMixin
+
+from .models import AgentRun, RefundDraft, Ticket, TraceEvent
+from .tracing import trace_export
+
+
+def _pretty(value) -> str:
+    return format_html("<pre style='white-space: pre-wrap; max-width: 100ch'>{}</pre>",
+                       json.dumps(value, indent=2, sort_keys=True, default=str))
+
+
+class TraceEventInline(ReadOnlyInline):
+    model = TraceEvent
+    fields = ("seq", "span", "status", "decision", "reason", "tool", "duration_ms", "input_tokens", "output_tokens",
+              "at")
+    ordering = ("seq",)
+
+
+class RefundDraftInline(ReadOnlyInline):
+    model = RefundDraft
+    fields = ("recommendation", "amount", "currency", "policy_version", "rationale", "customer_reply", "created_at")
+
+
+class AgentRunInline(ReadOnlyInline):
+    model = AgentRun
+    fields = ("status", "stop_reason", "stop_detail", "iterations", "input_tokens", "output_tokens", "cost_usd",
+              "started_at", "finished_at")
+    show_change_link = True
+
+
+@admin.register(Ticket)
+class TicketAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ("id", "tenant", "order", "status", "stop_reason", "requested_amount", "currency", "created_at")
+    list_filter = ("status", "stop_reason")
+    search_fields = ("order__external_id", "customer__external_id", "trace_id")
+    list_select_related = ("tenant", "order")
+    readonly_fields = ("tenant", "order", "customer", "message", "requested_amount", "currency", "items", "status",
+                       "stop_reason", "stop_detail", "trace_id", "trace_json", "created_by", "created_at",
+                       "updated_at")
+    fields = readonly_fields
+    inlines = [AgentRunInline, RefundDraftInline, TraceEventInline]
+    actions = ["export_traces"]
+
+    def get_urls(self):
+        own = [path("<int:ticket_id>/trace.json", self.admin_site.admin_view(self.trace_json_view),
+                    name="refundagent_ticket_trace_json")]
+        return own + super().get_urls()
+
+    @admin.display(description="trace")
+    def trace_json(self, obj):
+        if obj.pk is None:
+            return "-"
+        url = reverse("admin:refundagent_ticket_trace_json", args=[obj.pk])
+        return format_html('<a href="{}">Export the trace as JSON</a> ({} events)', url, obj.trace_events.count())
+
+    def trace_json_view(self, request, ticket_id: int):
+        ticket = get_object_or_404(self.get_queryset(request), pk=ticket_id)
+        if not self.has_view_permission(request, ticket):
+            return JsonResponse({"detail": "Not allowed."}, status=403)
+        response = JsonResponse(trace_export(ticket), json_dumps_params={"indent": 2})
+        response["Content-Disposition"] = f'attachment; filename="trace-ticket-{ticket.pk}.json"'
+        return response
+
+    @admin.action(description="Export the traces of the selected tickets as JSON")
+    def export_traces(self, request, queryset):
+        response = JsonResponse({"traces": [trace_export(t) for t in queryset.order_by("id")]},
+                                json_dumps_params={"indent": 2})
+        response["Content-Disposition"] = 'attachment; filename="traces.json"'
+        return response
+
+
+@admin.register(AgentRun)
+class AgentRunAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+    tenant_field = "ticket__tenant"
+    list_display = ("id", "ticket", "status", "stop_reason", "provider", "model", "iterations", "input_tokens",
+                    "output_tokens", "cost_usd", "started_at", "finished_at")
+    list_filter = ("status", "stop_reason", "provider")
+    list_select_related = ("ticket",)
+    readonly_fields = ("ticket", "status", "provider", "model", "claimed_by", "claimed_at", "lease_expires_at",
+                       "iterations", "invalid_args_retries", "input_tokens", "output_tokens",
+                       "cache_creation_input_tokens", "cache_read_input_tokens", "cost_usd", "stop_reason",
+                       "stop_detail", "started_at", "finished_at", "created_at", "transcript", "loop_state")
+    exclude = ("messages", "state")
+
+    @admin.display(description="transcript")
+    def transcript(self, obj):
+        return _pretty(obj.messages)
+
+    @admin.display(description="state")
+    def loop_state(self, obj):
+        return _pretty(obj.state)
+
+
+@admin.register(RefundDraft)
+class RefundDraftAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+    tenant_field = "ticket__tenant"
+    list_display = ("id", "ticket", "recommendation", "amount", "currency", "policy_version", "outcome", "created_at")
+    list_filter = ("recommendation",)
+    list_select_related = ("ticket",)
+    readonly_fields = ("run", "ticket", "recommendation", "amount", "currency", "policy_version", "rationale",
+                       "customer_reply", "verdict", "created_at")
+    exclude = ("gate_verdict",)
+
+    @admin.display(description="gate outcome")
+    def outcome(self, obj):
+        return (obj.gate_verdict or {}).get("outcome", "")
+
+    @admin.display(description="gate verdict")
+    def verdict(self, obj):
+        return _pretty(obj.gate_verdict)
+
+
+@admin.register(TraceEvent)
+class TraceEventAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+    tenant_field = "ticket__tenant"
+    list_display = ("trace_id", "ticket", "seq", "span", "status", "decision", "reason", "tool", "duration_ms", "at")
+    list_filter = ("span", "status")
+    search_fields = ("=trace_id", "decision", "reason", "tool")
+    list_select_related = ("ticket",)
+    ordering = ("-ticket_id", "seq")
+    readonly_fields = ("ticket", "run", "trace_id", "seq", "span", "status", "decision", "reason", "tool",
+                       "duration_ms", "input_tokens", "output_tokens", "payload", "at")
+    exclude = ("data",)
+
+    @admin.display(description="data")
+    def payload(self, obj):
+        return _pretty(obj.data)

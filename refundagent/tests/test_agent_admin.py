@@ -1,0 +1,80 @@
+"""The agent's records in the admin: readable, read-only, tenant-scoped, trace exportable."""
+
+import pytest
+from django.test import Client
+
+from refundagent.agent.loop import agent_run_ticket
+from refundagent.agent.providers.offline import OfflineProvider
+from refundagent.models import AgentRun, Ticket, TraceEvent
+from refundagent.services import ticket_create
+
+
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
+@pytest.fixture
+def tickets(user):
+    acme = ticket_create(user=user("acme-support"), order="ORD-5001", customer="CUST-1001", message="x")
+    agent_run_ticket(ticket_id=acme.pk, provider=OfflineProvider())
+    globex = ticket_create(user=user("globex-support"), order="ORD-7001", customer="CUST-2001", message="y")
+    agent_run_ticket(ticket_id=globex.pk, provider=OfflineProvider())
+    return acme, globex
+
+
+def admin_client(user, username):
+    client = Client()
+    client.force_login(user(username))
+    return client
+
+
+def test_finance_reads_its_tenants_tickets_and_traces_only(user, tickets):
+    acme, globex = tickets
+    client = admin_client(user, "acme-finance")
+
+    listing = client.get("/admin/refundagent/ticket/")
+    assert listing.status_code == 200
+    assert f"/admin/refundagent/ticket/{acme.pk}/change/" in listing.content.decode()
+    assert f"/admin/refundagent/ticket/{globex.pk}/change/" not in listing.content.decode()
+    page = client.get(f"/admin/refundagent/ticket/{acme.pk}/change/")
+    assert page.status_code == 200 and b"refunds.create_draft" in page.content
+    assert client.get(f"/admin/refundagent/ticket/{globex.pk}/change/").status_code == 302  # not found: redirected
+    events = client.get("/admin/refundagent/traceevent/").content.decode()
+    assert str(acme.trace_id) in events and str(globex.trace_id) not in events
+
+
+def test_the_trace_exports_as_json(user, tickets):
+    acme, globex = tickets
+    client = admin_client(user, "acme-finance")
+
+    response = client.get(f"/admin/refundagent/ticket/{acme.pk}/trace.json")
+
+    assert response.status_code == 200
+    body = response.json()
+    assert body["trace_id"] == str(acme.trace_id)
+    assert len(body["events"]) == TraceEvent.objects.filter(ticket=acme).count()
+    assert client.get(f"/admin/refundagent/ticket/{globex.pk}/trace.json").status_code == 404
+
+
+def test_the_export_action_returns_the_selected_traces(user, tickets):
+    acme, _ = tickets
+    client = admin_client(user, "acme-finance")
+
+    response = client.post("/admin/refundagent/ticket/", {"action": "export_traces", "_selected_action": [acme.pk]})
+
+    assert response.status_code == 200
+    assert [t["ticket"] for t in response.json()["traces"]] == [acme.pk]
+
+
+def test_agent_output_cannot_be_edited_in_the_admin(user, tickets):
+    acme, _ = tickets
+    client = admin_client(user, "ops")  # a superuser
+    run = AgentRun.objects.get(ticket=acme)
+
+    page = client.get(f"/admin/refundagent/agentrun/{run.pk}/change/")
+    assert page.status_code == 200 and b"transcript" in page.content
+    client.post(f"/admin/refundagent/ticket/{acme.pk}/change/", {"status": "refunded"})
+    acme.refresh_from_db()
+    assert acme.status == Ticket.Status.APPROVAL_REQUIRED
+    assert client.get("/admin/refundagent/ticket/add/").status_code == 403
