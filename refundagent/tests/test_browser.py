@@ -19,6 +19,9 @@ ARTIFACTS = Path(settings.BASE_DIR) / "artifacts" / "browser"
 
 pytestmark = [
     pytest.mark.browser,
+    # live_server flushes the database after each test; serialized_rollback restores what the
+    # data migrations wrote (the capability registry), which a flush would otherwise wipe.
+    pytest.mark.django_db(transaction=True, serialized_rollback=True),
     pytest.mark.skipif(
         not (os.path.exists(CHROMIUM) or shutil.which("chromium")) and not IN_CI,
         reason=f"needs Debian's chromium at {CHROMIUM} (apt-get install -y chromium); required in CI",
@@ -57,9 +60,9 @@ def _fast_passwords(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
-def shot(page, name):
+def shot(page, name, full_page=True):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(ARTIFACTS / name), full_page=True)
+    page.screenshot(path=str(ARTIFACTS / name), full_page=full_page)
 
 
 def log_in(page, base, username):
@@ -162,6 +165,8 @@ def test_ticket_page_follows_the_agent_live_and_copies_the_reply(live_server, pa
 
 
 def approve_in_admin(page, base, ticket):
+    """Finance's path through the review queue (approvals/admin.py): the queue, the request's
+    review page, Approve, then the confirmation that posts the args hash that was shown."""
     from playwright.sync_api import expect
 
     from approvals.models import ApprovalRequest
@@ -170,9 +175,24 @@ def approve_in_admin(page, base, ticket):
     page.goto(f"{base}/admin/login/?next=/admin/approvals/approvalrequest/")
     page.fill("#id_username", "acme-finance")
     page.fill("#id_password", "demo")
-    page.locator("input[type=submit]").click()
+    page.locator("#login-form [type=submit]").click()
     page.wait_for_url(f"{base}/admin/approvals/approvalrequest/")
-    page.locator(f"a[href$='/admin/approvals/approvalrequest/{request.pk}/change/']").first.click()
-    expect(page.locator("body")).to_contain_text("120.00")
-    shot(page, "admin-approval.png")
-    raise NotImplementedError("the admin approve flow")
+    queue_row = page.locator("#result_list tbody tr", has_text="ORD-5001")
+    expect(queue_row).to_contain_text("120.00")
+    queue_row.locator(f"a[href$='/approvalrequest/{request.pk}/change/']").first.click()
+
+    expect(page.locator("#content")).to_contain_text("120.00")
+    expect(page.locator("#content")).to_contain_text(request.args_hash[:12])
+    shot(page, "admin-approval.png", full_page=False)
+    page.locator(f"a[href$='/approvalrequest/{request.pk}/decide/approve/']").first.click()
+
+    confirm = page.locator("form:has(input[name=args_hash])")
+    expect(confirm).to_be_visible()
+    expect(confirm.locator("input[name=args_hash]")).to_have_value(request.args_hash)
+    confirm.locator("[type=submit]").click()
+    page.wait_for_url(f"**/admin/approvals/approvalrequest/{request.pk}/change/")
+    expect(page.locator(".messagelist")).to_contain_text("approve recorded")
+    shot(page, "admin-approved.png", full_page=False)
+    request.refresh_from_db()
+    assert request.status == ApprovalRequest.Status.EXECUTED
+    page.locator("#logout-form [type=submit]").click()
