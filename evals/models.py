@@ -48,11 +48,14 @@ class EvalRun(models.Model):
     metrics = models.JSONField(default=dict, blank=True)
     gate_failures = models.JSONField(default=list, blank=True, help_text="Which thresholds failed, and by how much.")
     passed = models.BooleanField(null=True, help_text="Did the release gate pass? Empty while running.")
+    duration_ms = models.PositiveIntegerField(default=0)
+    error = models.TextField(blank=True, help_text="Why the run itself could not finish (not a case failure).")
     started_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-started_at", "-id"]
+        indexes = [models.Index(fields=["suite", "-started_at"], name="eval_run_suite_started_idx")]
 
     def __str__(self):
         verdict = {True: "passed", False: "FAILED", None: "running"}[self.passed]
@@ -66,6 +69,10 @@ class EvalResult(models.Model):
     passed = models.BooleanField()
     observed = models.JSONField(default=dict, blank=True)
     failures = models.JSONField(default=list, blank=True, help_text="Why it failed: one line per failed check.")
+    false_allow = models.BooleanField(default=False, help_text="An approval request that should not exist or exceeds what is allowed.")
+    missing_citation = models.BooleanField(default=False)
+    money_moved_by_agent = models.BooleanField(default=False)
+    draft_quality = models.BooleanField(null=True, help_text="Deterministic draft checks; empty when no draft was graded.")
     trace_id = models.CharField(max_length=64, blank=True)
     trace = models.JSONField(default=list, blank=True, help_text="The trace, kept with the result (the case data is rolled back).")
     duration_ms = models.PositiveIntegerField(default=0)
@@ -73,3 +80,6 @@ class EvalResult(models.Model):
     class Meta:
         ordering = ["passed", "case__name", "attempt"]
         constraints = [models.UniqueConstraint(fields=["run", "case", "attempt"], name="eval_result_unique_attempt")]
+
+    def __str__(self):
+        return f"{self.case.name} #{self.attempt} {'passed' if self.passed else 'FAILED'}"

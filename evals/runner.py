@@ -1,0 +1,354 @@
+"""Run one eval case in a sandbox that is rolled back afterwards.
+
+Why a rolled-back transaction (and not a long-lived eval tenant): every case starts from
+exactly its own data and nothing else — no earlier case's refunds, no real tenant's orders —
+and leaves nothing behind, so a run can be repeated any number of times with the same result
+and the scheduled run can share a database with real tenants. Inside the transaction the
+case gets a scratch tenant, staff users, its policy and only the orders it needs (importing
+the whole τ-bench shop per case would be far too slow). `transaction.on_commit` callbacks
+never fire inside it, so the runner drives the pipeline itself, synchronously: the agent loop
+(instead of the Celery task `ticket_create` would enqueue), finance's approval and the
+approval's execution and verification. The evidence is graded and copied out (observed
+outcome + trace) before the rollback; the EvalResult is written after it.
+"""
+
+import json
+import logging
+import time
+from copy import deepcopy
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.utils import timezone
+
+from approvals.models import ApprovalRequest, Capability, RefundPolicy
+from ledger.exceptions import DomainError
+from ledger.models import Order, RefundEntry, Tenant
+from ledger.selectors import order_refunded_total
+
+from . import graders
+from .tau import tau_policy_publish
+
+logger = logging.getLogger(__name__)
+
+SANDBOX_TENANT = "eval-sandbox"
+SANDBOX_OTHER_TENANT = "eval-sandbox-other"
+
+
+class _Rollback(Exception):
+    """Raised at the end of every case to roll its sandbox back."""
+
+
+@dataclass
+class CaseOutcome:
+    passed: bool
+    observed: dict
+    failures: list[str]
+    trace_id: str = ""
+    trace: list = field(default_factory=list)
+    grade: dict = field(default_factory=dict)
+    duration_ms: int = 0
+
+
+@dataclass
+class CaseSpec:
+    """The parts of an EvalCase the runner needs (an EvalCase row or a case dict)."""
+
+    name: str
+    ticket_input: dict
+    fixture: dict
+    expected: dict
+    provider_script: list | dict | None = None
+    tags: list = field(default_factory=list)
+
+    @classmethod
+    def of(cls, case) -> "CaseSpec":
+        if isinstance(case, dict):
+            return cls(name=case["name"], ticket_input=case["ticket_input"], fixture=case["fixture"],
+                       expected=case["expected"], provider_script=case.get("provider_script"), tags=case.get("tags", []))
+        return cls(name=case.name, ticket_input=case.ticket_input, fixture=case.fixture, expected=case.expected,
+                   provider_script=case.provider_script, tags=case.tags)
+
+
+# --- the sandbox ------------------------------------------------------------------------------
+
+
+def _import_format(fixture: dict, slug: str, now: datetime) -> dict:
+    """The case's shop as the ledger's import format, in the sandbox tenant, dated from now."""
+    data = {"tenant": slug, "customers": deepcopy(fixture.get("customers", [])), "orders": []}
+    for order in fixture.get("orders", []):
+        order = deepcopy(order)
+        days = order.pop("placed_days_ago", None)
+        if days is not None:
+            order["placed_at"] = (now - timedelta(days=days)).isoformat()
+        data["orders"].append(order)
+    return data
+
+
+def _policy_install(tenant: Tenant, kind: str | None) -> RefundPolicy | None:
+    from refundagent.demo import policy_publish_demo
+
+    if kind in (None, "none"):
+        return None
+    if kind == "tau":
+        return tau_policy_publish(tenant)
+    policy = policy_publish_demo(tenant)
+    if kind == "retired":
+        now = timezone.now()
+        for stale in RefundPolicy.objects.filter(tenant=tenant, status=RefundPolicy.Status.PUBLISHED):
+            stale.status, stale.retired_at = RefundPolicy.Status.RETIRED, now
+            stale.save()
+        return None
+    return policy
+
+
+SANDBOX_STAFF = (("support", ["support"]), ("finance", ["finance"]), ("finance2", ["finance"]))
+
+
+def _sandbox_staff(tenant: Tenant) -> dict:
+    """The case's support and finance users, made in a few bulk queries (this runs per case).
+    The role groups are the product's own (refundagent.demo.roles_ensure), made if missing."""
+    from django.contrib.auth import get_user_model
+    from django.contrib.auth.models import Group
+
+    from ledger.models import Membership
+    from refundagent.demo import roles_ensure
+
+    groups = {g.name: g for g in Group.objects.filter(name__in=["support", "finance"])}
+    if len(groups) < 2:
+        groups = roles_ensure()
+    User = get_user_model()
+    users = []
+    for suffix, roles in SANDBOX_STAFF:
+        user = User(username=f"{tenant.slug}-{suffix}", email=f"{suffix}@{tenant.slug}.example",
+                    is_staff="finance" in roles)
+        user.set_unusable_password()
+        users.append(user)
+    users = User.objects.bulk_create(users)
+    if any(u.pk is None for u in users):  # backends that do not return ids from bulk inserts
+        users = list(User.objects.filter(username__in=[u.username for u in users]).order_by("id"))
+    Membership.objects.bulk_create(Membership(user=u, tenant=tenant) for u in users)
+    User.groups.through.objects.bulk_create(
+        User.groups.through(user_id=u.pk, group_id=groups[role].pk)
+        for u, (_, roles) in zip(users, SANDBOX_STAFF, strict=True) for role in roles
+    )
+    return {suffix: u for u, (suffix, _) in zip(users, SANDBOX_STAFF, strict=True)}
+
+
+def sandbox_build(fixture: dict, *, now: datetime) -> dict:
+    """The case's world: tenants, staff, policy, customers and orders (and switched-off capabilities)."""
+    from ledger.importing import orders_import
+
+    tenant = Tenant.objects.create(slug=SANDBOX_TENANT, name="Eval sandbox")
+    staff = _sandbox_staff(tenant)
+    _policy_install(tenant, fixture.get("policy", "demo"))
+    orders_import(data=_import_format(fixture, tenant.slug, now))
+    tenants = [tenant]
+    other = fixture.get("other_tenant")
+    if other:
+        other_tenant = Tenant.objects.create(slug=SANDBOX_OTHER_TENANT, name="Eval sandbox (another tenant)")
+        _policy_install(other_tenant, other.get("policy", "demo"))
+        orders_import(data=_import_format(other, other_tenant.slug, now))
+        tenants.append(other_tenant)
+    if fixture.get("capabilities_off"):
+        Capability.objects.filter(name__in=fixture["capabilities_off"]).update(enabled=False)
+    return {
+        "tenant": tenant,
+        "tenants": tenants,
+        "support": staff["support"],
+        "finance": [staff["finance"], staff["finance2"]],
+    }
+
+
+# --- providers --------------------------------------------------------------------------------
+
+
+class DestinationAwareOffline:
+    """The offline planner, told the refund destination the customer chose.
+
+    The product's ticket form has no destination field yet, so the offline planner always drafts
+    a refund to the original method. τ-bench returns name the method; this wrapper passes that
+    choice on, as a filing-form fact would: to a gift card when the policy allows it, and an
+    escalation when the customer wants the money on a method the policy does not allow."""
+
+    def __init__(self, inner, destination: str):
+        self.inner = inner
+        self.destination = destination
+        self.name = inner.name
+        self.model = inner.model
+
+    def cost_usd(self, usage):
+        return self.inner.cost_usd(usage)
+
+    def complete(self, **kwargs):
+        turn = self.inner.complete(**kwargs)
+        changed = {}
+        for block in turn.content:
+            if block.get("type") != "tool_use" or block.get("name") != "refunds_create_draft":
+                continue
+            draft = dict(block["input"])
+            if draft.get("recommendation") != "refund":
+                continue
+            if self.destination == "gift_card":
+                draft["destination"] = "gift_card"
+            elif self.destination not in ("original", None):
+                draft["recommendation"] = "escalate"
+                draft.pop("amount", None)
+                draft.pop("destination", None)
+                draft["rationale"] = (draft.get("rationale", "") + " The customer wants the money on a payment "
+                                      "method the policy does not allow: a person decides.").strip()
+            block["input"] = draft
+            changed[block["id"]] = draft
+        if changed:
+            turn.tool_calls = [replace(c, input=changed[c.id]) if c.id in changed else c for c in turn.tool_calls]
+        return turn
+
+
+def provider_for_case(spec: CaseSpec, provider_name: str):
+    from refundagent.agent.providers import provider_get
+
+    if spec.provider_script is not None:
+        from refundagent.agent.providers.scripted import ScriptedProvider
+
+        return ScriptedProvider.from_json(deepcopy(spec.provider_script))
+    provider = provider_get(provider_name)
+    destination = spec.ticket_input.get("destination")
+    if provider_name == "offline" and destination and destination != "original":
+        return DestinationAwareOffline(provider, destination)
+    return provider
+
+
+# --- one case -----------------------------------------------------------------------------------
+
+
+def case_execute(case, *, provider_name: str = "offline", judge=None) -> CaseOutcome:
+    """Run one case in its sandbox and grade it. Never raises for a failing case."""
+    spec = CaseSpec.of(case)
+    started = time.monotonic()
+    box: dict = {}
+    try:
+        with transaction.atomic():
+            _case_in_sandbox(spec, provider_name, box, judge)
+            raise _Rollback
+    except _Rollback:
+        pass
+    except Exception as exc:  # noqa: BLE001 - a crashing case is a failed case, not a crashed run
+        logger.exception("eval case %s crashed", spec.name)
+        box.setdefault("evidence", {})["crash"] = f"{type(exc).__name__}: {exc}"
+        box["grade"] = graders.Grade(passed=False, failures=[f"the case crashed: {type(exc).__name__}: {exc}"])
+    grade: graders.Grade = box["grade"]
+    evidence = box.get("evidence", {})
+    trace = evidence.pop("trace", [])
+    return CaseOutcome(
+        passed=grade.passed,
+        observed=evidence,
+        failures=grade.failures,
+        trace_id=evidence.get("ticket", {}).get("trace_id", ""),
+        trace=trace,
+        grade=grade.as_dict(),
+        duration_ms=int((time.monotonic() - started) * 1000),
+    )
+
+
+def _case_in_sandbox(spec: CaseSpec, provider_name: str, box: dict, judge) -> None:
+    from approvals import gate
+    from refundagent.agent.loop import agent_run_ticket
+    from refundagent.models import Ticket
+    from refundagent.services import ticket_create
+    from refundagent.tracing import trace_export
+
+    now = timezone.now()
+    sandbox = sandbox_build(spec.fixture, now=now)
+    tenant_ids = [t.pk for t in sandbox["tenants"]]
+    evidence: dict = {"provider": provider_name}
+    box["evidence"] = evidence
+    ticket_input = spec.ticket_input
+    message = ticket_input["message"]
+    if provider_name == "anthropic" and ticket_input.get("instruction"):
+        message = ticket_input["instruction"]  # a real model gets only the customer's words
+
+    try:
+        ticket = ticket_create(
+            user=sandbox["support"],
+            order=ticket_input["order"],
+            customer=ticket_input["customer"],
+            message=message,
+            requested_amount=ticket_input.get("requested_amount"),
+            items=ticket_input.get("items") or [],
+        )
+    except DomainError as exc:
+        evidence["ticket_error"] = exc.code
+        evidence["ticket_error_detail"] = exc.message
+        evidence["tickets_written"] = Ticket.objects.filter(tenant_id__in=tenant_ids).count()
+        evidence["approvals"] = graders.evidence_approvals(tenant_ids=tenant_ids)
+        evidence["entries_before_approval"] = []
+        box["grade"] = graders.case_grade(expected=spec.expected, evidence=evidence)
+        if evidence["tickets_written"]:
+            box["grade"].failures.append("a refused ticket still wrote a ticket")
+            box["grade"].passed = False
+        return
+
+    order = ticket.order
+    policy = gate.policy_current(ticket.tenant)
+    evidence["order"] = {"external_id": order.external_id, "total": str(order.total), "currency": order.currency,
+                         "status": order.status}
+    evidence["policy_current"] = policy.version if policy else None
+    evidence["refundable"] = graders.refundable_independent(order=order, policy=policy, item_ids=list(ticket.items),
+                                                            now=now)
+    entries_before = set(RefundEntry.objects.filter(tenant_id__in=tenant_ids).values_list("pk", flat=True))
+
+    provider = provider_for_case(spec, provider_name)
+    agent_run_ticket(ticket_id=ticket.pk, provider=provider)
+
+    ticket.refresh_from_db()
+    evidence["ticket"] = {"id": ticket.pk, "status": ticket.status, "stop_reason": ticket.stop_reason,
+                          "stop_detail": ticket.stop_detail, "trace_id": str(ticket.trace_id)}
+    evidence["model"] = getattr(provider, "model", "")
+    evidence["draft"] = graders.evidence_draft(ticket)
+    evidence["approvals"] = graders.evidence_approvals(tenant_ids=tenant_ids)
+    evidence["entries_before_approval"] = [
+        e for e in graders.evidence_ledger(tenant_ids) if e["id"] not in entries_before
+    ]
+    evidence["other_people"] = graders.evidence_people(ticket_customer_id=ticket.customer_id, tenant_ids=tenant_ids)
+    evidence["transcript"] = json.dumps([r.messages for r in ticket.runs.all()], default=str)
+
+    want = spec.expected.get("approval_amount")
+    pending = [a for a in evidence["approvals"] if a["status"] == ApprovalRequest.Status.PENDING]
+    if want is not None and len(pending) == 1:
+        evidence["execution"] = _approve_and_execute(pending[0]["id"], order, sandbox, tenant_ids, entries_before)
+        ticket.refresh_from_db()
+        evidence["execution"]["ticket_status"] = ticket.status
+
+    evidence["trace"] = trace_export(ticket)["events"]
+    if judge is not None and evidence.get("draft"):
+        evidence["judge"] = judge(evidence)
+    grade = graders.case_grade(expected=spec.expected, evidence=evidence)
+    box["grade"] = grade
+    # The transcript was graded; it is large, keep only its size in the stored outcome.
+    evidence["transcript"] = f"{len(evidence['transcript'])} characters"
+
+
+def _approve_and_execute(request_id: int, order: Order, sandbox: dict, tenant_ids, entries_before) -> dict:
+    """Finance approves (two people when the request needs two) and the runtime executes once,
+    synchronously; executing a second time must write nothing (a redelivered task)."""
+    from approvals.services import approval_execute, approval_request_decide
+
+    result: dict = {"refunded_before": str(order_refunded_total(order))}
+    try:
+        request = ApprovalRequest.objects.get(pk=request_id)
+        for approver in sandbox["finance"][: request.required_approvals]:
+            request = approval_request_decide(request_id=request_id, user=approver, decision="approve",
+                                              args_hash=request.args_hash, note="eval: approved as shown")
+        approval_execute(request_id=request_id)
+        count = RefundEntry.objects.filter(tenant_id__in=tenant_ids).count()
+        approval_execute(request_id=request_id)
+        result["replay_new_entries"] = RefundEntry.objects.filter(tenant_id__in=tenant_ids).count() - count
+    except DomainError as exc:
+        result["error"] = f"{exc.code}: {exc.message}"
+    request = ApprovalRequest.objects.get(pk=request_id)
+    result["status"] = request.status
+    result["verification"] = request.verification
+    result["entries"] = [e for e in graders.evidence_ledger(tenant_ids) if e["id"] not in entries_before]
+    result["refunded_after"] = str(order_refunded_total(order))
+    return result

@@ -1,0 +1,156 @@
+"""Writes of the evals app: syncing case definitions into EvalCase rows, and eval runs."""
+
+import logging
+import os
+import subprocess
+import time
+from collections.abc import Callable
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from . import graders
+from .models import EvalCase, EvalResult, EvalRun
+from .runner import case_execute
+
+logger = logging.getLogger(__name__)
+
+SUITES = ("release_gate", "tau_retail")
+SUITE_CHOICES = (*SUITES, "all")
+PROVIDERS = ("offline", "anthropic")
+
+
+def evals_cases_sync(*, cases: list[dict] | None = None) -> dict:
+    """Write the case definitions (evals.cases) into EvalCase rows: new ones are created,
+    changed ones updated, unchanged ones left alone. Cases are then data, visible in the admin;
+    a case an operator disabled there stays disabled."""
+    if cases is None:
+        from .cases import cases_all
+
+        cases = cases_all()
+    fields = ("suite", "tags", "description", "ticket_input", "fixture", "provider_script", "expected")
+    existing = {c.name: c for c in EvalCase.objects.filter(name__in=[c["name"] for c in cases])}
+    created = updated = 0
+    with transaction.atomic():
+        for case in cases:
+            values = {f: case.get(f, [] if f == "tags" else "" if f == "description" else None) for f in fields}
+            row = existing.get(case["name"])
+            if row is None:
+                EvalCase.objects.create(name=case["name"], **values)
+                created += 1
+            elif any(getattr(row, f) != values[f] for f in fields):
+                EvalCase.objects.filter(pk=row.pk).update(updated_at=timezone.now(), **values)
+                updated += 1
+    return {"created": created, "updated": updated, "total": len(cases)}
+
+
+def code_version() -> str:
+    """The commit being evaluated: GIT_COMMIT/SOURCE_VERSION if the deploy sets one, else git."""
+    for name in ("GIT_COMMIT", "SOURCE_VERSION"):
+        if os.getenv(name):
+            return os.environ[name][:64]
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=settings.BASE_DIR, capture_output=True, text=True,
+                             timeout=5, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.stdout.strip()[:64] if out.returncode == 0 else ""
+
+
+def eval_cases_select(suite: str):
+    cases = EvalCase.objects.filter(enabled=True)
+    if suite != "all":
+        cases = cases.filter(suite=suite)
+    return cases.order_by("suite", "name")
+
+
+def eval_run_execute(
+    *,
+    suite: str = "all",
+    provider: str = "offline",
+    repeat: int = 1,
+    trigger: str = EvalRun.Trigger.COMMAND,
+    sync: bool = True,
+    progress: Callable[[int, int, str, bool], None] | None = None,
+    names: list[str] | None = None,
+) -> EvalRun:
+    """Run a suite (every enabled case, `repeat` times each), store the run, its results, the
+    metrics and the gate verdict. The gate's failures are logged at ERROR."""
+    if suite not in SUITE_CHOICES:
+        raise ValueError(f"Unknown suite {suite!r}; one of {', '.join(SUITE_CHOICES)}.")
+    if repeat < 1:
+        raise ValueError("repeat must be at least 1")
+    if sync:
+        evals_cases_sync()
+    # The role groups are global configuration (as seed_demo makes them), not tenant data:
+    # made once here, so each case's sandbox does not rebuild them (and roll them back) again.
+    from refundagent.demo import roles_ensure
+
+    roles_ensure()
+    cases = list(eval_cases_select(suite))
+    if names is not None:
+        cases = [c for c in cases if c.name in set(names)]
+    judge = None
+    model = ""
+    if provider == "anthropic":
+        from .judge import judge_for_provider
+
+        judge, model = judge_for_provider()
+    elif provider == "offline":
+        from refundagent.agent.providers.offline import OfflineProvider
+
+        model = OfflineProvider.model
+    run = EvalRun.objects.create(suite=suite, trigger=trigger, provider=provider, model=model,
+                                 code_version=code_version(), repeat=repeat)
+    started = time.monotonic()
+    rows = []
+    done, todo = 0, len(cases) * repeat
+    try:
+        for case in cases:
+            blocking = "blocking" in (case.tags or [])
+            for attempt in range(1, repeat + 1):
+                outcome = case_execute(case, provider_name=provider, judge=judge)
+                model = model or outcome.observed.get("model", "")
+                EvalResult.objects.create(
+                    run=run, case=case, attempt=attempt, passed=outcome.passed, observed=outcome.observed,
+                    failures=outcome.failures, trace_id=outcome.trace_id, trace=outcome.trace,
+                    duration_ms=outcome.duration_ms, false_allow=outcome.grade.get("false_allow", False),
+                    missing_citation=outcome.grade.get("missing_citation", False),
+                    money_moved_by_agent=outcome.grade.get("money_moved_by_agent", False),
+                    draft_quality=outcome.grade.get("draft_quality"),
+                )
+                judge_ok = (outcome.observed.get("judge") or {}).get("ok")
+                rows.append({"case": case.name, "passed": outcome.passed, "blocking": blocking,
+                             "judge_ok": judge_ok, **outcome.grade})
+                done += 1
+                if progress:
+                    progress(done, todo, case.name, outcome.passed)
+    except BaseException as exc:
+        run.error = f"{type(exc).__name__}: {exc}"
+        run.passed = False
+        run.finished_at = timezone.now()
+        run.duration_ms = int((time.monotonic() - started) * 1000)
+        run.save()
+        logger.error("eval run #%s (%s) did not finish: %s", run.pk, suite, run.error)
+        raise
+    metrics = graders.metrics_compute(rows, repeat=repeat)
+    failures = graders.gate_evaluate(metrics)
+    if not rows:
+        failures.append({"metric": "cases", "value": 0, "threshold": "> 0"})
+    run.metrics = metrics
+    run.gate_failures = failures
+    run.total = len(rows)
+    run.passed_count = metrics["passed"]
+    run.failed_count = metrics["failed"]
+    run.passed = not failures
+    run.model = model
+    run.finished_at = timezone.now()
+    run.duration_ms = int((time.monotonic() - started) * 1000)
+    run.save()
+    if failures:
+        logger.error(
+            "eval run #%s (%s, %s, trigger %s): the release gate FAILED: %s", run.pk, suite, provider, trigger,
+            "; ".join(f"{f['metric']}={f['value']} (needs {f['threshold']})" for f in failures),
+        )
+    return run

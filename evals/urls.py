@@ -1,0 +1,10 @@
+from django.urls import path
+
+from . import views
+
+app_name = "evals"
+
+urlpatterns = [
+    path("", views.evals_dashboard, name="dashboard"),
+    path("results/<int:pk>/trace.json", views.result_trace, name="result_trace"),
+]

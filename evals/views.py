@@ -1,0 +1,69 @@
+"""The operators' page at /evals/: the pass-rate and false-allow trend over the last runs (an
+inline SVG drawn on the server: no JavaScript, no CDN) and the last run's failures."""
+
+from django.contrib.admin.views.decorators import staff_member_required
+from django.http import JsonResponse
+from django.shortcuts import get_object_or_404, render
+
+from .models import EvalResult
+from .selectors import eval_run_failures, eval_runs_recent
+from .services import SUITE_CHOICES
+
+WIDTH, HEIGHT, PAD_LEFT, PAD_RIGHT, PAD_TOP, PAD_BOTTOM = 720, 240, 48, 48, 16, 36
+
+
+def trend_chart(runs) -> dict:
+    """Coordinates for the SVG: a pass-rate line (left axis, 0–100 %) and false-allow bars
+    (right axis, counts), one slot per run."""
+    plot_w, plot_h = WIDTH - PAD_LEFT - PAD_RIGHT, HEIGHT - PAD_TOP - PAD_BOTTOM
+    n = len(runs)
+    slot = plot_w / max(n, 1)
+    max_fa = max([r.metrics.get("false_allow", 0) for r in runs] + [1])
+    points, bars, labels = [], [], []
+    for i, run in enumerate(runs):
+        x = PAD_LEFT + slot * i + slot / 2
+        rate = float(run.metrics.get("pass_rate", 0) or 0)
+        y = PAD_TOP + plot_h * (1 - rate)
+        fa = run.metrics.get("false_allow", 0) or 0
+        bar_h = plot_h * fa / max_fa
+        points.append({"x": round(x, 1), "y": round(y, 1), "run": run, "rate": round(rate * 100, 1),
+                       "failed_gate": run.passed is False})
+        if fa:
+            bars.append({"x": round(x - min(slot * 0.3, 10), 1), "y": round(PAD_TOP + plot_h - bar_h, 1),
+                         "w": round(min(slot * 0.6, 20), 1), "h": round(bar_h, 1), "value": fa, "run": run})
+        if n <= 12 or i % max(1, n // 12) == 0:
+            labels.append({"x": round(x, 1), "text": f"#{run.pk}"})
+    grid = [{"y": round(PAD_TOP + plot_h * (1 - p / 100), 1), "label": f"{p}%"} for p in (0, 25, 50, 75, 100)]
+    return {
+        "width": WIDTH, "height": HEIGHT, "left": PAD_LEFT, "right": WIDTH - PAD_RIGHT, "top": PAD_TOP,
+        "bottom": HEIGHT - PAD_BOTTOM, "label_y": HEIGHT - PAD_BOTTOM + 16, "right_label_x": WIDTH - PAD_RIGHT + 6,
+        "polyline": " ".join(f"{p['x']},{p['y']}" for p in points), "points": points, "bars": bars,
+        "labels": labels, "grid": grid, "max_false_allow": max_fa,
+    }
+
+
+@staff_member_required
+def evals_dashboard(request):
+    suite = request.GET.get("suite") or ""
+    if suite not in SUITE_CHOICES:
+        suite = ""
+    runs = eval_runs_recent(suite=suite or None, limit=30)
+    last = runs[-1] if runs else None
+    return render(request, "evals/dashboard.html", {
+        "runs": runs,
+        "recent": runs[::-1][:10],
+        "last": last,
+        "failures": eval_run_failures(last) if last else [],
+        "chart": trend_chart(runs),
+        "suite": suite,
+        "suites": SUITE_CHOICES,
+        "nav": "evals",
+    })
+
+
+@staff_member_required
+def result_trace(request, pk: int):
+    """The trace stored with an eval result, as JSON (the case's own rows were rolled back)."""
+    result = get_object_or_404(EvalResult.objects.select_related("case"), pk=pk)
+    return JsonResponse({"case": result.case.name, "run": result.run_id, "attempt": result.attempt,
+                         "trace_id": result.trace_id, "events": result.trace})
