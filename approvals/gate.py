@@ -130,7 +130,7 @@ def policy_gate_evaluate(
         return stop(
             Outcome.ESCALATED,
             f"model_recommends_{proposal.recommendation}",
-            f"The agent recommends '{proposal.recommendation}'" + ("" if eligible else f"; {reason}") + ": a person decides.",
+            f"The agent recommends '{proposal.recommendation}'." + ("" if eligible else f" {reason}") + " A person decides.",
         )
     if not eligible:
         outcome = Outcome.DENIED if code in {"fully_refunded", "items_already_refunded"} else Outcome.ESCALATED

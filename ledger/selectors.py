@@ -12,6 +12,16 @@ from .exceptions import Forbidden, NotFound
 from .models import Customer, Order, RefundEntry, RefundEntryItem, RefundRevision, Tenant
 
 ZERO = Decimal("0.00")
+
+
+class _MoneyField(DecimalField):
+    """A 2-place decimal output field that also quantizes on SQLite, whose COALESCE drops the scale."""
+
+    def from_db_value(self, value, expression, connection):
+        return None if value is None else Decimal(value).quantize(Decimal("0.01"))
+
+
+MONEY_FIELD = _MoneyField(max_digits=12, decimal_places=2)
 ROLES = ("support", "finance")
 
 
@@ -54,7 +64,7 @@ def refund_entries_with_effective_amount(queryset=None):
     latest_revision = RefundRevision.objects.filter(entry=OuterRef("pk")).order_by("-id").values("new_amount")[:1]
     queryset = RefundEntry.objects.all() if queryset is None else queryset
     return queryset.annotate(
-        effective_amount=Coalesce(Subquery(latest_revision), "amount", output_field=DecimalField(max_digits=12, decimal_places=2))
+        effective_amount=Coalesce(Subquery(latest_revision), "amount", output_field=MONEY_FIELD)
     )
 
 

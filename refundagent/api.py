@@ -69,7 +69,7 @@ def health(request):
         result["database"] = f"error: {type(exc).__name__}"
         result["status"] = "error"
         status = 503
-    if settings.CELERY_BROKER_URL:
+    if not settings.CELERY_TASK_ALWAYS_EAGER:
         from refundagent.celery import app
 
         try:

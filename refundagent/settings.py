@@ -148,8 +148,11 @@ SECURE_REDIRECT_EXEMPT = [r"^api/health$"]
 
 # --- Celery -----------------------------------------------------------------------------
 CELERY_BROKER_URL = os.getenv("CELERY_BROKER_URL", "")
-# Without a broker every task runs in-process, at once (the embedded default).
+# Without a broker every task runs in-process, at once (the embedded default). Celery still
+# asks for a producer in eager mode, so give it the in-memory transport, not amqp://localhost.
 CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
+if CELERY_TASK_ALWAYS_EAGER:
+    CELERY_BROKER_URL = "memory://"
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True

@@ -21,6 +21,7 @@ def broker(settings):
 
     def use(url):
         settings.CELERY_BROKER_URL = url
+        settings.CELERY_TASK_ALWAYS_EAGER = False
         celery_app.conf.broker_write_url = url
 
     yield use
@@ -28,7 +29,8 @@ def broker(settings):
 
 
 def test_health_without_a_broker_is_eager(db, settings):
-    settings.CELERY_BROKER_URL = ""
+    settings.CELERY_BROKER_URL = "memory://"
+    settings.CELERY_TASK_ALWAYS_EAGER = True
 
     response = Client().get("/api/health")
 

@@ -47,7 +47,7 @@ class Command(BaseCommand):
         if self.embedded:
             self.say("embedded SQLite, fresh demo database; Celery eager; provider " + settings.AGENT_PROVIDER)
         else:
-            self.say(f"{connection.vendor} database; broker {'eager' if not settings.CELERY_BROKER_URL else 'set'}")
+            self.say(f"{connection.vendor} database; {'Celery eager' if settings.CELERY_TASK_ALWAYS_EAGER else 'Celery workers'}")
 
         self.step("2. Demo data")
         demo_seed()
