@@ -102,8 +102,8 @@ class DecisionForm(forms.Form):
 class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     change_form_template = "admin/approvals/approvalrequest/change_form.html"
     list_display = (
-        "id", "ticket", "order_id_display", "customer", "amount_display", "policy_version", "requested_by",
-        "age", "time_to_expiry", "approvals_display", "status_badge",
+        "id", "status_badge", "ticket", "order_id_display", "customer", "amount_display", "policy_version",
+        "requested_by", "age", "time_to_expiry", "approvals_display",
     )
     list_display_links = ("id", "order_id_display")
     list_filter = ("status", "policy_version", ExpiryFilter)
