@@ -146,3 +146,15 @@ def test_overload_on_every_attempt_stops_the_run_failed(ticket, fake_anthropic):
     assert agent_run.stop_reason == Ticket.StopReason.FAILED
     [error] = ticket.trace_events.filter(span="model", status="error")
     assert (error.data["status_code"], error.data["transient"]) == (529, True)
+
+
+def test_the_anthropic_provider_without_a_key_stops_the_run_failed_with_a_readable_reason(ticket, settings):
+    settings.ANTHROPIC_API_KEY = ""
+    settings.AGENT_PROVIDER = "anthropic"
+
+    agent_run_ticket(ticket_id=ticket.pk)
+
+    ticket.refresh_from_db()
+    assert ticket.status == Ticket.Status.FAILED
+    assert "ANTHROPIC_API_KEY is not set" in ticket.stop_detail
+    assert ticket.runs.get().provider == "anthropic"

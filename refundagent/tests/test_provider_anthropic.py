@@ -263,8 +263,10 @@ def test_max_tokens_below_one_is_refused_before_any_request(fake_anthropic):
 def test_no_api_key_is_a_permanent_provider_error(settings):
     settings.ANTHROPIC_API_KEY = ""
 
+    provider = AnthropicProvider()
+
     with pytest.raises(ProviderError) as raised:
-        AnthropicProvider()
+        complete(provider)
 
     assert raised.value.transient is False
     assert "ANTHROPIC_API_KEY" in str(raised.value)

@@ -41,24 +41,28 @@ class AnthropicProvider:
         sleep: Callable[[float], None] = time.sleep,
     ):
         api_key = api_key if api_key is not None else settings.ANTHROPIC_API_KEY
-        if not api_key:
-            raise ProviderError("ANTHROPIC_API_KEY is not set: the anthropic provider cannot run.", transient=False)
         self.model = model or settings.ANTHROPIC_MODEL
         self.max_retries = settings.ANTHROPIC_MAX_RETRIES if max_retries is None else max_retries
         self.backoff_seconds = backoff_seconds
         self.max_backoff_seconds = max_backoff_seconds
         self.cache_conversation = cache_conversation
         self._sleep = sleep
-        self.client = anthropic.Anthropic(
-            api_key=api_key,
-            base_url=base_url if base_url is not None else settings.ANTHROPIC_BASE_URL,
-            timeout=settings.ANTHROPIC_TIMEOUT_SECONDS if timeout is None else timeout,
-            max_retries=0,
-        )
+        # Without a key the provider still builds, and every call fails permanently: the loop
+        # then stops the run `failed` with this reason instead of the task crashing.
+        self.client = None
+        if api_key:
+            self.client = anthropic.Anthropic(
+                api_key=api_key,
+                base_url=base_url if base_url is not None else settings.ANTHROPIC_BASE_URL,
+                timeout=settings.ANTHROPIC_TIMEOUT_SECONDS if timeout is None else timeout,
+                max_retries=0,
+            )
 
     # -- the Provider interface -------------------------------------------------------------
 
     def complete(self, *, system: str, tools: list[ToolSpec], messages: list[dict], max_tokens: int) -> ModelTurn:
+        if self.client is None:
+            raise ProviderError("ANTHROPIC_API_KEY is not set: the anthropic provider cannot run.", transient=False)
         if max_tokens < 1:
             raise ProviderError(f"max_tokens must be at least 1 (got {max_tokens}).", transient=False)
         request = {
