@@ -23,6 +23,12 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.skip(reason="needs CELERY_BROKER_URL and a PostgreSQL DATABASE_URL"))
 
 
+@pytest.fixture(autouse=True)
+def _fast_password_hashing(settings):
+    """The demo seed sets seven passwords; PBKDF2 would make that seconds per test."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+
+
 @pytest.fixture
 def demo(db):
     """The demo data of API.md (tenants acme and globex, their users, orders, policies)."""
