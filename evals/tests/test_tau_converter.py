@@ -1,0 +1,124 @@
+"""The τ-bench converter: exact amounts, and converted orders that match the source files."""
+
+import json
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.core.management import call_command
+
+from evals.tau import TAU_POLICY_VERSION, TAU_TENANT, tau_convert, tau_data_dir
+
+SOURCE = Path(settings.BASE_DIR).parent / "shared" / "data" / "tau-bench-retail"
+
+
+def _walk(value):
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from _walk(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _walk(v)
+    else:
+        yield value
+
+
+def test_the_data_dir_is_the_shared_one():
+    assert tau_data_dir() == SOURCE
+    assert (SOURCE / "orders.json").exists()
+
+
+def test_every_amount_is_an_exact_decimal_string(tau_data):
+    converted = tau_convert(users=tau_data.users, orders=tau_data.orders)
+    assert not [v for v in _walk(converted) if isinstance(v, float)], "no float may survive the conversion"
+    for order in converted["orders"]:
+        source = tau_data.orders[order["id"]]
+        paid = sum(Decimal(str(h["amount"])) for h in source["payment_history"] if h["transaction_type"] == "payment")
+        assert Decimal(order["total"]) == paid
+        # Exact: the item prices add up to the paid total in Decimal (not always in float).
+        assert sum(Decimal(i["price"]) for i in order["items"]) == Decimal(order["total"])
+        for item, src in zip(order["items"], source["items"], strict=True):
+            assert item["price"] == f"{Decimal(str(src['price'])):.2f}"
+    float_mismatches = sum(
+        1 for o in tau_data.orders.values()
+        if sum(i["price"] for i in o["items"]) != o["payment_history"][0]["amount"]
+    )
+    assert float_mismatches > 0, "the source has float sums that differ from the paid total: Decimal is needed"
+
+
+def test_a_sample_of_converted_orders_matches_the_source_files():
+    users = json.loads((SOURCE / "users.json").read_text())
+    orders = json.loads((SOURCE / "orders.json").read_text())
+    ids = list(orders)[::37] + [i for i, o in orders.items() if o["status"] == "cancelled"][:5]
+    ids += [i for i, o in orders.items() if len({x["item_id"] for x in o["items"]}) < len(o["items"])][:3]
+    converted = tau_convert(users=users, orders=orders, order_ids=ids)
+    assert [o["id"] for o in converted["orders"]] == ids
+    by_id = {c["id"]: c for c in converted["customers"]}
+    for order in converted["orders"]:
+        src = orders[order["id"]]
+        user = users[src["user_id"]]
+        assert order["customer"] == src["user_id"]
+        assert order["status"] == src["status"]
+        assert order["currency"] == "USD"
+        assert [i["id"] for i in order["items"]] == [i["item_id"] for i in src["items"]]  # repeats kept
+        assert [i["name"] for i in order["items"]] == [i["name"] for i in src["items"]]
+        assert [i["product_id"] for i in order["items"]] == [i["product_id"] for i in src["items"]]
+        assert all(i["quantity"] == 1 for i in order["items"])
+        paid_with = src["payment_history"][0]["payment_method_id"]
+        assert order["payment"]["payment_method_id"] == paid_with
+        method = user["payment_methods"][paid_with]
+        assert order["payment"]["method"] == {"credit_card": "card", "paypal": "paypal", "gift_card": "gift_card"}[method["source"]]
+        if method["source"] == "credit_card":
+            assert order["payment"]["card_last4"] == method["last_four"]
+        refunds = [h for h in src["payment_history"] if h["transaction_type"] == "refund"]
+        assert [Decimal(r["amount"]) for r in order["refunds"]] == [Decimal(str(r["amount"])) for r in refunds]
+        if src["status"] == "cancelled":
+            assert sum(Decimal(r["amount"]) for r in order["refunds"]) == Decimal(order["total"])
+        customer = by_id[src["user_id"]]
+        assert customer["email"] == user["email"]
+        assert customer["name"] == f"{user['name']['first_name']} {user['name']['last_name']}"
+        kinds = {m["id"]: m for m in customer["payment_methods"]}
+        for method_id, m in user["payment_methods"].items():
+            if m["source"] == "gift_card":
+                assert kinds[method_id]["balance"] == f"{Decimal(str(m['balance'])):.2f}"
+            if m["source"] == "credit_card":
+                assert (kinds[method_id]["brand"], kinds[method_id]["last4"]) == (m["brand"], m["last_four"])
+
+
+@pytest.mark.django_db
+def test_import_tau_bench_is_exact_and_safe_to_run_twice():
+    from approvals.models import RefundPolicy
+    from ledger.models import Customer, Order, RefundEntry, Tenant
+    from ledger.selectors import order_refund_position
+
+    call_command("import_tau_bench", str(SOURCE))
+    tenant = Tenant.objects.get(slug=TAU_TENANT)
+    counts = (Customer.objects.filter(tenant=tenant).count(), Order.objects.filter(tenant=tenant).count(),
+              RefundEntry.objects.filter(tenant=tenant).count())
+    assert counts == (500, 1000, 102)
+
+    policy = RefundPolicy.objects.current_for(tenant)
+    assert policy.version == TAU_POLICY_VERSION and policy.window_days is None
+    assert policy.full_refund_statuses == ["pending"] and policy.item_refund_statuses == ["delivered"]
+    assert set(policy.item_refund_destinations) == {"original", "gift_card"}
+
+    orders = json.loads((SOURCE / "orders.json").read_text())
+    for order in Order.objects.filter(tenant=tenant, status="cancelled")[:10]:
+        assert order_refund_position(order).refundable == Decimal("0.00")  # fully refunded already
+    sample = Order.objects.get(tenant=tenant, external_id="#W2611340")
+    assert sample.total == Decimal("536.65")
+    assert [(i.item_id, i.price) for i in sample.items.order_by("line_no")] == [
+        (i["item_id"], Decimal(str(i["price"]))) for i in orders["#W2611340"]["items"]
+    ]
+
+    from django.contrib.auth import get_user_model
+
+    users = get_user_model().objects.filter(username__in=["tau-support", "tau-finance", "tau-finance2"])
+    assert {u.username: sorted(u.groups.values_list("name", flat=True)) for u in users} == {
+        "tau-support": ["support"], "tau-finance": ["finance"], "tau-finance2": ["finance"]}
+
+    call_command("import_tau_bench", str(SOURCE))  # again: nothing duplicated
+    assert (Customer.objects.filter(tenant=tenant).count(), Order.objects.filter(tenant=tenant).count(),
+            RefundEntry.objects.filter(tenant=tenant).count()) == counts
+    assert RefundPolicy.objects.filter(tenant=tenant).count() == 1

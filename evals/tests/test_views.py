@@ -1,0 +1,53 @@
+"""The operators' page and the admin show the runs."""
+
+import pytest
+from django.contrib.auth import get_user_model
+
+from evals.models import EvalRun
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def runs():
+    from evals.services import eval_run_execute
+
+    return [eval_run_execute(suite="release_gate", trigger=EvalRun.Trigger.TEST, names=names)
+            for names in (["in_window_over_request_capped"], ["out_of_window_escalated", "fully_refunded_order"])]
+
+
+@pytest.fixture
+def staff_client(client):
+    user = get_user_model().objects.create_superuser("evals-op", "op@example.com", "pw-evals-op")
+    client.force_login(user)
+    return client
+
+
+def test_dashboard_shows_the_trend_chart_and_last_failures(staff_client, runs):
+    from evals.models import EvalResult
+
+    EvalResult.objects.filter(run=runs[-1], case__name="fully_refunded_order").update(
+        passed=False, failures=["stop_reason 'x', expected denied"])
+    page = staff_client.get("/evals/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    assert "<svg" in html and "<polyline" in html and html.count("<circle") == 2
+    assert "fully_refunded_order" in html and "stop_reason &#x27;x&#x27;" in html
+    assert "<script" not in html.split("<svg", 1)[1].split("</svg>", 1)[0]
+
+
+def test_dashboard_is_staff_only(client, runs):
+    assert client.get("/evals/").status_code == 302
+
+
+def test_admin_lists_runs_and_results_with_their_traces(staff_client, runs):
+    result = runs[0].results.get()
+    assert staff_client.get("/admin/evals/evalrun/?passed__exact=1").status_code == 200
+    detail = staff_client.get(f"/admin/evals/evalrun/{runs[0].pk}/change/")
+    assert detail.status_code == 200 and b"in_window_over_request_capped" in detail.content
+    assert staff_client.get("/admin/evals/evalresult/?passed__exact=0").status_code == 200
+    page = staff_client.get(f"/admin/evals/evalresult/{result.pk}/change/")
+    assert page.status_code == 200 and b"trace.json" in page.content
+    trace = staff_client.get(f"/evals/results/{result.pk}/trace.json").json()
+    assert trace["events"] == result.trace and trace["events"][0]["span"] == "run"
+    assert staff_client.get("/admin/evals/evalcase/?suite=release_gate").status_code == 200
