@@ -82,9 +82,3 @@ def _run_concurrently(fn, args_list):
 def run_concurrently():
     """run_concurrently(fn, [args, ...]): one thread per args, released together; results or exceptions."""
     return _run_concurrently
-
-
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):
-    # The demo seed sets seven passwords; the production hasher takes most of a second each.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

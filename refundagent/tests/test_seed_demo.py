@@ -17,11 +17,6 @@ from ledger.selectors import order_refund_position, user_roles
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 def _snapshot() -> dict:
     """Every row of every table the seed touches, values and all."""
     models = [*apps.get_app_config("ledger").get_models(), *apps.get_app_config("approvals").get_models(),
