@@ -1,7 +1,10 @@
 """Recording trace events: one trace per ticket, events in order, redacted before storage."""
 
-from django.db import IntegrityError, transaction
-from django.db.models import Max
+import random
+import time
+
+from django.db import connection
+from django.utils import timezone
 
 from .models import Ticket, TraceEvent
 from .redaction import redact, redact_text, sensitive_values_for_order
@@ -25,28 +28,60 @@ def trace_record(
     """Append an event to the ticket's trace. `sensitive` (else derived from the ticket's
     order) lists exact values to redact; patterns catch emails and payment references."""
     known = sensitive if sensitive is not None else sensitive_values_for_order(ticket.order)
-    for _ in range(5):
-        seq = (TraceEvent.objects.filter(ticket=ticket).aggregate(m=Max("seq"))["m"] or 0) + 1
-        try:
-            with transaction.atomic():
-                return TraceEvent.objects.create(
-                    ticket=ticket,
-                    run=run,
-                    trace_id=ticket.trace_id,
-                    seq=seq,
-                    span=span,
-                    status=status,
-                    decision=decision[:40],
-                    reason=redact_text(reason, known)[:200],
-                    tool=tool,
-                    duration_ms=duration_ms,
-                    input_tokens=input_tokens,
-                    output_tokens=output_tokens,
-                    data=redact(data or {}, known),
-                )
-        except IntegrityError:
-            continue  # another writer took this seq; take the next one
+    values = {
+        "ticket_id": ticket.pk,
+        "run_id": getattr(run, "pk", run),
+        "trace_id": ticket.trace_id,
+        "span": span,
+        "status": status,
+        "decision": decision[:40],
+        "reason": redact_text(reason, known)[:200],
+        "tool": tool,
+        "duration_ms": duration_ms,
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "data": redact(data or {}, known),
+        "at": timezone.now(),
+    }
+    for attempt in range(50):
+        if attempt >= 3:
+            time.sleep(random.uniform(0, 0.002 * attempt))  # heavy contention on one ticket: spread out
+        inserted = _insert_next(values)
+        if inserted is not None:
+            event = TraceEvent(id=inserted[0], seq=inserted[1], **values)
+            event._state.adding = False
+            event._state.db = connection.alias
+            return event
+        # another writer took this seq: take the next one
     raise RuntimeError(f"Could not append to the trace of ticket {ticket.pk}")
+
+
+_FIELDS = ("ticket", "run", "trace_id", "span", "status", "decision", "reason", "tool", "duration_ms",
+           "input_tokens", "output_tokens", "data", "at")
+
+
+def _insert_next(values: dict) -> tuple[int, int] | None:
+    """Append one event with the next seq of its ticket in ONE statement:
+    INSERT ... SELECT max(seq)+1 ... ON CONFLICT DO NOTHING RETURNING id, seq.
+    A concurrent writer that took the same seq makes it insert nothing (None) instead of raising,
+    so no savepoint is needed inside a caller's transaction. Works on PostgreSQL and SQLite."""
+    meta = TraceEvent._meta
+    quote = connection.ops.quote_name
+    fields = [meta.get_field(name) for name in _FIELDS]
+    postgres = connection.vendor == "postgresql"
+    # In INSERT ... SELECT, PostgreSQL types bare parameters (NULLs above all) as text: cast them.
+    placeholders = ", ".join(f"%s::{f.db_type(connection)}" if postgres else "%s" for f in fields)
+    params = [f.get_db_prep_save(values[f.attname], connection) for f in fields]
+    table, seq, ticket = quote(meta.db_table), quote(meta.get_field("seq").column), quote("ticket_id")
+    sql = (
+        f"INSERT INTO {table} ({', '.join(quote(f.column) for f in fields)}, {seq}) "
+        f"SELECT {placeholders}, COALESCE(MAX({seq}), 0) + 1 FROM {table} WHERE {ticket} = %s "
+        f"ON CONFLICT ({ticket}, {seq}) DO NOTHING RETURNING {quote(meta.pk.column)}, {seq}"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, values["ticket_id"]])
+        row = cursor.fetchone()
+    return None if row is None else (row[0], row[1])
 
 
 def trace_export(ticket: Ticket) -> dict:
