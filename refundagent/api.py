@@ -73,7 +73,7 @@ def health(request):
         from refundagent.celery import app
 
         try:
-            with app.connection_for_write() as conn:
+            with app.connection_for_write(settings.CELERY_BROKER_URL) as conn:
                 conn.ensure_connection(max_retries=1, timeout=2)
             result["broker"] = "ok"
         except Exception as exc:  # noqa: BLE001

@@ -128,6 +128,10 @@ STORAGES = {
     },
 }
 
+# In development static files are served from the apps' folders (no collectstatic needed).
+WHITENOISE_USE_FINDERS = DEBUG
+WHITENOISE_AUTOREFRESH = DEBUG
+
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "tickets"
 LOGOUT_REDIRECT_URL = "login"
