@@ -6,6 +6,7 @@ eagerly, so the agent run and the refund execution happen in-process.
 Screenshots go to artifacts/browser/.
 """
 
+import importlib
 import os
 import shutil
 from pathlib import Path
@@ -19,9 +20,6 @@ ARTIFACTS = Path(settings.BASE_DIR) / "artifacts" / "browser"
 
 pytestmark = [
     pytest.mark.browser,
-    # live_server flushes the database after each test; serialized_rollback restores what the
-    # data migrations wrote (the capability registry), which a flush would otherwise wipe.
-    pytest.mark.django_db(transaction=True, serialized_rollback=True),
     pytest.mark.skipif(
         not (os.path.exists(CHROMIUM) or shutil.which("chromium")) and not IN_CI,
         reason=f"needs Debian's chromium at {CHROMIUM} (apt-get install -y chromium); required in CI",
@@ -60,6 +58,18 @@ def _fast_passwords(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture
+def registry(transactional_db):
+    """The capability registry, as its data migration writes it. A live_server test runs on a
+    transactional database, which is flushed after every transactional test, and the flush takes
+    the migration's rows with it (serialized_rollback cannot restore them here: Playwright's
+    event loop gives this thread a different Django connection object from the one that
+    serialized the database)."""
+    from django.apps import apps
+
+    importlib.import_module("approvals.migrations.0002_seed_capabilities").seed(apps, None)
+
+
 def shot(page, name, full_page=True):
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / name), full_page=full_page)
@@ -78,7 +88,7 @@ def log_out(page):
     page.wait_for_url("**/login/")
 
 
-def test_support_files_a_ticket_finance_approves_and_the_ticket_shows_the_refund(live_server, page, demo):
+def test_support_files_a_ticket_finance_approves_and_the_ticket_shows_the_refund(live_server, page, registry, demo):
     from playwright.sync_api import expect
 
     from refundagent.models import Ticket
@@ -131,7 +141,7 @@ def test_support_files_a_ticket_finance_approves_and_the_ticket_shows_the_refund
     assert [str(e.amount) for e in ticket.order.refund_entries.all()] == ["120.00"]
 
 
-def test_ticket_page_follows_the_agent_live_and_copies_the_reply(live_server, page, demo, user, monkeypatch):
+def test_ticket_page_follows_the_agent_live_and_copies_the_reply(live_server, page, registry, demo, user, monkeypatch):
     from playwright.sync_api import expect
 
     from refundagent import services
@@ -151,6 +161,8 @@ def test_ticket_page_follows_the_agent_live_and_copies_the_reply(live_server, pa
 
     # When the agent runs (as a worker would) while the page is open
     agent_run_ticket(ticket_id=ticket.pk)
+    ticket.refresh_from_db()
+    assert ticket.status == "approval_required", ticket.stop_detail
 
     # Then the page notices by itself and renders the stop, the draft and the approval
     expect(page.locator("#ticket-status .badge")).to_have_attribute("data-status", "approval_required", timeout=15_000)

@@ -124,6 +124,7 @@ def test_ticket_page_after_finance_approves_shows_refunded_and_the_ledger_entry(
     assert entry["amount"] == Decimal("120.00")
     assert response.context["approval"]["ledger_entry"] == entry["refund_id"]
     assert "this ticket" in html
+    assert "<strong>120.00 USD</strong>" in html  # the entry's amount, with two places
     assert 'id="refunded-total">120.00 USD<' in html
 
 
