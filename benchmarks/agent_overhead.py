@@ -158,6 +158,8 @@ def main():
     from refundagent.celery import app
 
     app.conf.task_always_eager = True
+    # A scratch database of its own (not the test suite's test_<name>), dropped at the end.
+    connection.settings_dict.setdefault("TEST", {})["NAME"] = f"{connection.settings_dict['NAME']}_agent_bench"
     old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True, keepdb=False)
     try:
         from django.contrib.auth import get_user_model

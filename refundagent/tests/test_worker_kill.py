@@ -35,7 +35,7 @@ def test_a_worker_killed_mid_run_resumes_and_the_ticket_stops_exactly_once(celer
     from refundagent.services import ticket_create
 
     demo_seed()
-    worker = celery_worker_process.start(extra_env=WORKER_ENV)
+    worker = celery_worker_process.start(timeout=90, extra_env=WORKER_ENV)
 
     # given a ticket whose run is under way on the worker
     ticket = ticket_create(user=get_user_model().objects.get(username="acme-support"), order="ORD-5001",
@@ -51,10 +51,10 @@ def test_a_worker_killed_mid_run_resumes_and_the_ticket_stops_exactly_once(celer
 
     # and a worker is started again
     time.sleep(3.5)
-    celery_worker_process.start(extra_env=WORKER_ENV)
+    celery_worker_process.start(timeout=90, extra_env=WORKER_ENV)
 
     # then the redelivered task resumes the same run and the ticket stops exactly once
-    wait_for(lambda: Ticket.objects.filter(pk=ticket.pk).exclude(status__in=["queued", "running"]).exists(), 90,
+    wait_for(lambda: Ticket.objects.filter(pk=ticket.pk).exclude(status__in=["queued", "running"]).exists(), 180,
              "the ticket to stop")
     ticket.refresh_from_db()
     assert ticket.status == Ticket.Status.APPROVAL_REQUIRED
