@@ -192,6 +192,15 @@ AGENT_MAX_OUTPUT_TOKENS_PER_CALL = envint("AGENT_MAX_OUTPUT_TOKENS_PER_CALL", "2
 AGENT_MAX_WALL_SECONDS = envint("AGENT_MAX_WALL_SECONDS", "300")
 AGENT_MAX_COST_USD = envdecimal("AGENT_MAX_COST_USD", "0.50")
 AGENT_MAX_INVALID_ARGS_RETRIES = envint("AGENT_MAX_INVALID_ARGS_RETRIES", "2")
+# How often the same tool call with the same arguments may repeat (with a warning) before the
+# run stops `no_progress`.
+AGENT_MAX_REPEATED_CALLS = envint("AGENT_MAX_REPEATED_CALLS", "1")
+# A run's claim lease. Another task may take a running ticket over only after it expired; the
+# same task id (a redelivered message) resumes at once. Keep CELERY_VISIBILITY_TIMEOUT above
+# it, so Redis never redelivers a task that is still running.
+AGENT_LEASE_SECONDS = envint("AGENT_LEASE_SECONDS", str(AGENT_MAX_WALL_SECONDS + 60))
+if CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] <= AGENT_LEASE_SECONDS:
+    raise ImproperlyConfigured("CELERY_VISIBILITY_TIMEOUT must be longer than AGENT_LEASE_SECONDS.")
 
 # --- Approvals ----------------------------------------------------------------------------
 APPROVAL_EXPIRY = timedelta(hours=envint("APPROVAL_EXPIRY_HOURS", "72"))

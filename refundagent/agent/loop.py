@@ -74,7 +74,7 @@ class LostClaim(Exception):
 
 
 def _lease() -> timedelta:
-    return timedelta(seconds=getattr(settings, "AGENT_LEASE_SECONDS", settings.AGENT_MAX_WALL_SECONDS + 60))
+    return timedelta(seconds=settings.AGENT_LEASE_SECONDS)
 
 
 def agent_run_claim(*, ticket_id: int, task_id: str, provider: Provider) -> tuple[AgentRun, str] | None:
@@ -310,7 +310,7 @@ class _Loop:
         if not repeated:
             return False
         self.state["repeats"] = self.state.get("repeats", 0) + 1
-        allowed = getattr(settings, "AGENT_MAX_REPEATED_CALLS", 1)
+        allowed = settings.AGENT_MAX_REPEATED_CALLS
         if self.state["repeats"] > allowed:
             self.trace(span="policy", status="denied", decision="no_progress", tool=call.name,
                        reason="The same call was repeated without new evidence.", data={"args": call.input})

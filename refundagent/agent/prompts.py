@@ -4,6 +4,8 @@ untrusted data."""
 
 import json
 
+from approvals.models import ApprovalRequest
+
 FACTS_PREFIX = "TICKET_FACTS: "
 UNTRUSTED_OPEN = "<<<UNTRUSTED_CUSTOMER_MESSAGE"
 UNTRUSTED_CLOSE = "UNTRUSTED_CUSTOMER_MESSAGE>>>"
@@ -56,13 +58,31 @@ def _neutralise(text: str) -> str:
 
 
 def ticket_facts(ticket) -> dict:
-    return {
+    facts = {
         "ticket": ticket.pk,
         "order": ticket.order.external_id,
         "customer": ticket.customer.external_id,
         "requested_amount": None if ticket.requested_amount is None else str(ticket.requested_amount),
         "currency": ticket.currency,
         "items": list(ticket.items or []),
+    }
+    review = finance_review_of(ticket)
+    if review:
+        facts["finance_review"] = review
+    return facts
+
+
+def finance_review_of(ticket) -> dict | None:
+    """When finance sent the ticket back ("request changes"), their note and wanted amount: the
+    new run must see why. The lowered amount is already the ticket's requested amount."""
+    last = ApprovalRequest.objects.filter(ticket_ref=ticket.pk).order_by("-id").first()
+    if last is None or last.status != ApprovalRequest.Status.CHANGES_REQUESTED:
+        return None
+    return {
+        "decision": "request_changes",
+        "note": last.decision_note,
+        "wanted_amount": None if last.requested_amount_change is None else str(last.requested_amount_change),
+        "previous_request": last.pk,
     }
 
 

@@ -19,6 +19,7 @@ from approvals.services import (
 )
 from ledger.models import Order, RefundEntry
 from ledger.services import ledger_refund_correct, ledger_refund_issue
+from refundagent.agent.prompts import facts_from_messages
 from refundagent.models import Ticket
 from refundagent.services import ticket_create
 
@@ -156,6 +157,14 @@ def test_request_changes_sends_the_ticket_back_with_the_note_and_a_lower_amount(
     assert ticket.status == Ticket.Status.APPROVAL_REQUIRED, ticket.stop_detail
     new = ApprovalRequest.objects.filter(ticket_ref=ticket.pk).exclude(pk=request.pk).get()
     assert new.amount == Decimal("50.00") and new.args_hash != request.args_hash
+    # and the new run's model saw why finance sent it back (in the trusted facts, not the customer text)
+    rerun = ticket.runs.order_by("-id").first()
+    facts = facts_from_messages(rerun.messages)
+    assert facts["finance_review"] == {
+        "decision": "request_changes", "note": "Only the charger is faulty: 50.00.", "wanted_amount": "50.00",
+        "previous_request": request.pk,
+    }
+    assert facts["requested_amount"] == "50.00"
 
 
 def test_request_changes_never_raises_the_amount(user):

@@ -12,7 +12,7 @@ from refundagent.models import AgentRun, RefundDraft, Ticket, TraceEvent
 # The offline planner pauses a second before each turn (a slow model), and unacknowledged
 # messages become visible again 3 s after delivery, so the restarted worker picks the killed
 # one's message up at once.
-WORKER_ENV = {"AGENT_PROVIDER": "offline", "AGENT_OFFLINE_THINK_SECONDS": "1.0", "CELERY_VISIBILITY_TIMEOUT": "3"}
+WORKER_ENV = {"AGENT_PROVIDER": "offline", "AGENT_OFFLINE_THINK_SECONDS": "1.0", "CELERY_VISIBILITY_TIMEOUT": "3", "AGENT_LEASE_SECONDS": "2"}
 
 
 def wait_for(predicate, timeout: float, what: str):
