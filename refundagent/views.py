@@ -36,7 +36,7 @@ REVIEW_QUEUE_URL = "/admin/approvals/approvalrequest/"
 
 
 def forbidden(request, reason: str):
-    return render(request, "403.html", {"reason": reason}, status=403)
+    return render(request, "403.html", {"reason": reason, "roles": getattr(request, "roles", set())}, status=403)
 
 
 def tenant_view(view):
