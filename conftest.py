@@ -29,6 +29,30 @@ def _fast_password_hashing(settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
+@pytest.fixture(autouse=True)
+def _capability_registry(request):
+    """The capability registry is written by a data migration; a transactional or live-server
+    test flushes the database afterwards and takes those rows with it, which would leave every
+    later test with all tools switched off. Put them back for every test that uses the database."""
+    transactional = {"transactional_db", "live_server"} & set(request.fixturenames)
+    marker = request.node.get_closest_marker("django_db")
+    if not (transactional or marker or "db" in request.fixturenames):
+        return
+    if marker and marker.kwargs.get("transaction"):
+        transactional = True
+    request.getfixturevalue("transactional_db" if transactional else "db")
+
+    import importlib
+
+    from django.apps import apps
+
+    from approvals.models import Capability
+
+    migration = importlib.import_module("approvals.migrations.0002_seed_capabilities")
+    if Capability.objects.count() < len(migration.CAPABILITIES):
+        migration.seed(apps, None)
+
+
 @pytest.fixture
 def demo(db):
     """The demo data of API.md (tenants acme and globex, their users, orders, policies)."""
