@@ -7,18 +7,9 @@ from django.contrib import admin
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
+from ledger.admin import ReadOnlyAdminMixin
+
 from .models import EvalCase, EvalResult, EvalRun
-
-
-class ReadOnly:
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 def _pretty(value) -> str:
@@ -51,7 +42,7 @@ class EvalCaseAdmin(admin.ModelAdmin):
         return False  # results keep pointing at their case; disable a case instead
 
 
-class EvalResultInline(ReadOnly, admin.TabularInline):
+class EvalResultInline(ReadOnlyAdminMixin, admin.TabularInline):
     model = EvalResult
     extra = 0
     can_delete = False
@@ -74,7 +65,7 @@ class EvalResultInline(ReadOnly, admin.TabularInline):
 
 
 @admin.register(EvalRun)
-class EvalRunAdmin(ReadOnly, admin.ModelAdmin):
+class EvalRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("id", "started_at", "suite", "trigger", "provider", "gate", "pass_rate", "false_allow",
                     "total", "failed_count", "duration_s", "code_version_short")
     list_filter = ("suite", "passed", "trigger", "provider")
@@ -124,7 +115,7 @@ class EvalRunAdmin(ReadOnly, admin.ModelAdmin):
 
 
 @admin.register(EvalResult)
-class EvalResultAdmin(ReadOnly, admin.ModelAdmin):
+class EvalResultAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("case", "run_link", "attempt", "passed", "false_allow", "missing_citation", "money_moved_by_agent",
                     "draft_quality", "stop_reason", "first_failure", "trace_link")
     list_filter = ("passed", "run__suite", "case__suite", "false_allow", "missing_citation", "money_moved_by_agent",
