@@ -3,6 +3,10 @@ from django.urls import include, path
 
 from .api import api
 
+admin.site.site_header = "refundagent — review and operations"
+admin.site.site_title = "refundagent admin"
+admin.site.index_title = "Finance review queue, ledger, agent runs and evals"
+
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", api.urls),
