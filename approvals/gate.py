@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from decimal import Decimal
 
-from ledger.models import Order
+from ledger.models import Order, PaymentMethod
 from ledger.selectors import ZERO, order_refund_position
 
 from .models import RefundPolicy
@@ -31,7 +31,8 @@ class Proposal:
     amount: Decimal | None
     policy_version: str
     customer_reply: str = ""
-    destination: str = "original"  # 'original' or 'gift_card'
+    # 'original' or 'gift_card'; None: the model did not say (the ticket's choice stands).
+    destination: str | None = None
 
 
 @dataclass
@@ -41,7 +42,9 @@ class GateVerdict:
     refundable: Decimal
     allowed_amount: Decimal | None = None
     policy_version: str | None = None
-    destination: str = "original"
+    destination: str = "original"  # the kind: 'original', 'gift_card' (or 'other', never allowed)
+    destination_method: str | None = None  # the exact payment method's external id
+    destination_method_kind: str | None = None  # its kind: card, paypal, gift_card
     item_ids: list[str] = field(default_factory=list)
     codes: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
@@ -77,6 +80,27 @@ def policy_current(tenant) -> RefundPolicy | None:
     return RefundPolicy.objects.current_for(tenant)
 
 
+def order_original_method(order: Order) -> PaymentMethod | None:
+    """The payment method the order was paid with (its first recorded payment's), or None when
+    the shop recorded none."""
+    payment = order.payments.filter(payment_method__isnull=False).select_related("payment_method").order_by("id").first()
+    return payment.payment_method if payment else None
+
+
+def refund_destination_of(*, order: Order, refund_to: PaymentMethod | None) -> tuple[str, PaymentMethod | None]:
+    """The destination kind and exact method of a refund on `order` chosen on the ticket:
+    'original' is the order's own payment method (also when no method is named), 'gift_card' an
+    existing gift card of the customer, 'other' any other method of theirs (no policy allows it)."""
+    original = order_original_method(order)
+    if refund_to is None:
+        return "original", original
+    if original is not None and refund_to.pk == original.pk:
+        return "original", refund_to
+    if refund_to.kind == PaymentMethod.Kind.GIFT_CARD:
+        return "gift_card", refund_to
+    return "other", refund_to
+
+
 def policy_gate_evaluate(
     *,
     order: Order,
@@ -85,17 +109,24 @@ def policy_gate_evaluate(
     requested_amount: Decimal | None = None,
     requested_currency: str | None = None,
     item_ids: list[str] | None = None,
+    refund_to: PaymentMethod | None = None,
     now: datetime,
 ) -> GateVerdict:
-    """Decide what a draft may lead to. Pure: reads the ledger, writes nothing."""
+    """Decide what a draft may lead to. Pure: reads the ledger, writes nothing.
+
+    `refund_to` is the payment method the ticket names (resolved by the caller, tenant-scoped);
+    None means the order's original payment method. The verdict names the exact method."""
     position = order_refund_position(order)
     item_ids = list(item_ids or [])
+    destination, method = refund_destination_of(order=order, refund_to=refund_to)
     verdict = GateVerdict(
         outcome=Outcome.APPROVAL_REQUIRED,
         currency=order.currency,
         refundable=position.refundable,
         policy_version=policy.version if policy else None,
-        destination=proposal.destination or "original",
+        destination=destination,
+        destination_method=method.external_id if method else None,
+        destination_method_kind=method.kind if method else None,
         item_ids=item_ids,
     )
 
@@ -106,6 +137,12 @@ def policy_gate_evaluate(
         verdict.reasons.append(reason)
         return verdict
 
+    if refund_to is not None and refund_to.customer_id != order.customer_id:
+        return stop(
+            Outcome.DENIED,
+            "foreign_destination",
+            f"Payment method {refund_to.external_id} is not one of customer {order.customer.external_id}'s.",
+        )
     if policy is None or policy.status != RefundPolicy.Status.PUBLISHED:
         return stop(Outcome.ESCALATED, "policy_missing", "No current refund policy for this tenant: a person must decide.")
     if not proposal.policy_version:
@@ -141,12 +178,20 @@ def policy_gate_evaluate(
             "currency_mismatch",
             f"The request is in {requested_currency}, the order in {order.currency}.",
         )
+    if proposal.destination is not None and proposal.destination != verdict.destination:
+        return stop(
+            Outcome.ESCALATED,
+            "destination_mismatch",
+            f"The draft sends the refund to '{proposal.destination}', but the ticket asks for '{verdict.destination}'"
+            f" ({verdict.destination_method or 'the original payment method'}): a person decides.",
+        )
     destinations = policy.item_refund_destinations if item_ids else policy.full_refund_destinations
     if verdict.destination not in destinations:
         return stop(
             Outcome.ESCALATED,
             "destination_not_allowed",
-            f"Refunds to '{verdict.destination}' are not allowed by {policy.version} (allowed: {', '.join(destinations) or 'none'}).",
+            f"Refunds to '{verdict.destination}' ({verdict.destination_method}) are not allowed by {policy.version} for "
+            f"{'item refunds' if item_ids else 'full refunds'} (allowed: {', '.join(destinations) or 'none'}).",
         )
 
     cap = position.refundable

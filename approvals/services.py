@@ -23,7 +23,7 @@ from ledger.selectors import order_refund_position, tenant_for_user, user_requir
 from ledger.services import canonical_hash, ledger_refund_issue, money
 
 from .exceptions import ApprovalConflict, Forbidden, MakerChecker
-from .gate import GateVerdict, Outcome, Proposal, policy_current, policy_gate_evaluate
+from .gate import GateVerdict, Outcome, Proposal, order_original_method, policy_current, policy_gate_evaluate
 from .models import ApprovalRequest, ApprovalVote, RefundPolicy
 from .signals import approval_decided, approval_replaced, refund_executed, refund_verified
 
@@ -46,7 +46,9 @@ ISSUE_REFUND = "refunds.issue_refund"
 
 def refund_args_canonical(*, order: Order, verdict: GateVerdict, ticket_ref: int | None) -> dict:
     """The exact arguments `refunds.issue_refund` will be executed with. Hash these, show these,
-    execute these: nothing else."""
+    execute these: nothing else. `destination` is the kind ('original', 'gift_card'),
+    `destination_method` the exact payment method's external id (None only when the order's
+    payment recorded no method)."""
     return {
         "action": ISSUE_REFUND,
         "tenant": order.tenant.slug,
@@ -55,6 +57,7 @@ def refund_args_canonical(*, order: Order, verdict: GateVerdict, ticket_ref: int
         "amount": str(verdict.allowed_amount),
         "currency": order.currency,
         "destination": verdict.destination,
+        "destination_method": verdict.destination_method,
         "items": list(verdict.item_ids),
         "policy_version": verdict.policy_version,
         "ticket": ticket_ref,
@@ -305,14 +308,21 @@ def _approval_request_invalidate(*, request, reason: str, actor=None, now, from_
         raise ApprovalConflict(f"Request #{request.pk} was decided by someone else.", code="already_decided")
     order = Order.objects.select_related("tenant", "customer").get(pk=request.order_id)
     policy = policy_current(order.tenant)
+    # The replacement keeps the destination: the exact method approved before (or, for a request
+    # made before methods were named, the method that request would have been executed to).
+    try:
+        refund_to, kind = approval_destination_resolve(request=request)
+    except DomainError:
+        refund_to, kind = None, request.args.get("destination") or "original"
     proposal = Proposal(
         recommendation="refund",
         amount=request.amount,
         policy_version=policy.version if policy else "",
-        destination=request.args.get("destination") or "original",
+        destination=kind,
     )
     verdict = policy_gate_evaluate(
-        order=order, policy=policy, proposal=proposal, item_ids=request.args.get("items") or [], now=now
+        order=order, policy=policy, proposal=proposal, item_ids=request.args.get("items") or [],
+        refund_to=refund_to if kind != "original" else None, now=now,
     )
     replacement = None
     if verdict.outcome == Outcome.APPROVAL_REQUIRED:
@@ -378,19 +388,46 @@ def approval_execute_enqueue(request_id: int) -> None:
 
 
 def approval_destination_resolve(*, request: ApprovalRequest) -> tuple[PaymentMethod | None, str]:
-    """Where the approved refund goes, from the approved args: 'original' is the method the order
-    was paid with; 'gift_card' the customer's gift card (the oldest, deterministically)."""
-    kind = request.args.get("destination") or "original"
+    """Where the approved refund goes, exactly as approved: the payment method named by
+    `destination_method`, which must be the order's customer's and of the approved kind
+    ('original': the method the order was paid with; 'gift_card': a gift card). Anything else
+    refuses (InvalidInput): the execution fails with the reason, nothing is written.
+
+    Requests made before the method was named (no `destination_method` in their args) keep
+    their old meaning: 'original' is the order's payment method, 'gift_card' the customer's
+    oldest gift card."""
+    args = request.args or {}
+    kind = args.get("destination") or "original"
     order = request.order
-    if kind == "original":
-        payment = order.payments.filter(payment_method__isnull=False).order_by("id").first()
-        return (payment.payment_method if payment else None), kind
-    if kind == "gift_card":
+    if kind not in ("original", "gift_card"):
+        raise InvalidInput(f"Unknown refund destination {kind!r}.", code="bad_destination")
+    original = order_original_method(order)
+    if "destination_method" not in args:
+        if kind == "original":
+            return original, kind
         card = order.customer.payment_methods.filter(kind=PaymentMethod.Kind.GIFT_CARD).order_by("id").first()
         if card is None:
             raise InvalidInput(f"Customer {order.customer.external_id} has no gift card.", code="no_gift_card")
         return card, kind
-    raise InvalidInput(f"Unknown refund destination {kind!r}.", code="bad_destination")
+    method_id = args["destination_method"]
+    if method_id is None:
+        if kind == "original" and original is None:
+            return None, kind  # the order's payment recorded no method: the original, unnamed
+        raise InvalidInput(f"The approved refund to '{kind}' names no payment method.", code="destination_unnamed")
+    method = order.customer.payment_methods.filter(external_id=method_id).first()
+    if method is None:
+        raise InvalidInput(
+            f"Payment method {method_id} is not one of customer {order.customer.external_id}'s.",
+            code="foreign_destination",
+        )
+    if kind == "original" and (original is None or original.pk != method.pk):
+        raise InvalidInput(
+            f"Payment method {method_id} is not the one order {order.external_id} was paid with.",
+            code="destination_not_original",
+        )
+    if kind == "gift_card" and method.kind != PaymentMethod.Kind.GIFT_CARD:
+        raise InvalidInput(f"Payment method {method_id} is not a gift card.", code="destination_not_gift_card")
+    return method, kind
 
 
 def approval_execute(*, request_id: int) -> ApprovalRequest:

@@ -2,9 +2,10 @@
 
 It trusts nothing the actor recorded about itself. It re-reads the ledger and the policy the
 request was made under and checks that exactly the approved refund was recorded: one entry
-under the request's key, on that order, for exactly the approved amount and currency, the
-order's refunds within its total, the order within the policy window when the request was made,
-and the approvals the policy asked for, none by the filer.
+under the request's key, on that order, for exactly the approved amount and currency, to
+exactly the approved payment method, the order's refunds within its total, the order within the
+policy window when the request was made, and the approvals the policy asked for, none by the
+filer.
 """
 
 import logging
@@ -41,7 +42,7 @@ def approval_verdict(*, request: ApprovalRequest) -> dict:
     args = request.args or {}
     entries = list(
         refund_entries_with_effective_amount(RefundEntry.objects.filter(idempotency_key=request.idempotency_key))
-        .select_related("order")
+        .select_related("order", "destination")
         .prefetch_related("items__order_item")
     )
     checks.append(_check("one_entry_under_key", len(entries) == 1, 1, len(entries)))
@@ -63,6 +64,11 @@ def approval_verdict(*, request: ApprovalRequest) -> dict:
         checks.append(_check("approval_ref", entry.approval_ref == str(request.pk), str(request.pk), entry.approval_ref))
         checks.append(_check("destination", entry.destination_kind == (args.get("destination") or "original"),
                              args.get("destination") or "original", entry.destination_kind))
+        if "destination_method" in args:  # requests made before the method was named have no such arg
+            actual = entry.destination.external_id if entry.destination_id else None
+            same_customer = entry.destination_id is None or entry.destination.customer_id == order.customer_id
+            checks.append(_check("destination_method_exact", actual == args["destination_method"] and same_customer,
+                                 args["destination_method"], actual))
         entry_items = sorted(ri.order_item.item_id for ri in entry.items.all() for _ in range(ri.quantity))
         checks.append(_check("items_exact", entry_items == sorted(args.get("items") or []),
                              sorted(args.get("items") or []), entry_items))

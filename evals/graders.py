@@ -259,6 +259,10 @@ def case_grade(*, expected: dict, evidence: dict) -> Grade:
             args = request["args"]
             if "destination" in expected and args.get("destination") != expected["destination"]:
                 fail(f"refund destination {args.get('destination')!r}, expected {expected['destination']!r}")
+            wanted_method = expected.get("payment_method_id")
+            if wanted_method and args.get("destination_method") != wanted_method:
+                fail(f"the approval sends the refund to {args.get('destination_method')!r}, expected the exact "
+                     f"payment method {wanted_method!r}")
             if "items" in expected and Counter(args.get("items") or []) != Counter(expected["items"]):
                 fail(f"refund items {args.get('items')}, expected {expected['items']}")
             if "approvals_required" in expected and request["required_approvals"] != expected["approvals_required"]:

@@ -16,7 +16,7 @@ import json
 import logging
 import time
 from copy import deepcopy
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import transaction
@@ -164,47 +164,6 @@ def sandbox_build(fixture: dict, *, now: datetime) -> dict:
 # --- providers --------------------------------------------------------------------------------
 
 
-class DestinationAwareOffline:
-    """The offline planner, told the refund destination the customer chose.
-
-    The product's ticket form has no destination field yet, so the offline planner always drafts
-    a refund to the original method. τ-bench returns name the method; this wrapper passes that
-    choice on, as a filing-form fact would: to a gift card when the policy allows it, and an
-    escalation when the customer wants the money on a method the policy does not allow."""
-
-    def __init__(self, inner, destination: str):
-        self.inner = inner
-        self.destination = destination
-        self.name = inner.name
-        self.model = inner.model
-
-    def cost_usd(self, usage):
-        return self.inner.cost_usd(usage)
-
-    def complete(self, **kwargs):
-        turn = self.inner.complete(**kwargs)
-        changed = {}
-        for block in turn.content:
-            if block.get("type") != "tool_use" or block.get("name") != "refunds_create_draft":
-                continue
-            draft = dict(block["input"])
-            if draft.get("recommendation") != "refund":
-                continue
-            if self.destination == "gift_card":
-                draft["destination"] = "gift_card"
-            elif self.destination not in ("original", None):
-                draft["recommendation"] = "escalate"
-                draft.pop("amount", None)
-                draft.pop("destination", None)
-                draft["rationale"] = (draft.get("rationale", "") + " The customer wants the money on a payment "
-                                      "method the policy does not allow: a person decides.").strip()
-            block["input"] = draft
-            changed[block["id"]] = draft
-        if changed:
-            turn.tool_calls = [replace(c, input=changed[c.id]) if c.id in changed else c for c in turn.tool_calls]
-        return turn
-
-
 def provider_for_case(spec: CaseSpec, provider_name: str):
     from refundagent.agent.providers import provider_get
 
@@ -212,11 +171,7 @@ def provider_for_case(spec: CaseSpec, provider_name: str):
         from refundagent.agent.providers.scripted import ScriptedProvider
 
         return ScriptedProvider.from_json(deepcopy(spec.provider_script))
-    provider = provider_get(provider_name)
-    destination = spec.ticket_input.get("destination")
-    if provider_name == "offline" and destination and destination != "original":
-        return DestinationAwareOffline(provider, destination)
-    return provider
+    return provider_get(provider_name)
 
 
 # --- one case -----------------------------------------------------------------------------------
@@ -276,6 +231,7 @@ def _case_in_sandbox(spec: CaseSpec, provider_name: str, box: dict, judge) -> No
             message=message,
             requested_amount=ticket_input.get("requested_amount"),
             items=ticket_input.get("items") or [],
+            refund_to=ticket_input.get("refund_to"),
         )
     except DomainError as exc:
         evidence["ticket_error"] = exc.code

@@ -32,11 +32,22 @@ class TicketForm(forms.Form):
         help_text="Comma separated: the items the request is about.",
     )
 
+    refund_to = forms.CharField(
+        label="Refund to",
+        required=False,
+        max_length=100,
+        widget=forms.TextInput(attrs={"placeholder": "gift_card_7"}),
+        help_text="Payment method id; blank = original payment method.",
+    )
+
     def clean_order(self):
         return self.cleaned_data["order"].strip()
 
     def clean_customer(self):
         return self.cleaned_data["customer"].strip()
+
+    def clean_refund_to(self):
+        return self.cleaned_data["refund_to"].strip()
 
     def clean_items(self):
         return [part.strip() for part in self.cleaned_data["items"].split(",") if part.strip()]
@@ -56,6 +67,8 @@ def _field_for(error: DomainError, data: dict) -> str | None:
         return "requested_amount"
     if code in {"item_not_on_order", "too_many_items"}:
         return "items"
+    if code == "unknown_payment_method":
+        return "refund_to"
     if code == "not_found":
         # "Order X not found." / "Customer X not found." (ledger.selectors)
         if error.message.startswith("Order"):

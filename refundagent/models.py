@@ -6,7 +6,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from ledger.models import MONEY, Customer, Order, Tenant, TenantQuerySet
+from ledger.models import MONEY, Customer, Order, PaymentMethod, Tenant, TenantQuerySet
 
 
 class Ticket(models.Model):
@@ -38,6 +38,15 @@ class Ticket(models.Model):
     requested_amount = models.DecimalField(**MONEY, null=True, blank=True)
     currency = models.CharField(max_length=3)
     items = models.JSONField(default=list, blank=True, help_text="Item ids the ticket is about (optional).")
+    refund_to = models.ForeignKey(
+        PaymentMethod,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="The customer's chosen refund destination (one of their payment methods); "
+        "blank = the order's original payment method.",
+    )
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED)
     stop_reason = models.CharField(max_length=20, choices=StopReason.choices, null=True, blank=True)
     stop_detail = models.TextField(blank=True)

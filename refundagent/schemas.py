@@ -17,6 +17,10 @@ class TicketIn(Schema):
     message: str = Field(..., min_length=1, max_length=20_000, description="The customer's words (untrusted).")
     requested_amount: str | int | None = Field(None, description="A decimal string, e.g. \"200.00\".")
     items: list[str] = Field(default_factory=list, max_length=100, description="Item ids the ticket is about.")
+    refund_to: str | None = Field(
+        None, max_length=100, description="Where the customer wants the refund: the id of one of their payment "
+        "methods, e.g. \"gift_card_7\". Omitted or blank: the order's original payment method.",
+    )
 
 
 class TicketFilter(Schema):
@@ -49,6 +53,8 @@ class TicketSummaryOut(Schema):
 class TicketOut(TicketSummaryOut):
     stop_detail: str
     items: list[str]
+    refund_to: str | None = Field(description="The chosen payment method's id; null = the original payment method.")
+    refund_to_kind: str | None = Field(description="Its kind: card, paypal, gift_card (null with refund_to).")
     draft: DraftOut | None
     approval: ApprovalOut | None
     trace_id: UUID

@@ -22,7 +22,7 @@ def ticket_get(*, tenant, ticket_id: int) -> Ticket:
     try:
         return (
             Ticket.objects.for_tenant(tenant)
-            .select_related("order", "customer", "created_by")
+            .select_related("order", "customer", "created_by", "refund_to")
             .get(pk=ticket_id)
         )
     except Ticket.DoesNotExist:
@@ -68,6 +68,8 @@ def ticket_detail_serialize(ticket: Ticket) -> dict:
         **ticket_summary_serialize(ticket),
         "stop_detail": ticket.stop_detail,
         "items": list(ticket.items or []),
+        "refund_to": ticket.refund_to.external_id if ticket.refund_to_id else None,
+        "refund_to_kind": ticket.refund_to.kind if ticket.refund_to_id else None,
         "draft": None
         if draft is None
         else {

@@ -6,6 +6,7 @@ from decimal import Decimal
 from django.db import transaction
 
 from ledger.exceptions import InvalidInput
+from ledger.models import PaymentMethod
 from ledger.selectors import customer_get, order_get, tenant_for_user, user_require_role
 from ledger.services import money
 
@@ -27,11 +28,16 @@ def ticket_create(
     message: str,
     requested_amount: Decimal | str | None = None,
     items: list[str] | None = None,
+    refund_to: str | None = None,
 ) -> Ticket:
     """File a refund ticket for an order of the caller's tenant and queue the agent run.
 
+    `refund_to` is where the customer wants the money: the external id of one of their payment
+    methods (e.g. "gift_card_7"); blank means the order's original payment method.
+
     Another tenant's order or customer answers NotFound (404), a customer who is not the
-    order's answers InvalidInput (422); nothing is written in either case."""
+    order's, or a payment method that is not that customer's, InvalidInput (422); nothing is
+    written in either case."""
     user_require_role(user, "support")
     tenant = tenant_for_user(user)
     found_order = order_get(tenant=tenant, external_id=order)
@@ -55,6 +61,14 @@ def ticket_create(
     unknown = [i for i in items if i not in on_order]
     if unknown:
         raise InvalidInput(f"Items {', '.join(unknown)} are not on order {order}.", code="item_not_on_order")
+    method = None
+    refund_to = (refund_to or "").strip()
+    if refund_to:
+        method = PaymentMethod.objects.filter(customer=found_customer, external_id=refund_to).first()
+        if method is None:
+            raise InvalidInput(
+                f"{refund_to} is not a payment method of customer {customer}.", code="unknown_payment_method"
+            )
 
     with transaction.atomic():
         ticket = Ticket.objects.create(
@@ -65,6 +79,7 @@ def ticket_create(
             requested_amount=amount,
             currency=found_order.currency,
             items=items,
+            refund_to=method,
             created_by=user,
         )
         trace_record(ticket=ticket, span="run", status="queued", decision="filed", reason=f"Filed by {user.get_username()}.")

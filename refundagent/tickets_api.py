@@ -23,6 +23,7 @@ def ticket_file(request, payload: TicketIn):
         message=payload.message,
         requested_amount=payload.requested_amount,
         items=payload.items,
+        refund_to=payload.refund_to,
     )
     return Status(201, ticket_detail_serialize(ticket_get(tenant=ticket.tenant, ticket_id=ticket.pk)))
 

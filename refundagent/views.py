@@ -110,6 +110,7 @@ def ticket_new(request):
                 message=data["message"],
                 requested_amount=data["requested_amount"],
                 items=data["items"],
+                refund_to=data["refund_to"],
             )
         except DomainError as exc:
             form.add_domain_error(exc)

@@ -13,16 +13,18 @@ from ledger.models import Order, Tenant
 
 @pytest.fixture
 def approval_request_make(demo, user):
-    """make(order="ORD-5001", filer="acme-support", amount=None, items=None, destination="original",
-    ticket_ref=None) -> a pending ApprovalRequest for what the gate allows."""
+    """make(order="ORD-5001", filer="acme-support", amount=None, items=None, destination=None,
+    refund_to=None, ticket_ref=None) -> a pending ApprovalRequest for what the gate allows.
+    `refund_to` is the external id of one of the order customer's payment methods."""
     counter = {"n": 0}
 
     def make(order="ORD-5001", filer="acme-support", tenant="acme", amount=None, items=None,
-             destination="original", ticket_ref=None, key=None):
+             destination=None, refund_to=None, ticket_ref=None, key=None):
         counter["n"] += 1
         found_tenant = Tenant.objects.get(slug=tenant)
         found = Order.objects.select_related("customer", "tenant").get(tenant=found_tenant, external_id=order)
         policy = policy_current(found_tenant)
+        method = found.customer.payment_methods.get(external_id=refund_to) if refund_to else None
         verdict = policy_gate_evaluate(
             order=found,
             policy=policy,
@@ -33,6 +35,7 @@ def approval_request_make(demo, user):
                 destination=destination,
             ),
             item_ids=items or [],
+            refund_to=method,
             now=timezone.now(),
         )
         request, created = approval_request_create(

@@ -66,7 +66,7 @@ def test_a_redelivery_after_the_ledger_write_replays_the_entry(approved):
 
 def test_execute_uses_exactly_the_approved_args(approved):
     # given an approved item refund of ORD-5005's socks to the customer's gift card
-    request = approved(order="ORD-5005", items=["ITEM-6"], destination="gift_card")
+    request = approved(order="ORD-5005", items=["ITEM-6"], refund_to="gift_card_cust-1001")
     assert request.amount == Decimal("25.00")
     # when it executes
     approval_execute(request_id=request.pk)

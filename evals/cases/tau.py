@@ -164,6 +164,9 @@ def tau_case(data: TauData, prices: dict, split: str, task_index: int, task: dic
             "message": message,
             "requested_amount": str(requested) if requested is not None else None,
             "items": item_ids,
+            # The customer's choice of destination, on the filing form: the method the task names
+            # (a cancellation names none: the original payment method).
+            "refund_to": method_id,
             "payment_method_id": method_id,
             "destination": destination,
             "instruction": task.get("instruction", ""),

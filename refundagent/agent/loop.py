@@ -383,7 +383,8 @@ class _Loop:
         )
         verdict = gate.policy_gate_evaluate(
             order=order, policy=policy, proposal=proposal, requested_amount=ticket.requested_amount,
-            requested_currency=ticket.currency, item_ids=list(ticket.items or []), now=now,
+            requested_currency=ticket.currency, item_ids=list(ticket.items or []), refund_to=ticket.refund_to,
+            now=now,
         )
         if verdict.outcome == Outcome.APPROVAL_REQUIRED and policy is not None and verdict.allowed_amount:
             status = S.APPROVAL_REQUIRED

@@ -57,7 +57,7 @@ class CreateDraftArgs(_Args):
     policy_version: str = Field(default="", max_length=100)
     rationale: str = Field(min_length=1, max_length=4000)
     customer_reply: str = Field(min_length=1, max_length=4000)
-    destination: Literal["original", "gift_card"] = "original"
+    destination: Literal["original", "gift_card"] | None = None
 
     @field_validator("amount", mode="before")
     @classmethod
@@ -135,7 +135,10 @@ TOOL_DEFS: dict[str, ToolDef] = {
                         "rationale": {"type": "string", "description": "The evidence and the rule it rests on."},
                         "customer_reply": {"type": "string", "description": "A draft reply for a person to review. "
                                            "No promise of money."},
-                        "destination": {"type": "string", "enum": ["original", "gift_card"]},
+                        "destination": {"type": "string", "enum": ["original", "gift_card"],
+                                        "description": "Where the refund goes: the customer's choice on the "
+                                        "ticket (TICKET_FACTS destination), never yours to change. A draft that "
+                                        "disagrees with the ticket is escalated."},
                     },
                     "required": ["recommendation", "policy_version", "rationale", "customer_reply"],
                     "additionalProperties": False,

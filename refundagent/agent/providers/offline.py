@@ -158,6 +158,20 @@ def draft_from_evidence(facts: dict, results: dict) -> dict:
                               "refund window, so a member of our team will review your request personally and get "
                               "back to you.",
         }
+    destination = facts.get("destination") or "original"
+    allowed_destinations = policy.get("item_refund_destinations" if items else "full_refund_destinations") or []
+    if destination not in allowed_destinations:
+        where = facts.get("refund_to") or "that payment method"
+        return {
+            "recommendation": "escalate",
+            "policy_version": version,
+            "rationale": f"The customer wants the refund on {where} ({destination}); {version} allows "
+                         f"{'item refunds' if items else 'refunds of the whole order'} only to "
+                         f"{', '.join(allowed_destinations) or 'no'} destinations: a person decides.",
+            "customer_reply": f"{greeting} The refund cannot go to the payment method you chose under our refund "
+                              "policy, so a member of our team will review your request personally and get back "
+                              "to you.",
+        }
     requested = _decimal(facts.get("requested_amount"))
     amount = cap if requested is None else min(requested, cap)
     capped = requested is not None and requested > cap
@@ -182,5 +196,5 @@ def draft_from_evidence(facts: dict, results: dict) -> dict:
         "policy_version": version,
         "rationale": rationale,
         "customer_reply": reply,
-        "destination": "original",
+        "destination": destination,
     }
