@@ -60,3 +60,17 @@ def test_pass_hat_k_and_the_gate():
                                    "draft_quality_min": Decimal("0.95")}) == []
     failing = gate_evaluate({**metrics, "false_allow": 1, "draft_quality_pass_rate": 0.9})
     assert {f["metric"] for f in failing} == {"false_allow", "draft_quality_pass_rate"}
+
+
+def test_an_approval_to_another_payment_method_than_the_benchmarks_fails():
+    # given a case whose money must land on gift_card_7, and an approval naming card_1
+    ev = evidence()
+    ev["approvals"][0]["args"]["destination_method"] = "card_1"
+    expected = {"stop_reason": "approval_required", "approval_amount": "120.00", "payment_method_id": "gift_card_7"}
+    # when graded
+    grade = case_grade(expected=expected, evidence=ev)
+    # then it fails, naming the method
+    assert not grade.passed
+    assert any("'card_1'" in f and "'gift_card_7'" in f for f in grade.failures)
+    ev["approvals"][0]["args"]["destination_method"] = "gift_card_7"
+    assert not any("exact payment method" in f for f in case_grade(expected=expected, evidence=ev).failures)
