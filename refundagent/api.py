@@ -6,7 +6,7 @@ Each app owns its router (`<app>/api.py`); this module mounts them, authenticate
 
 from django.conf import settings
 from django.db import connection
-from ninja import NinjaAPI
+from ninja import NinjaAPI, Status
 from ninja.errors import AuthenticationError
 from ninja.security import APIKeyCookie, HttpBearer
 
@@ -80,7 +80,7 @@ def health(request):
             result["broker"] = f"error: {type(exc).__name__}"
             result["status"] = "error"
             status = 503
-    return status, result
+    return Status(status, result)
 
 
 api.add_router("/orders", ledger_router)
