@@ -1,7 +1,9 @@
 """Recording trace events: one trace per ticket, events in order, redacted before storage."""
 
 import random
+import threading
 import time
+from contextlib import contextmanager
 
 from django.db import connection
 from django.utils import timezone
@@ -43,6 +45,34 @@ def trace_record(
         "data": redact(data or {}, known),
         "at": timezone.now(),
     }
+    batch = getattr(_batch, "events", None)
+    if batch is not None:
+        batch.append(values)
+        return TraceEvent(**values)  # written, with its seq, when the batch ends
+    return _append(values)
+
+
+_batch = threading.local()
+
+
+@contextmanager
+def trace_batch():
+    """Events recorded inside the block are written together when it ends, in one INSERT
+    instead of one per event (the agent's decision records four). Use it inside the
+    transaction that the events belong to; if the block raises, they are dropped with it."""
+    if getattr(_batch, "events", None) is not None:  # already batching: join the outer batch
+        yield
+        return
+    _batch.events = []
+    try:
+        yield
+        events, _batch.events = _batch.events, None
+        _append_many(events)
+    finally:
+        _batch.events = None
+
+
+def _append(values: dict) -> TraceEvent:
     for attempt in range(50):
         if attempt >= 3:
             time.sleep(random.uniform(0, 0.002 * attempt))  # heavy contention on one ticket: spread out
@@ -53,7 +83,24 @@ def trace_record(
             event._state.db = connection.alias
             return event
         # another writer took this seq: take the next one
-    raise RuntimeError(f"Could not append to the trace of ticket {ticket.pk}")
+    raise RuntimeError(f"Could not append to the trace of ticket {values['ticket_id']}")
+
+
+def _append_many(events: list[dict]) -> None:
+    """Append events in order: one statement per ticket. An event whose seq another writer
+    took in the same instant is appended after the batch, on its own: nothing is lost and no
+    seq is used twice, but that one event then follows its batch instead of leading it."""
+    by_ticket: dict[int, list[dict]] = {}
+    for values in events:
+        by_ticket.setdefault(values["ticket_id"], []).append(values)
+    for ticket_events in by_ticket.values():
+        if len(ticket_events) == 1:
+            _append(ticket_events[0])
+            continue
+        written = _insert_many(ticket_events)
+        for n, values in enumerate(ticket_events, start=1):
+            if n not in written:
+                _append(values)
 
 
 _FIELDS = ("ticket", "run", "trace_id", "span", "status", "decision", "reason", "tool", "duration_ms",
@@ -82,6 +129,47 @@ def _insert_next(values: dict) -> tuple[int, int] | None:
         cursor.execute(sql, [*params, values["ticket_id"]])
         row = cursor.fetchone()
     return None if row is None else (row[0], row[1])
+
+
+def _insert_many(events: list[dict]) -> set[int]:
+    """Append several events of one ticket with consecutive seqs in ONE statement:
+    INSERT ... SELECT <values>, max(seq) + n FROM (VALUES ...) ... ON CONFLICT DO NOTHING.
+    Returns the positions (1-based) that were written."""
+    meta = TraceEvent._meta
+    quote = connection.ops.quote_name
+    fields = [meta.get_field(name) for name in _FIELDS]
+    postgres = connection.vendor == "postgresql"
+    cast = (lambda f: f"::{f.db_type(connection)}") if postgres else (lambda f: "")
+    row = "(" + ", ".join(f"%s{cast(f)}" for f in fields) + ", %s)"
+    params = []
+    for n, values in enumerate(events, start=1):
+        params.extend(f.get_db_prep_save(values[f.attname], connection) for f in fields)
+        params.append(n)
+    table, seq, ticket = quote(meta.db_table), quote(meta.get_field("seq").column), quote("ticket_id")
+    # VALUES columns are column1..columnN on both PostgreSQL and SQLite.
+    selected = ", ".join(f"v.column{i}" for i in range(1, len(fields) + 1))
+    position = f"v.column{len(fields) + 1}"
+    columns = ", ".join(quote(f.column) for f in fields)
+    insert = (
+        f"INSERT INTO {table} ({columns}, {seq}) "
+        f"SELECT {selected}, m.last + {position} FROM (VALUES {', '.join([row] * len(events))}) AS v "
+        f"CROSS JOIN m WHERE true ON CONFLICT ({ticket}, {seq}) DO NOTHING RETURNING {seq}"
+    )
+    last = f"m AS (SELECT COALESCE(MAX({seq}), 0) AS last FROM {table} WHERE {ticket} = %s)"
+    if postgres:
+        # A data-modifying CTE: the positions written are seq - last, with last read once.
+        sql = f"WITH {last}, ins AS ({insert}) SELECT ins.{seq} - m.last FROM ins CROSS JOIN m"
+    else:
+        # SQLite serialises writers (IMMEDIATE transactions): nobody can take a seq meanwhile.
+        sql = f"WITH {last} {insert}"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [events[0]["ticket_id"], *params])
+        rows = cursor.fetchall()
+    if postgres:
+        return {row[0] for row in rows}
+    if len(rows) != len(events):
+        raise RuntimeError(f"Could not append {len(events)} events to the trace of ticket {events[0]['ticket_id']}")
+    return set(range(1, len(events) + 1))
 
 
 def trace_export(ticket: Ticket) -> dict:

@@ -1,0 +1,71 @@
+"""Trace batches: several events in one INSERT, in order, redacted, never a seq twice."""
+
+import threading
+
+import pytest
+from django.db import connection, transaction
+
+from refundagent.models import TraceEvent
+from refundagent.services import ticket_create
+from refundagent.tracing import trace_batch, trace_record
+
+
+@pytest.fixture
+def ticket(user, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=False):
+        return ticket_create(user=user("acme-support"), order="ORD-5001", customer="CUST-1001", message="refund please")
+
+
+def test_a_batch_writes_its_events_in_order_in_one_statement(ticket, django_assert_num_queries):
+    sensitive = ["jane.doe@example.com"]
+    with transaction.atomic():
+        with django_assert_num_queries(1):
+            with trace_batch():
+                for n in range(4):
+                    trace_record(ticket=ticket, span="policy", decision=f"d{n}", reason="mail jane.doe@example.com",
+                                 sensitive=sensitive)
+    events = list(TraceEvent.objects.filter(ticket=ticket).order_by("seq").values_list("seq", "decision", "reason"))
+    assert [(s, d) for s, d, _ in events] == [(1, "filed"), (2, "d0"), (3, "d1"), (4, "d2"), (5, "d3")]
+    assert all("jane" not in r for _, _, r in events)
+
+
+def test_a_batch_that_raises_writes_nothing(ticket):
+    with pytest.raises(ZeroDivisionError), transaction.atomic(), trace_batch():
+        trace_record(ticket=ticket, span="policy", decision="lost", sensitive=[])
+        raise ZeroDivisionError("the decision failed")
+    assert not TraceEvent.objects.filter(ticket=ticket, decision="lost").exists()
+    trace_record(ticket=ticket, span="policy", decision="after", sensitive=[])  # batching is off again
+    assert TraceEvent.objects.filter(ticket=ticket, decision="after").exists()
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_a_batch_racing_single_writers_loses_no_event_and_no_seq_twice(user):
+    ticket = ticket_create(user=user("acme-support"), order="ORD-5003", customer="CUST-1001", message="refund please")
+    start = threading.Barrier(5)
+
+    def single(n):
+        start.wait()
+        for i in range(10):
+            trace_record(ticket=ticket, span="tool", decision=f"s{n}-{i}", sensitive=[])
+        connection.close()
+
+    def batched():
+        start.wait()
+        for i in range(10):
+            with transaction.atomic(), trace_batch():
+                for j in range(4):
+                    trace_record(ticket=ticket, span="policy", decision=f"b{i}-{j}", sensitive=[])
+        connection.close()
+
+    threads = [threading.Thread(target=single, args=(n,)) for n in range(4)] + [threading.Thread(target=batched)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # (the eager agent run that filing started wrote its own events too)
+    decisions = list(TraceEvent.objects.filter(ticket=ticket).values_list("decision", flat=True))
+    seqs = list(TraceEvent.objects.filter(ticket=ticket).values_list("seq", flat=True))
+    assert len(seqs) == len(set(seqs)) == len(decisions)
+    assert sorted(d for d in decisions if d.startswith("s")) == sorted(f"s{n}-{i}" for n in range(4) for i in range(10))
+    assert sorted(d for d in decisions if d.startswith("b")) == sorted(f"b{i}-{j}" for i in range(10) for j in range(4))
