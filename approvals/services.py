@@ -78,9 +78,8 @@ def approval_request_create(
     same idempotency key (a resumed run) returns the request already made, and False."""
     if verdict.outcome != Outcome.APPROVAL_REQUIRED or verdict.allowed_amount is None:
         raise ValueError("Only an eligible verdict becomes an approval request.")
-    existing = ApprovalRequest.objects.filter(idempotency_key=idempotency_key).first()
-    if existing is not None:
-        return existing, False
+    # No look-up first: the unique key decides (a replay is the rare path, and the insert in a
+    # savepoint costs the common path one query less).
     args = refund_args_canonical(order=order, verdict=verdict, ticket_ref=ticket_ref)
     required = 1
     if policy.two_approver_threshold is not None and verdict.allowed_amount > policy.two_approver_threshold:
@@ -107,7 +106,10 @@ def approval_request_create(
                 requested_by=requested_by,
             )
     except IntegrityError:
-        return ApprovalRequest.objects.get(idempotency_key=idempotency_key), False
+        existing = ApprovalRequest.objects.filter(idempotency_key=idempotency_key).first()
+        if existing is None:
+            raise  # not a replay: another constraint refused the row
+        return existing, False
     return request, True
 
 

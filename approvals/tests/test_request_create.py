@@ -1,0 +1,50 @@
+"""approval_request_create is keyed: a resumed run asking again gets the same request back."""
+
+from decimal import Decimal
+
+import pytest
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from approvals.gate import Proposal, policy_current, policy_gate_evaluate
+from approvals.models import ApprovalRequest
+from approvals.services import approval_request_create
+from ledger.models import Order
+
+
+def eligible(order_id="ORD-5001"):
+    order = Order.objects.select_related("customer", "tenant").get(external_id=order_id)
+    policy = policy_current(order.tenant)
+    verdict = policy_gate_evaluate(
+        order=order, policy=policy, proposal=Proposal(recommendation="refund", amount=None, policy_version=policy.version),
+        now=timezone.now(),
+    )
+    return order, policy, verdict
+
+
+def test_the_same_key_returns_the_request_already_made_and_writes_nothing(demo):
+    # given a request made under a key
+    order, policy, verdict = eligible()
+    first, created = approval_request_create(order=order, policy=policy, verdict=verdict, idempotency_key="k-1")
+    assert created
+    # when the same key is asked again, inside the caller's transaction (as the agent's decision does)
+    with transaction.atomic():
+        again, created_again = approval_request_create(order=order, policy=policy, verdict=verdict, idempotency_key="k-1")
+        # then the caller's transaction is still usable
+        assert ApprovalRequest.objects.count() == 1
+    assert (again.pk, created_again) == (first.pk, False)
+
+
+def test_the_common_path_is_one_insert_in_a_savepoint(demo, django_assert_num_queries):
+    order, policy, verdict = eligible()
+    with transaction.atomic(), django_assert_num_queries(3):  # SAVEPOINT, INSERT, RELEASE
+        request, created = approval_request_create(order=order, policy=policy, verdict=verdict, idempotency_key="k-2")
+    assert created and request.amount == Decimal("120.00")
+
+
+def test_another_integrity_error_is_not_taken_for_a_replay(demo):
+    order, policy, verdict = eligible()
+    verdict.allowed_amount = Decimal("-1.00")  # the database refuses a non-positive amount
+    with pytest.raises(IntegrityError):
+        approval_request_create(order=order, policy=policy, verdict=verdict, idempotency_key="k-3")
+    assert not ApprovalRequest.objects.filter(idempotency_key="k-3").exists()
