@@ -48,9 +48,11 @@ def _capability_registry(request):
 
     from approvals.models import Capability
 
-    migration = importlib.import_module("approvals.migrations.0002_seed_capabilities")
-    if Capability.objects.count() < len(migration.CAPABILITIES):
-        migration.seed(apps, None)
+    migrations = [importlib.import_module(f"approvals.migrations.{name}")
+                  for name in ("0002_seed_capabilities", "0004_seed_list_customer_orders")]
+    if Capability.objects.count() < sum(len(m.CAPABILITIES) for m in migrations):
+        for migration in migrations:
+            migration.seed(apps, None)
 
 
 @pytest.fixture

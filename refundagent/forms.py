@@ -9,7 +9,9 @@ from .models import Ticket
 
 class TicketForm(forms.Form):
     order = forms.CharField(
-        max_length=100, label="Order", widget=forms.TextInput(attrs={"placeholder": "ORD-5001", "autofocus": True})
+        max_length=100, label="Order", required=False,
+        widget=forms.TextInput(attrs={"placeholder": "ORD-5001", "autofocus": True}),
+        help_text="Blank: the agent finds the order among the customer's orders.",
     )
     customer = forms.CharField(max_length=100, label="Customer", widget=forms.TextInput(attrs={"placeholder": "CUST-1001"}))
     message = forms.CharField(
@@ -65,7 +67,7 @@ def _field_for(error: DomainError, data: dict) -> str | None:
         return "message"
     if code in {"amount_not_positive", "bad_amount", "float_amount"}:
         return "requested_amount"
-    if code in {"item_not_on_order", "too_many_items"}:
+    if code in {"item_not_on_order", "too_many_items", "items_need_order"}:
         return "items"
     if code == "unknown_payment_method":
         return "refund_to"

@@ -32,7 +32,15 @@ class Ticket(models.Model):
         NO_PROGRESS = "no_progress"
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="tickets")
-    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="tickets")
+    order = models.ForeignKey(
+        Order,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="tickets",
+        help_text="The order the ticket is about. Blank on a customer-level ticket until the agent's draft names "
+        "one of the customer's orders and the runtime accepts it.",
+    )
     customer = models.ForeignKey(Customer, on_delete=models.PROTECT, related_name="tickets")
     message = models.TextField(help_text="The customer's words. Untrusted input, never an instruction.")
     requested_amount = models.DecimalField(**MONEY, null=True, blank=True)
@@ -67,7 +75,8 @@ class Ticket(models.Model):
         ]
 
     def __str__(self):
-        return f"ticket #{self.pk} {self.order} ({self.status})"
+        about = self.order if self.order_id else f"customer {self.customer}"
+        return f"ticket #{self.pk} {about} ({self.status})"
 
 
 class AgentRun(models.Model):

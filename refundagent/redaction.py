@@ -43,11 +43,31 @@ def redact(value: Any, known: list[str] | tuple[str, ...] = ()) -> Any:
 
 
 def sensitive_values_for_order(order) -> list[str]:
-    """The exact strings a trace of this order must never contain."""
+    """The exact strings a trace of this order must never contain (none known without an
+    order: callers with a customer-level ticket use sensitive_values_for_ticket)."""
+    if order is None:
+        return []
     customer = order.customer
     values = [customer.email, customer.name]
     if customer.name:
         values.extend(part for part in customer.name.split() if len(part) >= 3)
     values.extend(order.payments.values_list("payment_ref", flat=True))
+    values.extend(customer.payment_methods.values_list("external_id", flat=True))
+    return [v for v in values if v]
+
+
+def sensitive_values_for_ticket(ticket) -> list[str]:
+    """The exact strings the ticket's trace must never contain: its order's, or, on a
+    customer-level ticket (no order yet), its customer's contact data, payment method ids and
+    the payment references of all their orders."""
+    if ticket.order_id:
+        return sensitive_values_for_order(ticket.order)
+    from ledger.models import Payment
+
+    customer = ticket.customer
+    values = [customer.email, customer.name]
+    if customer.name:
+        values.extend(part for part in customer.name.split() if len(part) >= 3)
+    values.extend(Payment.objects.filter(order__customer=customer).values_list("payment_ref", flat=True))
     values.extend(customer.payment_methods.values_list("external_id", flat=True))
     return [v for v in values if v]

@@ -12,7 +12,10 @@ from .models import Ticket
 
 
 class TicketIn(Schema):
-    order: str = Field(..., min_length=1, max_length=100, description="The order id, e.g. ORD-5001.")
+    order: str | None = Field(
+        None, min_length=1, max_length=100, description="The order id, e.g. ORD-5001. Omitted: a customer-level "
+        "ticket; the agent finds the order among the customer's orders (then `items` must be omitted too).",
+    )
     customer: str = Field(..., min_length=1, max_length=100, description="The customer id, e.g. CUST-1001.")
     message: str = Field(..., min_length=1, max_length=20_000, description="The customer's words (untrusted).")
     requested_amount: str | int | None = Field(None, description="A decimal string, e.g. \"200.00\".")
@@ -42,7 +45,8 @@ class TicketSummaryOut(Schema):
     id: int
     status: str
     stop_reason: str | None
-    order: str
+    order: str | None = Field(description="The order id; null on a customer-level ticket until the agent's draft "
+                              "names the order and the runtime accepts it.")
     customer: str
     requested_amount: Money | None
     currency: str

@@ -51,7 +51,7 @@ def ticket_summary_serialize(ticket: Ticket) -> dict:
         "id": ticket.pk,
         "status": ticket.status,
         "stop_reason": ticket.stop_reason,
-        "order": ticket.order.external_id,
+        "order": ticket.order.external_id if ticket.order_id else None,
         "customer": ticket.customer.external_id,
         "requested_amount": ticket.requested_amount,
         "currency": ticket.currency,

@@ -12,6 +12,7 @@ from ledger.services import money
 
 from .exceptions import TicketStateConflict
 from .models import Ticket
+from .redaction import sensitive_values_for_ticket
 from .tracing import trace_record
 
 MAX_MESSAGE_LENGTH = 20_000
@@ -23,26 +24,32 @@ FINAL = {Ticket.Status.REFUNDED, Ticket.Status.CLOSED}
 def ticket_create(
     *,
     user,
-    order: str,
     customer: str,
     message: str,
+    order: str | None = None,
     requested_amount: Decimal | str | None = None,
     items: list[str] | None = None,
     refund_to: str | None = None,
 ) -> Ticket:
-    """File a refund ticket for an order of the caller's tenant and queue the agent run.
+    """File a refund ticket of the caller's tenant and queue the agent run.
+
+    With `order` the ticket is about that order (as always). Without it the ticket is
+    customer-level: the agent must find the order among the customer's own orders, and the
+    runtime sets the ticket's order when it accepts the draft that names it. `items` need an
+    order (they are checked against it).
 
     `refund_to` is where the customer wants the money: the external id of one of their payment
     methods (e.g. "gift_card_7"); blank means the order's original payment method.
 
     Another tenant's order or customer answers NotFound (404), a customer who is not the
-    order's, or a payment method that is not that customer's, InvalidInput (422); nothing is
-    written in either case."""
+    order's, items without an order, or a payment method that is not that customer's,
+    InvalidInput (422); nothing is written in either case."""
     user_require_role(user, "support")
     tenant = tenant_for_user(user)
-    found_order = order_get(tenant=tenant, external_id=order)
+    order = (order or "").strip()
+    found_order = order_get(tenant=tenant, external_id=order) if order else None
     found_customer = customer_get(tenant=tenant, external_id=customer)
-    if found_order.customer_id != found_customer.pk:
+    if found_order is not None and found_order.customer_id != found_customer.pk:
         raise InvalidInput(f"Order {order} does not belong to customer {customer}.", code="customer_mismatch")
     message = (message or "").strip()
     if not message:
@@ -57,10 +64,13 @@ def ticket_create(
     items = [str(i).strip() for i in (items or []) if str(i).strip()]
     if len(items) > MAX_ITEMS:
         raise InvalidInput(f"At most {MAX_ITEMS} items per ticket.", code="too_many_items")
-    on_order = set(found_order.items.values_list("item_id", flat=True))
-    unknown = [i for i in items if i not in on_order]
-    if unknown:
-        raise InvalidInput(f"Items {', '.join(unknown)} are not on order {order}.", code="item_not_on_order")
+    if items and found_order is None:
+        raise InvalidInput("Items can only be named together with their order.", code="items_need_order")
+    if found_order is not None:
+        on_order = set(found_order.items.values_list("item_id", flat=True))
+        unknown = [i for i in items if i not in on_order]
+        if unknown:
+            raise InvalidInput(f"Items {', '.join(unknown)} are not on order {order}.", code="item_not_on_order")
     method = None
     refund_to = (refund_to or "").strip()
     if refund_to:
@@ -77,14 +87,21 @@ def ticket_create(
             customer=found_customer,
             message=message,
             requested_amount=amount,
-            currency=found_order.currency,
+            # A customer-level ticket has no currency until its order is known.
+            currency=found_order.currency if found_order is not None else "",
             items=items,
             refund_to=method,
             created_by=user,
         )
-        trace_record(ticket=ticket, span="run", status="queued", decision="filed", reason=f"Filed by {user.get_username()}.")
+        _trace(ticket, span="run", status="queued", decision="filed", reason=f"Filed by {user.get_username()}.")
         transaction.on_commit(lambda: ticket_run_enqueue(ticket.pk))
     return ticket
+
+
+def _trace(ticket: Ticket, **kwargs):
+    """trace_record with the values to redact derived from the ticket (its order, or on a
+    customer-level ticket its customer)."""
+    return trace_record(ticket=ticket, sensitive=sensitive_values_for_ticket(ticket), **kwargs)
 
 
 def ticket_run_enqueue(ticket_id: int) -> None:
@@ -105,7 +122,7 @@ def ticket_escalate(*, ticket: Ticket, user, note: str = "") -> Ticket:
         if updated != 1:
             raise TicketStateConflict(f"Ticket {ticket.pk} is {ticket.status}; it cannot be escalated.")
         ticket.refresh_from_db()
-        trace_record(ticket=ticket, span="stop", status="escalated", decision="escalate", reason=ticket.stop_detail)
+        _trace(ticket, span="stop", status="escalated", decision="escalate", reason=ticket.stop_detail)
     return ticket
 
 
@@ -122,6 +139,6 @@ def ticket_close(*, ticket: Ticket, user, note: str = "") -> Ticket:
         if updated != 1:
             raise TicketStateConflict(f"Ticket {ticket.pk} is {ticket.status}; it cannot be closed now.")
         ticket.refresh_from_db()
-        trace_record(ticket=ticket, span="stop", status="closed", decision="close",
-                     reason=f"Closed by {user.get_username()}" + (f": {note}" if note else "."))
+        _trace(ticket, span="stop", status="closed", decision="close",
+               reason=f"Closed by {user.get_username()}" + (f": {note}" if note else "."))
     return ticket

@@ -115,7 +115,8 @@ def ticket_new(request):
         except DomainError as exc:
             form.add_domain_error(exc)
         else:
-            messages.success(request, f"Ticket #{ticket.pk} filed. The agent is investigating order {ticket.order}.")
+            about = f"order {ticket.order}" if ticket.order_id else f"the orders of customer {ticket.customer}"
+            messages.success(request, f"Ticket #{ticket.pk} filed. The agent is investigating {about}.")
             return redirect("ticket", pk=ticket.pk)
     status = 422 if form.errors else 200
     return render(request, "refundagent/ticket_new.html", {"form": form, "roles": request.roles, "nav": "new"}, status=status)
@@ -128,10 +129,11 @@ def ticket_detail(request, pk: int):
     approval = selectors.ticket_approval_latest(ticket)
     draft = selectors.ticket_draft_latest(ticket)
     order = ticket.order
+    # A customer-level ticket has no order until the agent's draft names one: nothing to show yet.
     payments = [
         {"method": p.get_method_display(), "card": f"{p.card_brand} ****{p.card_last4}" if p.card_last4 else "",
          "amount": p.amount, "currency": p.currency}
-        for p in order.payments.all()
+        for p in (order.payments.all() if order is not None else [])
     ]
     trace = trace_export(ticket)
     return render(
@@ -143,9 +145,9 @@ def ticket_detail(request, pk: int):
             "verdict": draft.gate_verdict if draft else None,
             "verdict_label": (draft.gate_verdict.get("outcome") or "").replace("_", " ").capitalize() if draft else "",
             "approval": approval_serialize(approval) if approval else None,
-            "position": order_refund_position(order),
+            "position": order_refund_position(order) if order is not None else None,
             "payments": payments,
-            "ledger": order_ledger_serialize(order),
+            "ledger": order_ledger_serialize(order) if order is not None else None,
             "trace": trace,
             "last_seq": trace["events"][-1]["seq"] if trace["events"] else 0,
             "active": ticket.status in ACTIVE,

@@ -39,7 +39,7 @@ from approvals.gate import Outcome
 from approvals.services import approval_request_create
 
 from ..models import AgentRun, RefundDraft, Ticket
-from ..redaction import sensitive_values_for_order
+from ..redaction import sensitive_values_for_ticket
 from ..tracing import trace_record
 from .prompts import NUDGE, SYSTEM_PROMPT, ticket_first_message
 from .providers import provider_get
@@ -127,8 +127,8 @@ class _Loop:
             "tenant", "order__tenant", "order__customer", "customer", "created_by"
         ).get(pk=run.ticket_id)
         run.ticket = self.ticket
-        self.order = self.ticket.order
-        self.sensitive = sensitive_values_for_order(self.order)
+        self.order = self.ticket.order  # None on a customer-level ticket until the decision
+        self.sensitive = sensitive_values_for_ticket(self.ticket)
         self.messages: list[dict] = list(run.messages or [])
         self.state: dict = {"results": {}, "seen": {}, "evidence": 0, "repeats": 0, "nudged": False, **(run.state or {})}
         self.capabilities = None
@@ -259,7 +259,7 @@ class _Loop:
 
     def tools_refresh(self):
         self.capabilities = capabilities_load()
-        self.tools = tool_manifest(self.capabilities)
+        self.tools = tool_manifest(self.capabilities, customer_level=self.order is None)
         self.offered = {t.name for t in self.tools}
 
     def account(self, turn: ModelTurn):
@@ -351,14 +351,14 @@ class _Loop:
             return self._result(call, {"error": "denied", "reason": scope.reason, "message": scope.message},
                                 error=True)
         if capability == CREATE_DRAFT:
-            self.decide(call, args)  # always stops the run
+            self.decide(call, args, scope.order)  # always stops the run
         if self.progress_check(call):
             return self._result(call, {"error": "repeated_call", "message": "You already made this exact call and "
                                        "nothing has changed since: its result is above. Decide now with "
                                        "refunds_create_draft."}, error=True)
         started = time.monotonic()
         try:
-            value = tool_execute(capability=capability, ticket=self.ticket)
+            value = tool_execute(capability=capability, ticket=self.ticket, order=scope.order)
         except ToolFailed as exc:
             self.trace(span="tool", status="error", decision="no_result", tool=capability, reason=str(exc)[:200],
                        duration_ms=int((time.monotonic() - started) * 1000), data={"args": call.input})
@@ -371,21 +371,41 @@ class _Loop:
 
     # --- the decision -----------------------------------------------------------------------
 
-    def decide(self, call: ToolCall, args):
+    def decide(self, call: ToolCall, args, order):
         """The draft, the gate's verdict from the ledger and the current policy, the approval
-        request when eligible, and the ticket's stop: one transaction."""
-        ticket, order = self.ticket, self.order
+        request when eligible, and the ticket's stop: one transaction.
+
+        `order` is the order the draft is about, already scope-checked: the ticket's own, or on a
+        customer-level ticket the customer's order the draft names (None: it named none, and a
+        person must decide). Items: the ticket's if it named any, else the draft's. On a
+        customer-level ticket the ticket takes that order (and the items) in the same
+        transaction, so everything downstream reads an ordinary order ticket."""
+        ticket = self.ticket
         now = timezone.now()
         policy = gate.policy_current(ticket.tenant)
         proposal = gate.Proposal(
             recommendation=args.recommendation, amount=args.amount, policy_version=args.policy_version,
             customer_reply=args.customer_reply, destination=args.destination,
         )
-        verdict = gate.policy_gate_evaluate(
-            order=order, policy=policy, proposal=proposal, requested_amount=ticket.requested_amount,
-            requested_currency=ticket.currency, item_ids=list(ticket.items or []), refund_to=ticket.refund_to,
-            now=now,
-        )
+        items = list(ticket.items or []) or list(args.items or [])
+        adopt = {}
+        if order is None:
+            verdict = gate.GateVerdict(
+                outcome=Outcome.ESCALATED, currency=ticket.currency, refundable=Decimal("0.00"),
+                policy_version=policy.version if policy else None, codes=["order_not_named"],
+                reasons=["The ticket names no order and the draft named none of the customer's orders: a person "
+                         "decides."],
+            )
+        else:
+            verdict = gate.policy_gate_evaluate(
+                order=order, policy=policy, proposal=proposal, requested_amount=ticket.requested_amount,
+                requested_currency=ticket.currency or None, item_ids=items, refund_to=ticket.refund_to, now=now,
+            )
+            if ticket.order_id is None:
+                adopt = {"order": order, "currency": order.currency}
+            on_order = set(order.items.values_list("item_id", flat=True))
+            if items != list(ticket.items or []) and set(items) <= on_order:
+                adopt["items"] = items
         if verdict.outcome == Outcome.APPROVAL_REQUIRED and policy is not None and verdict.allowed_amount:
             status = S.APPROVAL_REQUIRED
         elif verdict.outcome == Outcome.DENIED:
@@ -395,7 +415,7 @@ class _Loop:
         with transaction.atomic():
             draft = RefundDraft.objects.create(
                 run=self.run, ticket=ticket, recommendation=args.recommendation, amount=args.amount,
-                currency=order.currency, policy_version=args.policy_version, rationale=args.rationale,
+                currency=order.currency if order is not None else ticket.currency, policy_version=args.policy_version, rationale=args.rationale,
                 customer_reply=args.customer_reply, gate_verdict=verdict.as_dict(),
             )
             self.trace(span="draft", status="ok", decision=args.recommendation, tool=CREATE_DRAFT,
@@ -423,7 +443,7 @@ class _Loop:
                                  "required_approvals": approval.required_approvals})
                 result["approval"] = approval.pk
             moved = Ticket.objects.filter(pk=ticket.pk, status=S.RUNNING).update(
-                status=status, stop_reason=status, stop_detail=detail, updated_at=now
+                status=status, stop_reason=status, stop_detail=detail, updated_at=now, **adopt
             )
             if moved != 1:  # a person changed the ticket meanwhile: roll the decision back
                 raise _Stop(S.ESCALATED, R.ESCALATED, "The ticket was changed by a person while the agent ran.")
@@ -434,6 +454,8 @@ class _Loop:
                        data={"iterations": self.run.iterations, "tokens": self.tokens_used(),
                              "cost_usd": str(self.run.cost_usd)})
         ticket.status, ticket.stop_reason, ticket.stop_detail = status, status, detail
+        for key, value in adopt.items():
+            setattr(ticket, key, value)
         raise _Done()
 
     def finish(self, stop: _Stop):

@@ -5,6 +5,10 @@ The gate runs before every call, in this order: the capability exists, its side-
 is one the agent may ever use (money movement and outbound messages never are), it is
 enabled (the kill switch), it was offered; then the arguments are validated; then the scope
 (the ticket's own order, the ticket's own tenant) is checked before any data is read.
+
+On a customer-level ticket (filed without an order) the scope is the ticket's customer: any of
+their orders in the ticket's tenant may be looked at (orders.list_customer_orders, offered only
+on such tickets, lists them), and the draft must name the one it is about.
 """
 
 import json
@@ -17,11 +21,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from approvals import gate
 from approvals.models import Capability
+from ledger.models import Order
 from ledger.selectors import order_refund_position
 
 from .providers.base import ToolCall, ToolSpec
 
 LOOKUP_ORDER = "orders.lookup_order"
+LIST_CUSTOMER_ORDERS = "orders.list_customer_orders"
 PAYMENT_SUMMARY = "payments.get_summary"
 POLICY_RETRIEVE = "refund_policy.retrieve"
 CREATE_DRAFT = "refunds.create_draft"
@@ -58,6 +64,10 @@ class CreateDraftArgs(_Args):
     rationale: str = Field(min_length=1, max_length=4000)
     customer_reply: str = Field(min_length=1, max_length=4000)
     destination: Literal["original", "gift_card"] | None = None
+    # The order the draft is about: required on a customer-level ticket, optional (and only the
+    # ticket's own) on an order ticket. Items: ids on that order, repeated for several units.
+    order: str | None = Field(default=None, min_length=1, max_length=100)
+    items: list[str] | None = Field(default=None, max_length=100)
 
     @field_validator("amount", mode="before")
     @classmethod
@@ -90,7 +100,8 @@ class SendMessageArgs(_Args):
 
 _ORDER_SCHEMA = {
     "type": "object",
-    "properties": {"order_id": {"type": "string", "description": "The ticket's order id, e.g. ORD-5001."}},
+    "properties": {"order_id": {"type": "string", "description": "The ticket's order id, e.g. ORD-5001 (on a "
+                                "ticket without an order: one of the customer's orders)."}},
     "required": ["order_id"],
     "additionalProperties": False,
 }
@@ -117,6 +128,10 @@ TOOL_DEFS: dict[str, ToolDef] = {
     for d in [
         ToolDef(LOOKUP_ORDER, "Look up the ticket's order: status, age in days, items, total, what was already "
                 "refunded and what is still refundable. Only the ticket's own order.", _ORDER_SCHEMA, OrderArgs),
+        ToolDef(LIST_CUSTOMER_ORDERS, "List the ticket's customer's orders: id, status, placed_at, total, currency, "
+                "items (item_id, name, price) and what is still refundable. Only on a ticket filed without an "
+                "order: find the order the customer means here.",
+                {"type": "object", "properties": {}, "additionalProperties": False}, NoArgs),
         ToolDef(PAYMENT_SUMMARY, "How the ticket's order was paid: method, card brand and last four digits, amount. "
                 "Payment identifiers are never shown.", _ORDER_SCHEMA, OrderArgs),
         ToolDef(POLICY_RETRIEVE, "The tenant's current refund policy: version (cite it), window, eligible order "
@@ -135,6 +150,12 @@ TOOL_DEFS: dict[str, ToolDef] = {
                         "rationale": {"type": "string", "description": "The evidence and the rule it rests on."},
                         "customer_reply": {"type": "string", "description": "A draft reply for a person to review. "
                                            "No promise of money."},
+                        "order": {"type": "string", "description": "The order the recommendation is about. "
+                                  "Required when the ticket names no order (TICKET_FACTS order null): one of "
+                                  "the customer's orders from orders_list_customer_orders."},
+                        "items": {"type": "array", "items": {"type": "string"}, "description": "The item ids "
+                                  "on that order to refund (repeat an id for several units); omit for the whole "
+                                  "order. Ignored when the ticket already names items."},
                         "destination": {"type": "string", "enum": ["original", "gift_card"],
                                         "description": "Where the refund goes: the customer's choice on the "
                                         "ticket (TICKET_FACTS destination), never yours to change. A draft that "
@@ -158,13 +179,16 @@ def capabilities_load() -> dict[str, Capability]:
     return {c.name: c for c in Capability.objects.filter(name__in=list(TOOL_DEFS))}
 
 
-def tool_manifest(capabilities: dict[str, Capability]) -> list[ToolSpec]:
+def tool_manifest(capabilities: dict[str, Capability], *, customer_level: bool = False) -> list[ToolSpec]:
     """The tools offered to the model: known, in the registry, enabled, and of a side-effect
-    class the agent may use. Forbidden tools are never offered."""
+    class the agent may use. Forbidden tools are never offered. orders.list_customer_orders only
+    on a customer-level ticket: an order ticket's agent has its order (and offering it there
+    would only invite looking around)."""
     return [
         d.spec()
         for name, d in TOOL_DEFS.items()
         if name in capabilities and capabilities[name].enabled and capabilities[name].agent_allowed
+        and (customer_level or name != LIST_CUSTOMER_ORDERS)
     ]
 
 
@@ -177,6 +201,7 @@ class CallCheck:
     capability: str = ""
     reason: str = ""
     message: str = ""
+    order: Any = None  # the order the call is about once its scope is checked (None: the ticket's own)
 
 
 FORBIDDEN_REASONS = {
@@ -230,23 +255,40 @@ def tool_args_validate(*, capability: str, arguments: dict) -> tuple[_Args | Non
 
 
 def tool_scope_check(*, ticket, args: _Args) -> CallCheck:
-    """Tenant and ticket scope, decided from the ticket alone, before any data is read."""
+    """Tenant and ticket scope, decided before any data is read. An order ticket's scope is its
+    own order; a customer-level ticket's, the orders of its customer in its tenant (another
+    customer's or tenant's order is refused exactly like any other out-of-scope order)."""
     if ticket_cross_tenant(ticket):
         return CallCheck(False, "", "cross_tenant", "This ticket's order is outside the ticket's tenant.")
     order_id = getattr(args, "order_id", None)
-    if order_id is not None and order_id != ticket.order.external_id:
+    if order_id is None:
+        order_id = getattr(args, "order", None)
+    if order_id is None:
+        return CallCheck(True, order=ticket.order)
+    if ticket.order_id:
+        if order_id != ticket.order.external_id:
+            return CallCheck(False, "", "out_of_scope_order",
+                             f"Only the ticket's own order ({ticket.order.external_id}) may be looked at.")
+        return CallCheck(True, order=ticket.order)
+    order = (
+        Order.objects.filter(tenant_id=ticket.tenant_id, customer_id=ticket.customer_id, external_id=order_id)
+        .select_related("tenant", "customer")
+        .first()
+    )
+    if order is None:
         return CallCheck(False, "", "out_of_scope_order",
-                         f"Only the ticket's own order ({ticket.order.external_id}) may be looked at.")
-    return CallCheck(True)
+                         f"Only orders of the ticket's customer ({ticket.customer.external_id}) may be looked at; "
+                         "orders_list_customer_orders lists them.")
+    return CallCheck(True, order=order)
 
 
 def ticket_cross_tenant(ticket) -> bool:
     order, customer = ticket.order, ticket.customer
-    return not (
-        order.tenant_id == ticket.tenant_id
-        and customer.tenant_id == ticket.tenant_id
-        and order.customer_id == customer.pk
-    )
+    if customer.tenant_id != ticket.tenant_id:
+        return True
+    if order is None:
+        return False
+    return not (order.tenant_id == ticket.tenant_id and order.customer_id == customer.pk)
 
 
 # --- executors (read tools) --------------------------------------------------------------
@@ -256,8 +298,8 @@ def _money(value) -> str:
     return str(Decimal(value).quantize(CENT))
 
 
-def order_lookup(*, ticket) -> dict:
-    order = ticket.order
+def order_lookup(*, ticket, order=None) -> dict:
+    order = order or ticket.order
     position = order_refund_position(order)
     result = {
         "order": order.external_id,
@@ -275,7 +317,7 @@ def order_lookup(*, ticket) -> dict:
             for ln in position.lines
         ],
     }
-    if ticket.items:
+    if ticket.items and order.pk == ticket.order_id:
         value, unmatched = position.items_value(list(ticket.items))
         result["ticket_items"] = {"items": list(ticket.items), "unrefunded_value": _money(value),
                                   "not_refundable": unmatched}
@@ -284,20 +326,50 @@ def order_lookup(*, ticket) -> dict:
     return result
 
 
-def payment_summary(*, ticket) -> dict:
+def payment_summary(*, ticket, order=None) -> dict:
+    order = order or ticket.order
     payments = [
         {"method": p.method, "brand": p.card_brand, "last4": p.card_last4, "amount": _money(p.amount),
          "currency": p.currency}
-        for p in ticket.order.payments.all()
+        for p in order.payments.all()
     ]
-    return {"order": ticket.order.external_id, "payments": payments}
+    return {"order": order.external_id, "payments": payments}
+
+
+MAX_LISTED_ORDERS = 50
+
+
+def customer_orders_list(*, ticket, order=None) -> dict:
+    """The ticket's customer's orders in the ticket's tenant, newest first. Nothing of any other
+    customer: the query starts from the ticket's tenant and customer."""
+    orders = (
+        Order.objects.filter(tenant_id=ticket.tenant_id, customer_id=ticket.customer_id)
+        .order_by("-placed_at", "-id")[:MAX_LISTED_ORDERS]
+    )
+    listed = []
+    for found in orders:
+        position = order_refund_position(found)
+        listed.append({
+            "order": found.external_id,
+            "status": found.status,
+            "placed_at": found.placed_at.isoformat(),
+            "currency": found.currency,
+            "total": _money(position.total),
+            "refundable": _money(position.refundable),
+            "items": [
+                {"item_id": ln.item_id, "name": ln.name, "price": _money(ln.price), "quantity": ln.quantity,
+                 "refunded_quantity": ln.refunded_quantity}
+                for ln in position.lines
+            ],
+        })
+    return {"customer": ticket.customer.external_id, "orders": listed}
 
 
 class ToolFailed(Exception):
     """A tool ran but has no useful answer (fed back to the model as an error)."""
 
 
-def policy_retrieve(*, ticket) -> dict:
+def policy_retrieve(*, ticket, order=None) -> dict:
     policy = gate.policy_current(ticket.tenant)
     if policy is None:
         raise ToolFailed("This tenant has no current refund policy. Recommend 'escalate'; do not draft a refund.")
@@ -313,12 +385,14 @@ def policy_retrieve(*, ticket) -> dict:
     }
 
 
-READ_EXECUTORS = {LOOKUP_ORDER: order_lookup, PAYMENT_SUMMARY: payment_summary, POLICY_RETRIEVE: policy_retrieve}
+READ_EXECUTORS = {LOOKUP_ORDER: order_lookup, PAYMENT_SUMMARY: payment_summary, POLICY_RETRIEVE: policy_retrieve,
+                  LIST_CUSTOMER_ORDERS: customer_orders_list}
 
 
-def tool_execute(*, capability: str, ticket) -> dict:
-    """Run a read tool for the ticket (scope already checked)."""
-    return READ_EXECUTORS[capability](ticket=ticket)
+def tool_execute(*, capability: str, ticket, order=None) -> dict:
+    """Run a read tool for the ticket (scope already checked; `order` is the order it resolved,
+    None for the ticket's own)."""
+    return READ_EXECUTORS[capability](ticket=ticket, order=order)
 
 
 def result_text(value: dict) -> str:

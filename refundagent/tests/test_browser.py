@@ -67,7 +67,8 @@ def registry(transactional_db):
     serialized the database)."""
     from django.apps import apps
 
-    importlib.import_module("approvals.migrations.0002_seed_capabilities").seed(apps, None)
+    for name in ("0002_seed_capabilities", "0004_seed_list_customer_orders"):
+        importlib.import_module(f"approvals.migrations.{name}").seed(apps, None)
 
 
 def shot(page, name, full_page=True):

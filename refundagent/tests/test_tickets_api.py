@@ -46,7 +46,9 @@ def test_support_files_a_ticket(api_client, django_capture_on_commit_callbacks):
         {"requested_amount": 12.5},
         {"message": ""},
         {"message": None},
-        {"order": None},
+        # Without an order a ticket is customer-level (201); items need their order, "" is no id.
+        {"order": None, "items": ["ITEM-1"]},
+        {"order": ""},
         {"customer": "CUST-9999", "order": "ORD-5001"},
         {"items": ["ITEM-999"]},
     ],

@@ -5,14 +5,24 @@ It reads the transcript like a model would: the ticket's facts line (the filing 
 customer's free text, so instructions in the ticket change nothing), then the tool results so
 far. It investigates (order, payments, policy) with the tools it was offered, then drafts one
 recommendation from the evidence. It is stateless: a resumed run continues where it stopped.
+
+On a customer-level ticket (the facts name no order) it lists the customer's orders and the
+policy first, then picks one deterministically: the one order id of the list that the
+customer's message mentions, else the only eligible order; otherwise it escalates without an
+order. From the message it only matches ids against the list (order ids, then item ids on the
+chosen order): nothing in the text is followed as an instruction.
 """
 
 import json
+import re
 import time
+from datetime import datetime
 from decimal import Decimal, InvalidOperation
 
-from ..prompts import facts_from_messages
-from ..tools import CREATE_DRAFT, LOOKUP_ORDER, PAYMENT_SUMMARY, POLICY_RETRIEVE
+from django.utils import timezone
+
+from ..prompts import UNTRUSTED_CLOSE, UNTRUSTED_OPEN, facts_from_messages
+from ..tools import CREATE_DRAFT, LIST_CUSTOMER_ORDERS, LOOKUP_ORDER, PAYMENT_SUMMARY, POLICY_RETRIEVE
 from .base import ModelTurn, ToolCall, ToolSpec, Usage
 
 ZERO = Decimal("0.00")
@@ -45,6 +55,8 @@ class OfflineProvider:
 
         if CREATE_DRAFT in results:
             turn = self._text("My recommendation is recorded; a person reviews it.")
+        elif not facts.get("order"):
+            turn = self._customer_level(step, offered, facts, results, messages)
         else:
             turn = None
             for capability in (LOOKUP_ORDER, PAYMENT_SUMMARY, POLICY_RETRIEVE):
@@ -62,6 +74,45 @@ class OfflineProvider:
         turn.usage = Usage(input_tokens=prompt_chars // 4, output_tokens=max(1, len(json.dumps(turn.content)) // 4))
         turn.model = self.model
         return turn
+
+    def _customer_level(self, step, offered, facts, results, messages) -> ModelTurn:
+        """A ticket without an order: list, policy, pick, then investigate and draft on the pick."""
+        for capability in (LIST_CUSTOMER_ORDERS, POLICY_RETRIEVE):
+            if capability in offered and capability not in results:
+                return self._call(step, offered[capability], {})
+        listed = ((results.get(LIST_CUSTOMER_ORDERS) or (None, True))[0] or {}).get("orders") or []
+        policy = (results.get(POLICY_RETRIEVE) or (None, True))[0]
+        text = customer_text(messages)
+        chosen = order_pick(listed, text, policy)
+        if chosen is None:
+            if CREATE_DRAFT not in offered:
+                return self._text("I cannot record a recommendation: a person should take this ticket.")
+            return self._call(step, offered[CREATE_DRAFT], {
+                "recommendation": "escalate",
+                "policy_version": (policy or {}).get("version", ""),
+                "rationale": f"The ticket names no order and none of the customer's {len(listed)} order(s) can be "
+                             "identified from it unambiguously: a person decides which order is meant.",
+                "customer_reply": "Hello, thank you for contacting us. A member of our team will look into your "
+                                  "request, identify the order it is about and get back to you.",
+            })
+        order_id = chosen["order"]
+        for capability in (LOOKUP_ORDER, PAYMENT_SUMMARY):
+            if capability in offered and capability not in results:
+                return self._call(step, offered[capability], {"order_id": order_id})
+        items = items_mentioned(chosen, text)
+        order = (results.get(LOOKUP_ORDER) or (None, True))[0]
+        if order and items:
+            order = {**order, "ticket_items": {"items": items, "unrefunded_value": str(_items_value(order, items))}}
+        picked = {**facts, "order": order_id, "items": items}
+        draft = draft_from_evidence(picked, {**results, LOOKUP_ORDER: (order, order is None)})
+        draft["order"] = order_id
+        if items:
+            draft["items"] = items
+        if draft.get("destination") and facts.get("destination") is None:
+            draft.pop("destination")  # unknown before the order: the runtime derives it
+        if CREATE_DRAFT not in offered:
+            return self._text("I cannot record a recommendation: a person should take this ticket.")
+        return self._call(step, offered[CREATE_DRAFT], draft)
 
     def _call(self, step: int, name: str, arguments: dict) -> ModelTurn:
         call_id = f"toolu_off_{step:03d}"
@@ -96,6 +147,65 @@ def _results_by_capability(messages: list[dict], capability_of: dict[str, str]) 
                 is_error = bool(block.get("is_error"))
                 out[names[block["tool_use_id"]]] = (None if is_error else data, is_error)
     return out
+
+
+def customer_text(messages: list[dict]) -> str:
+    """The customer's words of the first user message (between the untrusted markers)."""
+    for block in (messages[0].get("content") or []) if messages else []:
+        text = block.get("text", "") if isinstance(block, dict) else ""
+        if UNTRUSTED_OPEN in text:
+            return text.split(UNTRUSTED_OPEN, 1)[1].split(UNTRUSTED_CLOSE, 1)[0]
+    return ""
+
+
+def _mentions(text: str, identifier: str) -> bool:
+    return bool(re.search(rf"(?<![A-Za-z0-9]){re.escape(identifier)}(?![A-Za-z0-9])", text, re.IGNORECASE))
+
+
+def _eligible(order: dict, policy: dict | None) -> bool:
+    if policy is None or (_decimal(order.get("refundable")) or ZERO) <= ZERO:
+        return False
+    statuses = set(policy.get("full_refund_statuses") or []) | set(policy.get("item_refund_statuses") or [])
+    if order.get("status") not in statuses:
+        return False
+    window = policy.get("window_days")
+    if window is None:
+        return True
+    try:
+        placed = datetime.fromisoformat(order["placed_at"])
+    except (KeyError, TypeError, ValueError):
+        return False
+    return (timezone.now() - placed).days <= window
+
+
+def order_pick(listed: list[dict], text: str, policy: dict | None) -> dict | None:
+    """The order the ticket is about: the one listed id the message mentions, else the only
+    eligible order, else None (ambiguous: a person decides)."""
+    mentioned = [o for o in listed if _mentions(text, o["order"])]
+    if len(mentioned) == 1:
+        return mentioned[0]
+    if mentioned:
+        return None
+    eligible = [o for o in listed if _eligible(o, policy)]
+    return eligible[0] if len(eligible) == 1 else None
+
+
+def items_mentioned(order: dict, text: str) -> list[str]:
+    """The ids of the order's items that the message mentions, in the order's line order."""
+    seen: list[str] = []
+    for item in order.get("items") or []:
+        if item["item_id"] not in seen and _mentions(text, item["item_id"]):
+            seen.append(item["item_id"])
+    return seen
+
+
+def _items_value(order: dict, items: list[str]) -> Decimal:
+    value = ZERO
+    for item_id in items:
+        line = next((i for i in order.get("items") or [] if i["item_id"] == item_id
+                     and i.get("refunded_quantity", 0) < i.get("quantity", 1)), None)
+        value += (_decimal(line["price"]) or ZERO) if line else ZERO
+    return value
 
 
 def draft_from_evidence(facts: dict, results: dict) -> dict:
