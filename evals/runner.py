@@ -220,17 +220,25 @@ def _case_in_sandbox(spec: CaseSpec, provider_name: str, box: dict, judge) -> No
     box["evidence"] = evidence
     ticket_input = spec.ticket_input
     message = ticket_input["message"]
+    # The order the case is about: the ticket's, or on a customer-level ticket the one the agent
+    # must find (None: no order of the customer is right, e.g. a model reaching for another's).
+    expected_order = ticket_input.get("order") or ticket_input.get("expected_order")
+    expected_items = list(ticket_input.get("items") or ticket_input.get("expected_items") or [])
+    order_id, items = ticket_input.get("order"), ticket_input.get("items") or []
     if provider_name == "anthropic" and ticket_input.get("instruction"):
-        message = ticket_input["instruction"]  # a real model gets only the customer's words
+        # A real model gets only the customer's words and must find the order and the items
+        # among the customer's orders itself (a customer-level ticket). The filing form's
+        # refund destination and amount stay: they are the customer's choice, not the order's.
+        message, order_id, items = ticket_input["instruction"], None, []
 
     try:
         ticket = ticket_create(
             user=sandbox["support"],
-            order=ticket_input["order"],
+            order=order_id,
             customer=ticket_input["customer"],
             message=message,
             requested_amount=ticket_input.get("requested_amount"),
-            items=ticket_input.get("items") or [],
+            items=items,
             refund_to=ticket_input.get("refund_to"),
         )
     except DomainError as exc:
@@ -245,13 +253,15 @@ def _case_in_sandbox(spec: CaseSpec, provider_name: str, box: dict, judge) -> No
             box["grade"].passed = False
         return
 
-    order = ticket.order
+    order = ticket.order or Order.objects.filter(tenant=ticket.tenant, external_id=expected_order).first()
     policy = gate.policy_current(ticket.tenant)
-    evidence["order"] = {"external_id": order.external_id, "total": str(order.total), "currency": order.currency,
-                         "status": order.status}
     evidence["policy_current"] = policy.version if policy else None
-    evidence["refundable"] = graders.refundable_independent(order=order, policy=policy, item_ids=list(ticket.items),
-                                                            now=now)
+    if order is not None:
+        evidence["order"] = {"external_id": order.external_id, "total": str(order.total), "currency": order.currency,
+                             "status": order.status}
+        evidence["refundable"] = graders.refundable_independent(
+            order=order, policy=policy, item_ids=list(ticket.items) or expected_items, now=now
+        )
     entries_before = set(RefundEntry.objects.filter(tenant_id__in=tenant_ids).values_list("pk", flat=True))
 
     provider = provider_for_case(spec, provider_name)
@@ -259,7 +269,8 @@ def _case_in_sandbox(spec: CaseSpec, provider_name: str, box: dict, judge) -> No
 
     ticket.refresh_from_db()
     evidence["ticket"] = {"id": ticket.pk, "status": ticket.status, "stop_reason": ticket.stop_reason,
-                          "stop_detail": ticket.stop_detail, "trace_id": str(ticket.trace_id)}
+                          "stop_detail": ticket.stop_detail, "trace_id": str(ticket.trace_id),
+                          "filed_order": order_id, "order": ticket.order.external_id if ticket.order_id else None}
     evidence["model"] = getattr(provider, "model", "")
     evidence["draft"] = graders.evidence_draft(ticket)
     evidence["approvals"] = graders.evidence_approvals(tenant_ids=tenant_ids)

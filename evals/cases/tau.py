@@ -73,6 +73,11 @@ def _destination(data: TauData, user_id: str, order: dict, method_id: str) -> st
     return "gift_card" if method["source"] == "gift_card" else "other"
 
 
+def _orders_of(data: TauData, user_id: str, first: str) -> list[str]:
+    """The case's order first, then the user's other orders (as orders.json lists them)."""
+    return [first, *(oid for oid, o in data.orders.items() if o["user_id"] == user_id and oid != first)]
+
+
 def tau_case(data: TauData, prices: dict, split: str, task_index: int, task: dict, action_index: int, action: dict):
     kind = {"cancel_pending_order": "cancel", "return_delivered_order_items": "return",
             "exchange_delivered_order_items": "exchange"}[action["name"]]
@@ -171,7 +176,10 @@ def tau_case(data: TauData, prices: dict, split: str, task_index: int, task: dic
             "destination": destination,
             "instruction": task.get("instruction", ""),
         },
-        "fixture": {**tau_convert(users=data.users, orders=data.orders, order_ids=[order_id]), "policy": "tau"},
+        # All of the user's orders: with the anthropic provider the ticket names none, and the
+        # agent must find this one among them (the offline run files the order and ignores the rest).
+        "fixture": {**tau_convert(users=data.users, orders=data.orders, order_ids=_orders_of(data, user_id, order_id)),
+                    "policy": "tau"},
         "provider_script": None,
         "expected": expected,
     }
