@@ -7,6 +7,7 @@ from ninja import Field, Query, Router, Schema
 from ninja.pagination import paginate
 
 from ledger.exceptions import NotFound
+from ledger.pagination import SerializedQuerySet
 from ledger.selectors import tenant_for_user, user_require_role
 
 from .models import ApprovalRequest, ApprovalVote
@@ -52,26 +53,9 @@ def approval_list(request, filters: Query[ApprovalFilter]):
     queryset = approvals_for(request.user).order_by("created_at", "id")
     if filters.status:
         queryset = queryset.filter(status=filters.status)
-    return _Serialized(queryset)
+    return SerializedQuerySet(queryset, approval_serialize)
 
 
-class _Serialized:
-    """A lazily serialised queryset: the paginator slices it, then only that page is read."""
-
-    def __init__(self, queryset):
-        self.queryset = queryset
-
-    def all(self):
-        return self
-
-    def __len__(self):
-        return self.queryset.count()
-
-    def count(self):
-        return self.queryset.count()
-
-    def __getitem__(self, item):
-        return [approval_serialize(r) for r in self.queryset[item]]
 
 
 @router.get("/{int:request_id}", response=ApprovalOut)

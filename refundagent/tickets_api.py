@@ -3,6 +3,7 @@
 from ninja import Query, Router, Status
 from ninja.pagination import paginate
 
+from ledger.pagination import SerializedQuerySet
 from ledger.selectors import tenant_for_user, user_require_role
 
 from .schemas import TicketFilter, TicketIn, TicketOut, TicketSummaryOut, TraceOut
@@ -33,7 +34,7 @@ def ticket_file(request, payload: TicketIn):
 def ticket_index(request, filters: Query[TicketFilter]):
     """The caller's tenant's tickets, newest first (`?status=escalated` to filter)."""
     user_require_role(request.user, "support", "finance")
-    return _Serialized(ticket_list(tenant=tenant_for_user(request.user), status=filters.status))
+    return SerializedQuerySet(ticket_list(tenant=tenant_for_user(request.user), status=filters.status), ticket_summary_serialize)
 
 
 @router.get("/{int:ticket_id}", response=TicketOut)
@@ -47,22 +48,3 @@ def ticket_trace(request, ticket_id: int):
     """The ticket's trace, in order, redacted (it was redacted before it was stored)."""
     user_require_role(request.user, "support", "finance")
     return trace_export(ticket_get(tenant=tenant_for_user(request.user), ticket_id=ticket_id))
-
-
-class _Serialized:
-    """A lazily serialised queryset: the paginator slices it, then only that page is read."""
-
-    def __init__(self, queryset):
-        self.queryset = queryset
-
-    def all(self):
-        return self
-
-    def __len__(self):
-        return self.queryset.count()
-
-    def count(self):
-        return self.queryset.count()
-
-    def __getitem__(self, item):
-        return [ticket_summary_serialize(t) for t in self.queryset[item]]
