@@ -5,6 +5,8 @@ are replaced exactly; patterns catch the rest (emails, card-like numbers, proces
 import re
 from typing import Any
 
+from ledger.models import Payment
+
 REDACTED = "[redacted]"
 
 _PATTERNS = [
@@ -47,13 +49,7 @@ def sensitive_values_for_order(order) -> list[str]:
     order: callers with a customer-level ticket use sensitive_values_for_ticket)."""
     if order is None:
         return []
-    customer = order.customer
-    values = [customer.email, customer.name]
-    if customer.name:
-        values.extend(part for part in customer.name.split() if len(part) >= 3)
-    values.extend(order.payments.values_list("payment_ref", flat=True))
-    values.extend(customer.payment_methods.values_list("external_id", flat=True))
-    return [v for v in values if v]
+    return _customer_values(order.customer, order.payments.values_list("payment_ref", flat=True))
 
 
 def sensitive_values_for_ticket(ticket) -> list[str]:
@@ -62,12 +58,14 @@ def sensitive_values_for_ticket(ticket) -> list[str]:
     the payment references of all their orders."""
     if ticket.order_id:
         return sensitive_values_for_order(ticket.order)
-    from ledger.models import Payment
-
     customer = ticket.customer
+    return _customer_values(customer, Payment.objects.filter(order__customer=customer).values_list("payment_ref", flat=True))
+
+
+def _customer_values(customer, payment_refs) -> list[str]:
     values = [customer.email, customer.name]
     if customer.name:
         values.extend(part for part in customer.name.split() if len(part) >= 3)
-    values.extend(Payment.objects.filter(order__customer=customer).values_list("payment_ref", flat=True))
+    values.extend(payment_refs)
     values.extend(customer.payment_methods.values_list("external_id", flat=True))
     return [v for v in values if v]

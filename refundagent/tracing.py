@@ -9,7 +9,7 @@ from django.db import connection
 from django.utils import timezone
 
 from .models import Ticket, TraceEvent
-from .redaction import redact, redact_text, sensitive_values_for_order
+from .redaction import redact, redact_text, sensitive_values_for_ticket
 
 
 def trace_record(
@@ -29,7 +29,7 @@ def trace_record(
 ) -> TraceEvent:
     """Append an event to the ticket's trace. `sensitive` (else derived from the ticket's
     order) lists exact values to redact; patterns catch emails and payment references."""
-    known = sensitive if sensitive is not None else sensitive_values_for_order(ticket.order)
+    known = sensitive if sensitive is not None else sensitive_values_for_ticket(ticket)
     values = {
         "ticket_id": ticket.pk,
         "run_id": getattr(run, "pk", run),

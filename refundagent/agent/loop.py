@@ -40,7 +40,7 @@ from approvals.services import approval_request_create
 
 from ..models import AgentRun, RefundDraft, Ticket
 from ..redaction import sensitive_values_for_ticket
-from ..tracing import trace_record
+from ..tracing import trace_batch, trace_record
 from .prompts import NUDGE, SYSTEM_PROMPT, ticket_first_message
 from .providers import provider_get
 from .providers.base import ModelTurn, Provider, ProviderError, ToolCall
@@ -412,7 +412,9 @@ class _Loop:
             status = S.DENIED
         else:
             status = S.ESCALATED
-        with transaction.atomic():
+        # One transaction for the draft, the verdict, the approval and the stop; their four trace
+        # events are written together at its end (trace_batch), dropped with it if it fails.
+        with transaction.atomic(), trace_batch():
             draft = RefundDraft.objects.create(
                 run=self.run, ticket=ticket, recommendation=args.recommendation, amount=args.amount,
                 currency=order.currency if order is not None else ticket.currency, policy_version=args.policy_version, rationale=args.rationale,
