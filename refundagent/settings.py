@@ -156,7 +156,7 @@ CELERY_BROKER_URL = os.getenv("CELERY_BROKER_URL", "")
 # asks for a producer in eager mode, so give it the in-memory transport, not amqp://localhost.
 CELERY_TASK_ALWAYS_EAGER = not CELERY_BROKER_URL
 if CELERY_TASK_ALWAYS_EAGER:
-    CELERY_BROKER_URL = "memory://"
+    CELERY_BROKER_URL = "memory://localhost/"
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_IGNORE_RESULT = True

@@ -29,7 +29,7 @@ def broker(settings):
 
 
 def test_health_without_a_broker_is_eager(db, settings):
-    settings.CELERY_BROKER_URL = "memory://"
+    settings.CELERY_BROKER_URL = "memory://localhost/"
     settings.CELERY_TASK_ALWAYS_EAGER = True
 
     response = Client().get("/api/health")
