@@ -24,7 +24,7 @@ from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 from django.utils.timesince import timesince, timeuntil
 
-from ledger.admin import ReadOnlyAdminMixin, TenantScopedAdminMixin
+from ledger.admin import NoDeleteAdminMixin, ReadOnlyAdminMixin, TenantScopedAdminMixin
 from ledger.exceptions import DomainError
 from ledger.selectors import order_ledger, order_refund_position
 
@@ -292,7 +292,7 @@ class ApprovalVoteAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelA
 
 
 @admin.register(RefundPolicy)
-class RefundPolicyAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
+class RefundPolicyAdmin(TenantScopedAdminMixin, NoDeleteAdminMixin, admin.ModelAdmin):
     list_display = ("version", "tenant", "status", "window_days", "two_approver_threshold",
                     "approvals_above_threshold", "published_at", "retired_at")
     list_filter = ("status", "tenant")
@@ -306,14 +306,6 @@ class RefundPolicyAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
             # Published and retired versions are history: publish a new version instead.
             return [f.name for f in self.model._meta.concrete_fields]
         return self.LIFECYCLE
-
-    def has_delete_permission(self, request, obj=None):
-        return False
-
-    def get_actions(self, request):
-        actions = super().get_actions(request)
-        actions.pop("delete_selected", None)
-        return actions
 
     @admin.action(description="Publish new version: copy into a draft", permissions=["add"])
     def copy_to_draft(self, request, queryset):

@@ -64,14 +64,8 @@ class TenantScopedAdminMixin:
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
 
-class ReadOnlyAdminMixin:
-    """Viewable with the view permission; never added, changed or deleted through the admin."""
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
+class NoDeleteAdminMixin:
+    """Never deleted through the admin: no delete button, no bulk delete action."""
 
     def has_delete_permission(self, request, obj=None):
         return False
@@ -80,6 +74,16 @@ class ReadOnlyAdminMixin:
         actions = super().get_actions(request)
         actions.pop("delete_selected", None)
         return actions
+
+
+class ReadOnlyAdminMixin(NoDeleteAdminMixin):
+    """Viewable with the view permission; never added, changed or deleted through the admin."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
 
 
 class ReadOnlyInline(ReadOnlyAdminMixin, admin.TabularInline):

@@ -212,3 +212,19 @@ def test_publish_new_version_copies_into_a_draft_then_publishes(demo, login):
     assert RefundPolicy.objects.current_for(v4.tenant) == draft
     # a published version is read-only in the admin
     assert 'name="window_days"' not in ops.get(f"/admin/approvals/refundpolicy/{draft.pk}/change/").content.decode()
+
+
+def test_a_policy_version_cannot_be_deleted_from_the_admin(demo, login):
+    # given the operator (superuser) on the policy admin
+    client = login("ops")
+    policy = RefundPolicy.objects.get(tenant__slug="acme", version="refund-policy-v4")
+    # when they try the delete page or the bulk delete action
+    delete_page = client.get(reverse("admin:approvals_refundpolicy_delete", args=[policy.pk]))
+    changelist = client.get(reverse("admin:approvals_refundpolicy_changelist"))
+    bulk = client.post(reverse("admin:approvals_refundpolicy_changelist"),
+                       {"action": "delete_selected", "_selected_action": [policy.pk], "post": "yes"})
+    # then nothing offers or performs a deletion
+    assert delete_page.status_code == 403
+    assert "delete_selected" not in changelist.content.decode()
+    assert bulk.status_code in (200, 302)
+    assert RefundPolicy.objects.filter(pk=policy.pk).exists()
