@@ -73,9 +73,14 @@ def approval_request_create(
     requested_by=None,
     ticket_ref: int | None = None,
     trace_id: str = "",
+    fresh_key: bool = False,
 ) -> tuple[ApprovalRequest, bool]:
     """Create the one approval request for an eligible refund. Keyed: calling it again with the
-    same idempotency key (a resumed run) returns the request already made, and False."""
+    same idempotency key (a resumed run) returns the request already made, and False.
+
+    `fresh_key=True` is for a caller whose key cannot exist yet (the agent's decision derives it
+    from the draft it inserted in the same transaction): no savepoint, and a duplicate would be
+    an IntegrityError that rolls the caller's transaction back."""
     if verdict.outcome != Outcome.APPROVAL_REQUIRED or verdict.allowed_amount is None:
         raise ValueError("Only an eligible verdict becomes an approval request.")
     # No look-up first: the unique key decides (a replay is the rare path, and the insert in a
@@ -84,27 +89,30 @@ def approval_request_create(
     required = 1
     if policy.two_approver_threshold is not None and verdict.allowed_amount > policy.two_approver_threshold:
         required = policy.approvals_above_threshold
+    fields = dict(
+        tenant_id=order.tenant_id,
+        action=ISSUE_REFUND,
+        order=order,
+        amount=verdict.allowed_amount,
+        currency=order.currency,
+        args=args,
+        args_hash=canonical_hash(args),
+        idempotency_key=idempotency_key,
+        policy=policy,
+        policy_version=policy.version,
+        refundable_at_request=verdict.refundable,
+        trace_id=str(trace_id),
+        ticket_ref=ticket_ref,
+        approver_role="finance",
+        required_approvals=required,
+        expires_at=timezone.now() + settings.APPROVAL_EXPIRY,
+        requested_by=requested_by,
+    )
+    if fresh_key:
+        return ApprovalRequest.objects.create(**fields), True
     try:
         with transaction.atomic():
-            request = ApprovalRequest.objects.create(
-                tenant_id=order.tenant_id,
-                action=ISSUE_REFUND,
-                order=order,
-                amount=verdict.allowed_amount,
-                currency=order.currency,
-                args=args,
-                args_hash=canonical_hash(args),
-                idempotency_key=idempotency_key,
-                policy=policy,
-                policy_version=policy.version,
-                refundable_at_request=verdict.refundable,
-                trace_id=str(trace_id),
-                ticket_ref=ticket_ref,
-                approver_role="finance",
-                required_approvals=required,
-                expires_at=timezone.now() + settings.APPROVAL_EXPIRY,
-                requested_by=requested_by,
-            )
+            request = ApprovalRequest.objects.create(**fields)
     except IntegrityError:
         existing = ApprovalRequest.objects.filter(idempotency_key=idempotency_key).first()
         if existing is None:

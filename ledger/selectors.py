@@ -9,7 +9,7 @@ from django.db.models import DecimalField, OuterRef, Subquery, Sum
 from django.db.models.functions import Coalesce
 
 from .exceptions import Forbidden, NotFound
-from .models import Customer, Order, RefundEntry, RefundEntryItem, RefundRevision, Tenant
+from .models import Customer, Order, OrderItem, RefundEntry, RefundEntryItem, RefundRevision, Tenant
 
 ZERO = Decimal("0.00")
 
@@ -120,11 +120,10 @@ class RefundPosition:
 
 
 def order_refund_position(order: Order) -> RefundPosition:
-    refunded_units: dict[int, int] = {}
-    for row in (
-        RefundEntryItem.objects.filter(entry__order=order).values("order_item_id").annotate(q=Sum("quantity"))
-    ):
-        refunded_units[row["order_item_id"]] = row["q"]
+    # Each line with the units already refunded, in one query (two with the refunded total).
+    refunded_units = RefundEntryItem.objects.filter(order_item=OuterRef("pk")).values("order_item").annotate(
+        q=Sum("quantity")
+    ).values("q")
     lines = [
         LinePosition(
             line_no=item.line_no,
@@ -132,9 +131,11 @@ def order_refund_position(order: Order) -> RefundPosition:
             name=item.name,
             price=item.price,
             quantity=item.quantity,
-            refunded_quantity=refunded_units.get(item.pk, 0),
+            refunded_quantity=item.refunded_units,
         )
-        for item in order.items.all()
+        for item in OrderItem.objects.filter(order=order)
+        .annotate(refunded_units=Coalesce(Subquery(refunded_units), 0))
+        .order_by("line_no")
     ]
     return RefundPosition(
         order_id=order.pk,

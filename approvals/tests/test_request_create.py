@@ -48,3 +48,17 @@ def test_another_integrity_error_is_not_taken_for_a_replay(demo):
     with pytest.raises(IntegrityError):
         approval_request_create(order=order, policy=policy, verdict=verdict, idempotency_key="k-3")
     assert not ApprovalRequest.objects.filter(idempotency_key="k-3").exists()
+
+
+def test_a_fresh_key_is_one_insert_without_a_savepoint(demo, django_assert_num_queries):
+    # given a caller whose key cannot exist yet (the agent's decision, keyed by its new draft)
+    order, policy, verdict = eligible()
+    with transaction.atomic():
+        with django_assert_num_queries(1):
+            request, created = approval_request_create(
+                order=order, policy=policy, verdict=verdict, idempotency_key="draft-key", fresh_key=True
+            )
+        assert created and request.amount == Decimal("120.00")
+    # and a duplicate would not be taken for a replay: it fails the caller's transaction
+    with pytest.raises(IntegrityError), transaction.atomic():
+        approval_request_create(order=order, policy=policy, verdict=verdict, idempotency_key="draft-key", fresh_key=True)

@@ -287,6 +287,13 @@ class _Loop:
             if block["id"] in results:
                 continue  # answered before a crash: never executed twice
             call = ToolCall(id=block["id"], name=str(block.get("name", "")), input=block.get("input") or {})
+            if call.name == api_name(CREATE_DRAFT) and self.state.get("decision_step") != call.id:
+                # The runtime's decision on a draft is a step of its own: the proposal is persisted
+                # first, so a worker that dies while deciding resumes with this same proposal and
+                # no new model call (step() resumes an unanswered assistant turn).
+                self.state["decision_step"] = call.id
+                self.persist()
+                return
             self.budget_check(model_call=False)
             results[call.id] = self.handle(call)
             if n < len(blocks) - 1:
@@ -403,8 +410,7 @@ class _Loop:
             )
             if ticket.order_id is None:
                 adopt = {"order": order, "currency": order.currency}
-            on_order = set(order.items.values_list("item_id", flat=True))
-            if items != list(ticket.items or []) and set(items) <= on_order:
+            if items != list(ticket.items or []) and set(items) <= set(order.items.values_list("item_id", flat=True)):
                 adopt["items"] = items
         if verdict.outcome == Outcome.APPROVAL_REQUIRED and policy is not None and verdict.allowed_amount:
             status = S.APPROVAL_REQUIRED
@@ -435,6 +441,7 @@ class _Loop:
                     order=order, policy=policy, verdict=verdict,
                     idempotency_key=f"refund:{ticket.tenant.slug}:ticket-{ticket.pk}:draft-{draft.pk}",
                     requested_by=ticket.created_by, ticket_ref=ticket.pk, trace_id=str(ticket.trace_id),
+                    fresh_key=True,  # derived from the draft inserted just above, in this transaction
                 )
                 detail = (f"Finance must approve a refund of {approval.amount} {approval.currency} on "
                           f"{order.external_id} under {approval.policy_version} (approval #{approval.pk}).")

@@ -354,3 +354,37 @@ def test_an_expired_lease_may_be_taken_over_by_another_task(file_ticket):
     ticket.refresh_from_db()
     assert ticket.status == Ticket.Status.APPROVAL_REQUIRED
     assert AgentRun.objects.get(ticket=ticket).claimed_by == "task-2"
+
+
+def test_a_worker_dying_during_the_decision_resumes_with_the_same_proposal(file_ticket, monkeypatch):
+    # given a run whose model drafted 40.00, and a worker that dies while the runtime decides on it
+    from approvals import gate
+
+    ticket = file_ticket()
+    real_gate = gate.policy_gate_evaluate
+
+    def dying_gate(**kwargs):
+        raise ScriptCrash("worker killed during the decision")
+
+    monkeypatch.setattr(gate, "policy_gate_evaluate", dying_gate)
+    first = ScriptedProvider([*investigate(), draft(amount="40.00")])
+    with pytest.raises(ScriptCrash):
+        agent_run_ticket(ticket_id=ticket.pk, provider=first, task_id="task-1")
+    # then the proposal was persisted before the decision, and nothing was decided
+    agent_run = AgentRun.objects.get(ticket=ticket)
+    assert agent_run.messages[-1]["role"] == "assistant"
+    assert agent_run.messages[-1]["content"][-1]["input"]["amount"] == "40.00"
+    assert not RefundDraft.objects.filter(ticket=ticket).exists()
+    assert not ApprovalRequest.objects.filter(ticket_ref=ticket.pk).exists()
+
+    # when the task is redelivered (the gate works again), with a model that would now say otherwise
+    monkeypatch.setattr(gate, "policy_gate_evaluate", real_gate)
+    again = ScriptedProvider([draft(amount="99.00")])
+    agent_run_ticket(ticket_id=ticket.pk, provider=again, task_id="task-1")
+
+    # then the runtime decided on the persisted proposal, without calling the model again
+    ticket.refresh_from_db()
+    assert ticket.status == Ticket.Status.APPROVAL_REQUIRED
+    assert again.calls == 0
+    assert RefundDraft.objects.get(ticket=ticket).amount == Decimal("40.00")
+    assert ApprovalRequest.objects.get(ticket_ref=ticket.pk).amount == Decimal("40.00")
