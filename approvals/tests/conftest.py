@@ -50,9 +50,3 @@ def approval_request_make(demo, user):
         return request
 
     return make
-
-
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):
-    # The demo seed sets seven passwords; PBKDF2 would make each test seconds slower.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]

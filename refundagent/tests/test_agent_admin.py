@@ -9,11 +9,6 @@ from refundagent.models import AgentRun, Ticket, TraceEvent
 from refundagent.services import ticket_create
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def tickets(user):
     acme = ticket_create(user=user("acme-support"), order="ORD-5001", customer="CUST-1001", message="x")

@@ -16,11 +16,6 @@ from refundagent.models import AgentRun, RefundDraft, Ticket, TraceEvent
 from refundagent.services import ticket_create
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def file_ticket(user):
     def make(order="ORD-5001", message="My headphones arrived broken. Please refund me.", amount=None, items=None,

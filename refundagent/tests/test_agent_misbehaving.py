@@ -16,11 +16,6 @@ from refundagent.services import ticket_create
 GOOD_REPLY = "Hello, we have passed your request for order {order} to our finance team for review."
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def file_ticket(user):
     def make(order="ORD-5001", amount=None, message="Please refund my order."):

@@ -11,11 +11,6 @@ from refundagent.services import ticket_create
 from refundagent.tracing import trace_record
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 def _ticket():
     from django.contrib.auth import get_user_model
 

@@ -53,11 +53,6 @@ def _sync_orm_under_playwright():
         yield
 
 
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def registry(transactional_db):
     """The capability registry, as its data migration writes it. A live_server test runs on a

@@ -26,11 +26,6 @@ from refundagent.services import ticket_create
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 def ticket_with_request(user, order="ORD-5001", filer="acme-support", amount=None, message="The headphones broke."):
     """A ticket waiting for finance and its approval request, built directly (no agent run)."""
     filer_user = user(filer)

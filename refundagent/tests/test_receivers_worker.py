@@ -11,11 +11,6 @@ from refundagent.models import Ticket
 from refundagent.tests.test_receivers import decide, spans, ticket_with_request
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 def wait_for(predicate, timeout=90.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

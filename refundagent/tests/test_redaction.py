@@ -3,8 +3,6 @@ ticket text or the model puts in its calls."""
 
 import json
 
-import pytest
-
 from ledger.models import Order
 from refundagent.agent.loop import agent_run_ticket
 from refundagent.agent.providers.offline import OfflineProvider
@@ -13,11 +11,6 @@ from refundagent.models import TraceEvent
 from refundagent.redaction import redact_text
 from refundagent.services import ticket_create
 from refundagent.tracing import trace_export
-
-
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
 
 def _secrets():

@@ -24,11 +24,6 @@ GIFT_CARD = "gift_card_cust-1001"
 REPLY = "Hello, we have passed your request for order {order} to our finance team for review."
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def other_customer_card(demo):
     """A gift card of another customer of the same tenant."""

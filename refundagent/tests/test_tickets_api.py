@@ -11,11 +11,6 @@ from refundagent.services import ticket_create
 BODY = {"order": "ORD-5001", "customer": "CUST-1001", "message": "Broken headphones.", "requested_amount": "200.00"}
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 def post(client, body):
     return client.post("/api/tickets", body, content_type="application/json")
 

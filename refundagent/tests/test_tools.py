@@ -22,11 +22,6 @@ from refundagent.agent.tools import (
 from refundagent.services import ticket_create
 
 
-@pytest.fixture(autouse=True)
-def _fast_password_hashing(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def ticket(user):
     return ticket_create(user=user("acme-support"), order="ORD-5001", customer="CUST-1001", message="refund")

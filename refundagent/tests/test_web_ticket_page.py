@@ -14,11 +14,6 @@ from refundagent.services import ticket_create
 from refundagent.tracing import trace_record
 
 
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def ticket(user, django_capture_on_commit_callbacks):
     """An acme ticket for ORD-5001 asking 200.00, filed without running the agent."""

@@ -9,12 +9,6 @@ from refundagent.models import Ticket
 from refundagent.services import ticket_create
 
 
-@pytest.fixture(autouse=True)
-def _fast_passwords(settings):
-    # The demo seed hashes seven passwords per test; the default hasher makes that seconds.
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-
-
 @pytest.fixture
 def file_ticket(user, django_capture_on_commit_callbacks):
     """File a ticket without running the agent (its task is left in the on-commit queue)."""

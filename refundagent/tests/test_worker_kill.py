@@ -27,8 +27,7 @@ def wait_for(predicate, timeout: float, what: str):
 
 @pytest.mark.postgres
 @pytest.mark.worker
-def test_a_worker_killed_mid_run_resumes_and_the_ticket_stops_exactly_once(celery_worker_process, settings):
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+def test_a_worker_killed_mid_run_resumes_and_the_ticket_stops_exactly_once(celery_worker_process):
     from django.contrib.auth import get_user_model
 
     from refundagent.demo import demo_seed
