@@ -27,6 +27,27 @@ def entries_for(request):
     return RefundEntry.objects.filter(order_id=request.order_id, source="approval")
 
 
+def approve_all_at_once(clients, request) -> list[int]:
+    """Every client approves `request` at the same moment, each in its own thread (and its own
+    database connection). Returns the HTTP statuses in the order they came back."""
+    barrier = threading.Barrier(len(clients))
+    statuses = []
+
+    def approve(client):
+        try:
+            barrier.wait()
+            statuses.append(decide(client, request).status_code)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=approve, args=(c,)) for c in clients]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return statuses
+
+
 def test_approve_with_the_right_hash_writes_exactly_the_approved_refund(
     approval_request_make, api_client, django_capture_on_commit_callbacks
 ):
@@ -306,22 +327,8 @@ def test_sixteen_concurrent_approvals_give_one_decision_and_one_entry(approval_r
     # given one pending request and 16 clients ready to approve it at the same moment
     request = approval_request_make(order="ORD-5001")
     clients = [api_client("acme-finance" if n % 2 else "acme-finance2") for n in range(16)]
-    barrier = threading.Barrier(16)
-    statuses = []
-
-    def approve(client):
-        try:
-            barrier.wait()
-            statuses.append(decide(client, request).status_code)
-        finally:
-            connection.close()
-
     # when they all approve (tasks eager: the winner executes on commit, in its thread)
-    threads = [threading.Thread(target=approve, args=(c,)) for c in clients]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    statuses = approve_all_at_once(clients, request)
     # then one 200, fifteen 409, one ledger entry, one vote
     assert sorted(statuses) == [200] + [409] * 15
     assert RefundEntry.objects.filter(idempotency_key=request.idempotency_key).count() == 1
@@ -336,21 +343,7 @@ def test_two_approvers_at_once_above_the_threshold_execute_once(approval_request
     # given a 750.00 request that needs two approvers, and both approve at the same moment
     request = approval_request_make(order="ORD-5006")
     clients = [api_client("acme-finance"), api_client("acme-finance2")]
-    barrier = threading.Barrier(2)
-    statuses = []
-
-    def approve(client):
-        try:
-            barrier.wait()
-            statuses.append(decide(client, request).status_code)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=approve, args=(c,)) for c in clients]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    statuses = approve_all_at_once(clients, request)
     # then both count: the request is executed, once
     assert statuses == [200, 200]
     assert ApprovalRequest.objects.get(pk=request.pk).status == "executed"
