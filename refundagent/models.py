@@ -21,6 +21,7 @@ class Ticket(models.Model):
         DENIED = "denied"
         FAILED = "failed"
         CLOSED = "closed"
+        PAYMENT_FAILED = "payment_failed", "payment failed"
 
     class StopReason(models.TextChoices):
         DRAFT_READY = "draft_ready"
