@@ -13,4 +13,4 @@ RUN DJANGO_SECRET_KEY=build-only DJANGO_DEBUG=0 python manage.py collectstatic -
 RUN useradd --create-home app
 USER app
 EXPOSE 8000
-CMD ["gunicorn", "refundagent.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3", "--access-logfile", "-"]
+CMD ["gunicorn", "refundagent.config.wsgi:application", "--bind", "0.0.0.0:8000", "--workers", "3", "--access-logfile", "-"]

@@ -95,7 +95,7 @@ def is_postgres():
 @pytest.fixture(autouse=True)
 def _celery_mode(request):
     """Tasks run eagerly in-process, except in tests marked `worker`, which use a real worker."""
-    from refundagent.celery import app
+    from refundagent.config.celery import app
 
     eager = "worker" not in request.keywords
     previous = app.conf.task_always_eager
@@ -120,7 +120,7 @@ class WorkerProcess:
         import time
         import uuid
 
-        from refundagent.celery import app
+        from refundagent.config.celery import app
 
         self.n += 1
         self.hostname = f"test-{uuid.uuid4().hex[:8]}@localhost"
@@ -163,7 +163,7 @@ class WorkerProcess:
 @pytest.fixture
 def celery_worker_process(transactional_db):
     """A real worker on Redis + the PostgreSQL test database. Mark the test `worker`."""
-    from refundagent.celery import app
+    from refundagent.config.celery import app
 
     s = connection.settings_dict
     url = f"postgres://{s['USER']}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"

@@ -20,7 +20,7 @@ from decimal import Decimal
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "refundagent.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "refundagent.config.settings")
 
 import django  # noqa: E402
 
@@ -157,7 +157,7 @@ def main():
         print(f"warning: measuring on {connection.vendor}; the targets are for PostgreSQL (set DATABASE_URL)")
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     settings.AGENT_PROVIDER = "offline"
-    from refundagent.celery import app
+    from refundagent.config.celery import app
 
     app.conf.task_always_eager = True
     # A scratch database of its own (not the test suite's test_<name>), dropped at the end.

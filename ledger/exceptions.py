@@ -1,5 +1,5 @@
 """Domain errors. Every layer's errors derive from DomainError; the API maps them to HTTP once
-(refundagent.api), by `status_code`."""
+(the API root, refundagent/config/api.py), by `status_code`."""
 
 
 class DomainError(Exception):

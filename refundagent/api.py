@@ -1,88 +1,51 @@
-"""The API root at /api/: authentication, error mapping and the routers of every app.
+"""The ticket endpoints (API.md), mounted at /api/tickets by the wiring. Thin: parse, call one service or
+selector, serialise."""
 
-Each app owns its router (`<app>/api.py`); this module mounts them, authenticates every call
-(Bearer token or the session cookie) and maps domain errors to HTTP once.
-"""
+from ninja import Query, Router, Status
+from ninja.pagination import paginate
 
-from django.conf import settings
-from django.db import connection
-from ninja import NinjaAPI, Status
-from ninja.errors import AuthenticationError
-from ninja.security import APIKeyCookie, HttpBearer
+from ledger.pagination import SerializedQuerySet
+from ledger.selectors import tenant_for_user, user_require_role
 
-from ledger.api import router as ledger_router
-from ledger.exceptions import DomainError
-from ledger.services import api_token_authenticate
+from .schemas import TicketFilter, TicketIn, TicketOut, TicketSummaryOut, TraceOut
+from .selectors import ticket_detail_serialize, ticket_get, ticket_list, ticket_summary_serialize
+from .services import ticket_create
+from .tracing import trace_export
 
-
-class BearerToken(HttpBearer):
-    def authenticate(self, request, token):
-        user = api_token_authenticate(token)
-        if user is not None:
-            request.user = user
-        return user
+router = Router(tags=["tickets"])
 
 
-class SessionCookie(APIKeyCookie):
-    """The web UI's session. Unsafe methods still need the CSRF token (ninja checks it)."""
-
-    param_name = settings.SESSION_COOKIE_NAME
-
-    def authenticate(self, request, key):
-        user = getattr(request, "user", None)
-        return user if user is not None and user.is_authenticated else None
-
-
-api = NinjaAPI(
-    title="refundagent",
-    version="1",
-    description="Refund tickets investigated by an agent; money moves only after finance approves one exact action.",
-    auth=[BearerToken(), SessionCookie()],
-    urls_namespace="api",
-)
-
-
-@api.exception_handler(DomainError)
-def domain_error(request, exc: DomainError):
-    body = {"detail": exc.message, "code": exc.code}
-    if exc.details:
-        body["details"] = exc.details
-    return api.create_response(request, body, status=exc.status_code)
-
-
-@api.exception_handler(AuthenticationError)
-def unauthenticated(request, exc):
-    return api.create_response(
-        request, {"detail": "Authentication required: a Bearer token or a session.", "code": "unauthenticated"}, status=401
+@router.post("", response={201: TicketOut})
+def ticket_file(request, payload: TicketIn):
+    """File a refund ticket (support). The agent run is queued once the ticket is stored."""
+    ticket = ticket_create(
+        user=request.user,
+        order=payload.order,
+        customer=payload.customer,
+        message=payload.message,
+        requested_amount=payload.requested_amount,
+        items=payload.items,
+        refund_to=payload.refund_to,
     )
+    return Status(201, ticket_detail_serialize(ticket_get(tenant=ticket.tenant, ticket_id=ticket.pk)))
 
 
-@api.get("/health", auth=None, tags=["ops"], response={200: dict, 503: dict})
-def health(request):
-    """Is the database reachable, and the broker (or are tasks eager)?"""
-    result = {"status": "ok", "database": "ok", "broker": "eager"}
-    status = 200
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-    except Exception as exc:  # noqa: BLE001 - a health check reports, it does not raise
-        result["database"] = f"error: {type(exc).__name__}"
-        result["status"] = "error"
-        status = 503
-    if not settings.CELERY_TASK_ALWAYS_EAGER:
-        from refundagent.celery import app
-
-        try:
-            with app.connection_for_write(settings.CELERY_BROKER_URL) as conn:
-                conn.ensure_connection(max_retries=1, timeout=2)
-            result["broker"] = "ok"
-        except Exception as exc:  # noqa: BLE001
-            result["broker"] = f"error: {type(exc).__name__}"
-            result["status"] = "error"
-            status = 503
-    return Status(status, result)
+@router.get("", response=list[TicketSummaryOut])
+@paginate
+def ticket_index(request, filters: Query[TicketFilter]):
+    """The caller's tenant's tickets, newest first (`?status=escalated` to filter)."""
+    user_require_role(request.user, "support", "finance")
+    return SerializedQuerySet(ticket_list(tenant=tenant_for_user(request.user), status=filters.status), ticket_summary_serialize)
 
 
-api.add_router("/orders", ledger_router)
-api.add_router("/approvals", "approvals.api.router")
-api.add_router("/tickets", "refundagent.tickets_api.router")
+@router.get("/{int:ticket_id}", response=TicketOut)
+def ticket_detail(request, ticket_id: int):
+    user_require_role(request.user, "support", "finance")
+    return ticket_detail_serialize(ticket_get(tenant=tenant_for_user(request.user), ticket_id=ticket_id))
+
+
+@router.get("/{int:ticket_id}/trace", response=TraceOut)
+def ticket_trace(request, ticket_id: int):
+    """The ticket's trace, in order, redacted (it was redacted before it was stored)."""
+    user_require_role(request.user, "support", "finance")
+    return trace_export(ticket_get(tenant=tenant_for_user(request.user), ticket_id=ticket_id))

@@ -13,7 +13,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-BASE_DIR = Path(__file__).resolve().parent.parent
+BASE_DIR = Path(__file__).resolve().parents[2]
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off", ""}
@@ -77,8 +77,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
-ROOT_URLCONF = "refundagent.urls"
-WSGI_APPLICATION = "refundagent.wsgi.application"
+ROOT_URLCONF = "refundagent.config.urls"
+WSGI_APPLICATION = "refundagent.config.wsgi.application"
 
 TEMPLATES = [
     {

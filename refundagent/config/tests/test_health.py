@@ -5,7 +5,7 @@ import os
 import pytest
 from django.test import Client
 
-from refundagent.celery import app as celery_app
+from refundagent.config.celery import app as celery_app
 
 REDIS_URL = os.getenv("CELERY_BROKER_URL", "")
 
