@@ -78,7 +78,7 @@ def api_client(user):
     """A Django test client that authenticates as a demo user with a real API token."""
     from django.test import Client
 
-    from ledger.services import api_token_create
+    from ledger.tenancy import api_token_create
 
     def make(username):
         token = api_token_create(user=user(username))

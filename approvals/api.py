@@ -8,7 +8,7 @@ from ninja.pagination import paginate
 
 from ledger.exceptions import NotFound
 from ledger.pagination import SerializedQuerySet
-from ledger.selectors import tenant_for_user, user_require_role
+from ledger.tenancy import tenant_for_user, user_require_role
 
 from .models import ApprovalRequest, ApprovalVote
 from .schemas import ApprovalOut, approval_serialize

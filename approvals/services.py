@@ -19,8 +19,9 @@ from django.utils import timezone
 
 from ledger.exceptions import DomainError, InvalidInput, NotFound
 from ledger.models import Order, PaymentMethod, RefundEntry
-from ledger.selectors import order_refund_position, tenant_for_user, user_require_role, user_roles
+from ledger.selectors import order_refund_position
 from ledger.services import canonical_hash, ledger_refund_issue, money
+from ledger.tenancy import tenant_for_user, user_require_role, user_roles
 
 from .exceptions import ApprovalConflict, Forbidden, MakerChecker
 from .gate import GateVerdict, Outcome, Proposal, order_original_method, policy_current, policy_gate_evaluate

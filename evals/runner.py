@@ -26,6 +26,7 @@ from approvals.models import ApprovalRequest, Capability, RefundPolicy
 from ledger.exceptions import DomainError
 from ledger.models import Order, RefundEntry, Tenant
 from ledger.selectors import order_refunded_total
+from ledger.tenancy import roles_sync
 
 from . import graders
 from .tau import tau_policy_publish
@@ -108,16 +109,15 @@ SANDBOX_STAFF = (("support", ["support"]), ("finance", ["finance"]), ("finance2"
 
 def _sandbox_staff(tenant: Tenant) -> dict:
     """The case's support and finance users, made in a few bulk queries (this runs per case).
-    The role groups are the product's own (refundagent.demo.roles_ensure), made if missing."""
+    The role groups are the product's own (ledger.tenancy.roles_sync), made if missing."""
     from django.contrib.auth import get_user_model
     from django.contrib.auth.models import Group
 
     from ledger.models import Membership
-    from refundagent.demo import roles_ensure
 
     groups = {g.name: g for g in Group.objects.filter(name__in=["support", "finance"])}
     if len(groups) < 2:
-        groups = roles_ensure()
+        groups = {role: synced.group for role, synced in roles_sync().items()}
     User = get_user_model()
     users = []
     for suffix, roles in SANDBOX_STAFF:

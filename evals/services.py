@@ -10,6 +10,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from ledger.tenancy import roles_sync
+
 from . import graders
 from .models import EvalCase, EvalResult, EvalRun
 from .runner import case_execute
@@ -83,11 +85,9 @@ def eval_run_execute(
         raise ValueError("repeat must be at least 1")
     if sync:
         evals_cases_sync()
-    # The role groups are global configuration (as seed_demo makes them), not tenant data:
-    # made once here, so each case's sandbox does not rebuild them (and roll them back) again.
-    from refundagent.demo import roles_ensure
-
-    roles_ensure()
+    # The role groups are global configuration (migrate makes them), not tenant data: synced
+    # once here, so each case's sandbox does not rebuild them (and roll them back) again.
+    roles_sync()
     cases = list(eval_cases_select(suite))
     if names is not None:
         cases = [c for c in cases if c.name in set(names)]

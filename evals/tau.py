@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from approvals.models import RefundPolicy
 from ledger.models import Membership, Tenant
+from ledger.tenancy import roles_sync
 
 TAU_TENANT = "tau-retail"
 TAU_TENANT_NAME = "τ-bench retail shop"
@@ -199,9 +200,7 @@ def tau_policy_publish(tenant: Tenant) -> RefundPolicy:
 def tau_users_ensure(tenant: Tenant, users=TAU_USERS, *, password: str | None = None) -> dict:
     """The tenant's staff with the demo's roles. Without a password the users cannot log in
     (an operator sets one); eval sandboxes use that to skip the slow password hashing."""
-    from refundagent.demo import roles_ensure
-
-    groups = roles_ensure()
+    groups = {role: synced.group for role, synced in roles_sync().items()}
     User = get_user_model()
     made = {}
     for username, roles in users:

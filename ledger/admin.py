@@ -24,7 +24,7 @@ from .models import (
     RefundRevision,
     Tenant,
 )
-from .services import api_tokens_revoke
+from .tenancy import api_tokens_revoke
 
 
 def admin_tenant(request):

@@ -1,7 +1,8 @@
 from ninja import Router
 
 from .schemas import OrderLedgerOut
-from .selectors import order_get, order_ledger, order_refund_position, tenant_for_user, user_require_role
+from .selectors import order_get, order_ledger, order_refund_position
+from .tenancy import tenant_for_user, user_require_role
 
 router = Router(tags=["ledger"])
 

@@ -4,11 +4,10 @@
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import DecimalField, OuterRef, Subquery, Sum
 from django.db.models.functions import Coalesce
 
-from .exceptions import Forbidden, NotFound
+from .exceptions import NotFound
 from .models import Customer, Order, OrderItem, RefundEntry, RefundEntryItem, RefundRevision, Tenant
 
 ZERO = Decimal("0.00")
@@ -22,27 +21,6 @@ class _MoneyField(DecimalField):
 
 
 MONEY_FIELD = _MoneyField(max_digits=12, decimal_places=2)
-ROLES = ("support", "finance")
-
-
-def tenant_for_user(user: AbstractBaseUser) -> Tenant:
-    """The caller's tenant. A user without one may reach nothing."""
-    membership = getattr(user, "membership", None) if user.is_authenticated else None
-    if membership is None:
-        raise Forbidden("This user belongs to no tenant.", code="no_tenant")
-    return membership.tenant
-
-
-def user_roles(user: AbstractBaseUser) -> set[str]:
-    # Cached on the instance: one query per request however often roles are asked for.
-    if not hasattr(user, "_refundagent_roles"):
-        user._refundagent_roles = set(user.groups.filter(name__in=ROLES).values_list("name", flat=True))
-    return user._refundagent_roles
-
-
-def user_require_role(user: AbstractBaseUser, *roles: str) -> None:
-    if not user_roles(user) & set(roles):
-        raise Forbidden(f"This needs the {' or '.join(roles)} role.", code="role_required")
 
 
 def customer_get(*, tenant: Tenant, external_id: str) -> Customer:

@@ -2,15 +2,13 @@
 
 import hashlib
 import json
-import secrets
 from decimal import Decimal, InvalidOperation
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.utils import timezone
 
 from .exceptions import IdempotencyConflict, InvalidInput, RefundRefused
-from .models import ApiToken, Order, PaymentMethod, RefundEntry, RefundEntryItem, RefundRevision
+from .models import Order, PaymentMethod, RefundEntry, RefundEntryItem, RefundRevision
 from .selectors import order_refund_position
 
 CENT = Decimal("0.01")
@@ -182,34 +180,6 @@ def ledger_refund_correct(*, entry: RefundEntry, new_amount, reason: str, correc
         return RefundRevision.objects.create(
             entry=entry, old_amount=old_amount, new_amount=new_amount, reason=reason, created_by=corrected_by
         )
-
-
-def api_token_create(*, user) -> str:
-    """Create a token for `user` and return it. Only its hash is stored: it is shown once."""
-    token = "ra_" + secrets.token_urlsafe(32)
-    ApiToken.objects.create(user=user, key_hash=hashlib.sha256(token.encode()).hexdigest(), prefix=token[:10])
-    return token
-
-
-def api_token_authenticate(token: str):
-    """The active user a token belongs to, or None."""
-    if not token:
-        return None
-    key_hash = hashlib.sha256(token.encode()).hexdigest()
-    api_token = (
-        ApiToken.objects.select_related("user", "user__membership__tenant")
-        .filter(key_hash=key_hash, revoked_at__isnull=True, user__is_active=True)
-        .first()
-    )
-    if api_token is None:
-        return None
-    ApiToken.objects.filter(pk=api_token.pk).update(last_used_at=timezone.now())
-    return api_token.user
-
-
-def api_tokens_revoke(*, queryset) -> int:
-    """Revoke the tokens of `queryset` that are still active; returns how many were revoked."""
-    return queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
 
 
 def currency_check(currency: str) -> str:

@@ -5,7 +5,7 @@ from ninja import Query, Router, Status
 from ninja.pagination import paginate
 
 from ledger.pagination import SerializedQuerySet
-from ledger.selectors import tenant_for_user, user_require_role
+from ledger.tenancy import tenant_for_user, user_require_role
 
 from .schemas import TicketFilter, TicketIn, TicketOut, TicketSummaryOut, TraceOut
 from .selectors import ticket_detail_serialize, ticket_get, ticket_list, ticket_summary_serialize

@@ -7,8 +7,9 @@ from django.db import transaction
 
 from ledger.exceptions import InvalidInput
 from ledger.models import PaymentMethod
-from ledger.selectors import customer_get, order_get, tenant_for_user, user_require_role
+from ledger.selectors import customer_get, order_get
 from ledger.services import money
+from ledger.tenancy import tenant_for_user, user_require_role
 
 from .exceptions import TicketStateConflict
 from .models import Ticket

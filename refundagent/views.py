@@ -19,7 +19,8 @@ from django.views.decorators.http import require_GET, require_POST
 from approvals.schemas import approval_serialize
 from ledger.api import order_ledger_serialize
 from ledger.exceptions import DomainError, Forbidden, NotFound
-from ledger.selectors import order_refund_position, tenant_for_user, user_require_role, user_roles
+from ledger.selectors import order_refund_position
+from ledger.tenancy import tenant_for_user, user_require_role, user_roles
 
 from . import selectors
 from .forms import NoteForm, TicketFilterForm, TicketForm

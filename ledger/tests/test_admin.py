@@ -7,7 +7,8 @@ from django.test import Client, RequestFactory
 
 from ledger.admin import TenantScopedAdminMixin
 from ledger.models import ApiToken, Order, Payment, RefundEntry, RefundEntryItem, RefundRevision
-from ledger.services import api_token_create, ledger_refund_correct, ledger_refund_issue
+from ledger.services import ledger_refund_correct, ledger_refund_issue
+from ledger.tenancy import api_token_create
 
 
 @pytest.fixture

@@ -7,7 +7,8 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 
 from ledger.models import ApiToken, Membership, Order, Tenant
-from ledger.services import api_token_create, ledger_refund_correct, ledger_refund_issue
+from ledger.services import ledger_refund_correct, ledger_refund_issue
+from ledger.tenancy import api_token_create
 
 
 def test_a_user_reads_their_own_tenants_order_ledger(api_client, demo):

@@ -13,7 +13,7 @@ from ninja.security import APIKeyCookie, HttpBearer
 from approvals.api import router as approvals_router
 from ledger.api import router as ledger_router
 from ledger.exceptions import DomainError
-from ledger.services import api_token_authenticate
+from ledger.tenancy import api_token_authenticate
 from refundagent.api import router as tickets_router
 
 from .celery import app as celery_app

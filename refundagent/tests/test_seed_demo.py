@@ -12,7 +12,8 @@ from django.utils import timezone
 
 from approvals.models import RefundPolicy
 from ledger.models import Order, Tenant
-from ledger.selectors import order_refund_position, user_roles
+from ledger.selectors import order_refund_position
+from ledger.tenancy import user_roles
 
 pytestmark = pytest.mark.django_db
 

@@ -1,7 +1,7 @@
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 
-from ledger.services import api_token_create
+from ledger.tenancy import api_token_create
 
 
 class Command(BaseCommand):

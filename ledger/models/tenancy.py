@@ -1,0 +1,48 @@
+"""Tenancy: tenants, who belongs to which, and API tokens. Every row of every app hangs off a
+tenant; `TenantQuerySet.for_tenant` is where scoping happens. The roles (groups) and the
+services on tokens and roles are in ledger/tenancy.py."""
+
+from django.conf import settings
+from django.db import models
+
+
+class Tenant(models.Model):
+    slug = models.SlugField(unique=True)
+    name = models.CharField(max_length=200)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self):
+        return self.slug
+
+
+class Membership(models.Model):
+    """Every user belongs to exactly one tenant; roles are the groups `support` and `finance`."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="membership")
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="memberships")
+
+    def __str__(self):
+        return f"{self.user} @ {self.tenant}"
+
+
+class ApiToken(models.Model):
+    """A Bearer token for the API. Only the SHA-256 of the token is stored."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_tokens")
+    key_hash = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=12, help_text="First characters of the token, to tell tokens apart.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self):
+        return f"{self.prefix}… ({self.user})"
+
+
+class TenantQuerySet(models.QuerySet):
+    """The one place where tenant scoping happens: every selector starts from `for_tenant`."""
+
+    tenant_path = "tenant"
+
+    def for_tenant(self, tenant):
+        return self.filter(**{self.tenant_path: tenant})

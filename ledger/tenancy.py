@@ -1,0 +1,147 @@
+"""Tenancy's services and selectors: whose tenant a caller is, their roles, API tokens, and the
+role groups every deployment gets.
+
+Roles are Django groups. Each app declares what each role may do with its own models in its
+AppConfig (`role_permissions = {"finance": ["approvals.approve_approvalrequest", ...]}`);
+`roles_sync` collects those through the app registry (so the ledger imports no higher app) and
+makes the groups match. It runs after every `migrate` (post_migrate) and from
+`manage.py setup_roles`.
+"""
+
+import hashlib
+import secrets
+from dataclasses import dataclass, field
+
+from django.apps import apps
+from django.contrib.auth.models import AbstractBaseUser, Group, Permission
+from django.core.exceptions import ImproperlyConfigured
+from django.db import DEFAULT_DB_ALIAS, transaction
+from django.utils import timezone
+
+from .exceptions import Forbidden
+from .models import ApiToken, Tenant
+
+# The roles the API checks (API.md). `operator` exists too, for the admin only.
+ROLES = ("support", "finance")
+
+
+def tenant_for_user(user: AbstractBaseUser) -> Tenant:
+    """The caller's tenant. A user without one may reach nothing."""
+    membership = getattr(user, "membership", None) if user.is_authenticated else None
+    if membership is None:
+        raise Forbidden("This user belongs to no tenant.", code="no_tenant")
+    return membership.tenant
+
+
+def user_roles(user: AbstractBaseUser) -> set[str]:
+    # Cached on the instance: one query per request however often roles are asked for.
+    if not hasattr(user, "_refundagent_roles"):
+        user._refundagent_roles = set(user.groups.filter(name__in=ROLES).values_list("name", flat=True))
+    return user._refundagent_roles
+
+
+def user_require_role(user: AbstractBaseUser, *roles: str) -> None:
+    if not user_roles(user) & set(roles):
+        raise Forbidden(f"This needs the {' or '.join(roles)} role.", code="role_required")
+
+
+def api_token_create(*, user) -> str:
+    """Create a token for `user` and return it. Only its hash is stored: it is shown once."""
+    token = "ra_" + secrets.token_urlsafe(32)
+    ApiToken.objects.create(user=user, key_hash=hashlib.sha256(token.encode()).hexdigest(), prefix=token[:10])
+    return token
+
+
+def api_token_authenticate(token: str):
+    """The active user a token belongs to, or None."""
+    if not token:
+        return None
+    key_hash = hashlib.sha256(token.encode()).hexdigest()
+    api_token = (
+        ApiToken.objects.select_related("user", "user__membership__tenant")
+        .filter(key_hash=key_hash, revoked_at__isnull=True, user__is_active=True)
+        .first()
+    )
+    if api_token is None:
+        return None
+    ApiToken.objects.filter(pk=api_token.pk).update(last_used_at=timezone.now())
+    return api_token.user
+
+
+def api_tokens_revoke(*, queryset) -> int:
+    """Revoke the tokens of `queryset` that are still active; returns how many were revoked."""
+    return queryset.filter(revoked_at__isnull=True).update(revoked_at=timezone.now())
+
+
+@dataclass(frozen=True)
+class RoleSynced:
+    """What `roles_sync` did to one role's group."""
+
+    role: str
+    group: Group
+    created: bool
+    added: list[str] = field(default_factory=list)
+    removed: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return self.created or bool(self.added or self.removed)
+
+
+def role_permissions_declared() -> dict[str, set[str]]:
+    """Every installed app's `role_permissions`, merged by role. An app declares only permissions
+    on its own models, so no app names a higher one's."""
+    declared: dict[str, set[str]] = {}
+    for app_config in apps.get_app_configs():
+        for role, perms in getattr(app_config, "role_permissions", {}).items():
+            foreign = [p for p in perms if p.partition(".")[0] != app_config.label]
+            if foreign:
+                raise ImproperlyConfigured(
+                    f"{app_config.name} declares {foreign} for role {role!r}: an app declares only its own permissions."
+                )
+            declared.setdefault(role, set()).update(perms)
+    return declared
+
+
+def roles_sync(*, using: str = DEFAULT_DB_ALIAS) -> dict[str, RoleSynced]:
+    """Make one group per declared role with exactly the declared permissions. Idempotent: a
+    second run changes nothing. The declaration is the source of truth, so a permission added to
+    a role's group by hand is removed again (give people extra rights through another group)."""
+    declared = role_permissions_declared()
+    labels = {perm.partition(".")[0] for perms in declared.values() for perm in perms}
+    known = {
+        f"{p.content_type.app_label}.{p.codename}": p
+        for p in Permission.objects.using(using).select_related("content_type").filter(content_type__app_label__in=labels)
+    }
+    missing = sorted(set().union(*declared.values()) - known.keys()) if declared else []
+    if missing:
+        raise ImproperlyConfigured(f"Roles name permissions that do not exist: {missing}. Run `manage.py migrate`.")
+    synced = {}
+    with transaction.atomic(using=using):
+        for role in sorted(declared):
+            group, created = Group.objects.using(using).get_or_create(name=role)
+            have = {f"{p.content_type.app_label}.{p.codename}": p for p in group.permissions.select_related("content_type")}
+            added, removed = sorted(declared[role] - have.keys()), sorted(have.keys() - declared[role])
+            if added:
+                group.permissions.add(*(known[p] for p in added))
+            if removed:
+                group.permissions.remove(*(have[p] for p in removed))
+            synced[role] = RoleSynced(role=role, group=group, created=created, added=added, removed=removed)
+    return synced
+
+
+def roles_sync_after_migrate(sender, *, using=DEFAULT_DB_ALIAS, verbosity=1, **kwargs) -> None:
+    """post_migrate receiver: every deployment gets the roles after `migrate` (and tests after a
+    flush). post_migrate is sent once per app, after that app's permissions were created; only
+    after the last app's are they all there, so that is when the roles are synced."""
+    migrated = kwargs.get("apps") or apps
+    try:
+        migrated.get_model("auth", "Group")  # is auth installed and migrated on this database?
+    except LookupError:
+        return
+    with_models = [a for a in apps.get_app_configs() if a.models_module is not None]
+    if sender.label != with_models[-1].label:
+        return
+    for synced in roles_sync(using=using).values():
+        if synced.changed and verbosity >= 2:
+            print(f"Synced role {synced.role}: +{len(synced.added)} -{len(synced.removed)} permissions")
