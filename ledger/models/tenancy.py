@@ -16,7 +16,7 @@ class Tenant(models.Model):
 
 
 class Membership(models.Model):
-    """Every user belongs to exactly one tenant; roles are the groups `support` and `finance`."""
+    """Every user belongs to exactly one tenant; roles are groups (see ledger/tenancy.py)."""
 
     user = models.OneToOneField(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="membership")
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="memberships")
