@@ -13,6 +13,7 @@ from ledger.services import money
 from .exceptions import TicketStateConflict
 from .models import Ticket
 from .redaction import sensitive_values_for_ticket
+from .tasks import agent_run_ticket_task
 from .ticket_state import ticket_transition
 from .tracing import trace_record
 
@@ -104,8 +105,6 @@ def _trace(ticket: Ticket, **kwargs):
 
 
 def ticket_run_enqueue(ticket_id: int) -> None:
-    from .tasks import agent_run_ticket_task
-
     agent_run_ticket_task.delay(ticket_id)
 
 
