@@ -14,12 +14,12 @@ from ledger.tenancy import tenant_for_user, user_require_role
 from .exceptions import TicketStateConflict
 from .models import Ticket
 from .redaction import sensitive_values_for_ticket
+from .tasks import agent_run_ticket_task
+from .ticket_state import ticket_transition
 from .tracing import trace_record
 
 MAX_MESSAGE_LENGTH = 20_000
 MAX_ITEMS = 100
-# A ticket in one of these states can no longer be escalated or closed by hand.
-FINAL = {Ticket.Status.REFUNDED, Ticket.Status.CLOSED}
 
 
 def ticket_create(
@@ -106,40 +106,28 @@ def _trace(ticket: Ticket, **kwargs):
 
 
 def ticket_run_enqueue(ticket_id: int) -> None:
-    from .tasks import agent_run_ticket_task
-
     agent_run_ticket_task.delay(ticket_id)
 
 
 def ticket_escalate(*, ticket: Ticket, user, note: str = "") -> Ticket:
-    """Send a ticket to the human queue by hand."""
+    """Send a ticket to the human queue by hand (any ticket that is not settled)."""
     user_require_role(user, "support", "finance")
+    detail = f"Escalated by {user.get_username()}" + (f": {note}" if note else ".")
     with transaction.atomic():
-        updated = Ticket.objects.filter(pk=ticket.pk).exclude(status__in=FINAL).update(
-            status=Ticket.Status.ESCALATED,
-            stop_reason=Ticket.StopReason.ESCALATED,
-            stop_detail=f"Escalated by {user.get_username()}" + (f": {note}" if note else "."),
-        )
-        if updated != 1:
+        if not ticket_transition(ticket=ticket, to=Ticket.Status.ESCALATED, detail=detail):
             raise TicketStateConflict(f"Ticket {ticket.pk} is {ticket.status}; it cannot be escalated.")
-        ticket.refresh_from_db()
         _trace(ticket, span="stop", status="escalated", decision="escalate", reason=ticket.stop_detail)
     return ticket
 
 
 def ticket_close(*, ticket: Ticket, user, note: str = "") -> Ticket:
     """Close a ticket (done, or nothing more to do). A ticket waiting for finance cannot be
-    closed from under the approval: decide the approval first."""
+    closed from under the approval: decide the approval first. The ticket keeps the reason and
+    detail it stopped with; the note goes to the trace."""
     user_require_role(user, "support", "finance")
     with transaction.atomic():
-        updated = (
-            Ticket.objects.filter(pk=ticket.pk)
-            .exclude(status__in=FINAL | {Ticket.Status.APPROVAL_REQUIRED, Ticket.Status.APPROVED, Ticket.Status.RUNNING})
-            .update(status=Ticket.Status.CLOSED)
-        )
-        if updated != 1:
+        if not ticket_transition(ticket=ticket, to=Ticket.Status.CLOSED):
             raise TicketStateConflict(f"Ticket {ticket.pk} is {ticket.status}; it cannot be closed now.")
-        ticket.refresh_from_db()
         _trace(ticket, span="stop", status="closed", decision="close",
                reason=f"Closed by {user.get_username()}" + (f": {note}" if note else "."))
     return ticket

@@ -1,9 +1,17 @@
 """The one owner of a ticket's state: which transitions are allowed, and how one is applied.
 
-Every write of `Ticket.status` goes through `ticket_transition` (the loop, the ticket services,
-the receivers of approval events, the views). It applies the move by compare-and-set: the row
-is updated only while its status is one the table allows to move to the target, so two writers
-racing on one ticket never both win, and a settled ticket is never moved back by a late event.
+Every write of `Ticket.status` goes through `ticket_transition` (the loop, the agent's decision
+on a draft, the ticket services, the receivers of approval events). It applies the move by
+compare-and-set: the row is updated only while its status is one the table allows to move to
+the target, so two writers racing on one ticket never both win, and a settled ticket is never
+moved back by a late event. The views ask the same table what a person may do
+(`ticket_transition_allowed`) instead of keeping their own lists.
+
+`draft_ready` (status and stop reason) is part of the API (API.md) but no code path assigns it:
+the runtime decides a draft in the same transaction that stores it, so a ticket never rests
+between "draft stored" and "decided". No transition leads to it (its row below is empty); it
+is kept as a source of escalate and close only so a row that somehow holds it can still be
+handed to a person or closed, as before.
 """
 
 from django.utils import timezone
@@ -13,13 +21,18 @@ from .models import Ticket
 S = Ticket.Status
 R = Ticket.StopReason
 
+# A ticket in one of these is done: nothing but the verification alert moves it again.
+SETTLED: frozenset[str] = frozenset({S.REFUNDED, S.CLOSED})
+
+_EVERY: frozenset[str] = frozenset(S)
+
 # target status -> the statuses a ticket may be in to move there.
 TRANSITIONS: dict[str, frozenset[str]] = {
     # The agent takes a queued ticket; "request changes" and a re-run put one back in the queue.
     S.QUEUED: frozenset({S.APPROVAL_REQUIRED, S.ESCALATED, S.FAILED, S.PAYMENT_FAILED}),
     S.RUNNING: frozenset({S.QUEUED}),
-    # The runtime's decision on the agent's draft.
-    S.DRAFT_READY: frozenset({S.RUNNING}),
+    # Never assigned (see the module docstring): nothing moves a ticket here.
+    S.DRAFT_READY: frozenset(),
     S.APPROVAL_REQUIRED: frozenset(
         # the agent's draft; a replacement request; a person's proposal on an escalated,
         # failed or payment-failed ticket.
@@ -32,23 +45,28 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     S.REFUNDED: frozenset({S.APPROVED}),
     # The provider refused the payout: back with finance.
     S.PAYMENT_FAILED: frozenset({S.APPROVED}),
-    S.ESCALATED: frozenset(
-        {S.QUEUED, S.RUNNING, S.DRAFT_READY, S.APPROVAL_REQUIRED, S.DENIED, S.FAILED, S.PAYMENT_FAILED, S.ESCALATED}
-    ),
+    # A person (or finance, or an expiry) can hand any unsettled ticket to the human queue.
+    S.ESCALATED: _EVERY - SETTLED,
     # A run that failed, or an execution whose verification failed (the alert moves even a
     # refunded ticket: the ledger disagrees with what was approved).
     S.FAILED: frozenset({S.QUEUED, S.RUNNING, S.APPROVED, S.REFUNDED}),
-    S.CLOSED: frozenset(
-        {S.QUEUED, S.DRAFT_READY, S.APPROVAL_REQUIRED, S.ESCALATED, S.DENIED, S.FAILED, S.PAYMENT_FAILED}
-    ),
+    # Never from under the agent while it runs, nor from under finance while it decides or the
+    # refund executes: decide the approval first.
+    S.CLOSED: _EVERY - SETTLED - {S.RUNNING, S.APPROVAL_REQUIRED, S.APPROVED},
 }
 
-# A ticket in one of these is done: nothing but the verification alert moves it again.
-SETTLED: frozenset[str] = frozenset({S.REFUNDED, S.CLOSED})
+
+class _Keep:
+    def __repr__(self):
+        return "KEEP"
+
+
+# As a stop reason: leave the column as it is (closing keeps the reason the ticket stopped for).
+KEEP = _Keep()
 
 # The stop reason a person sees for a status the runtime stopped at. Statuses and stop reasons
 # are separate enums; this mapping is where one meets the other, spelled out.
-STOP_REASON_FOR_STATUS: dict[str, str | None] = {
+STOP_REASON_FOR_STATUS: dict[str, str | None | _Keep] = {
     S.QUEUED: None,
     S.RUNNING: None,
     S.DRAFT_READY: R.DRAFT_READY,
@@ -59,10 +77,16 @@ STOP_REASON_FOR_STATUS: dict[str, str | None] = {
     S.ESCALATED: R.ESCALATED,
     S.DENIED: R.DENIED,
     S.FAILED: R.FAILED,
-    S.CLOSED: None,
+    S.CLOSED: KEEP,
 }
 
 _UNSET = object()
+
+
+def ticket_transition_allowed(*, ticket: Ticket, to: str) -> bool:
+    """Whether the table lets `ticket`, as read, move to `to` (what a page may offer). Only
+    `ticket_transition` decides: the row may have moved since it was read."""
+    return ticket.status in TRANSITIONS[to]
 
 
 def ticket_transition(
@@ -71,9 +95,10 @@ def ticket_transition(
     """Move `ticket` to status `to` by compare-and-set; True if this call moved it.
 
     `stop_reason` defaults to the one the status implies (`STOP_REASON_FOR_STATUS`); pass it
-    to say more (e.g. `budget_exhausted` for an escalation). `detail`, if given, becomes the
-    readable `stop_detail`. `only_from` narrows the allowed sources further (e.g. the loop only
-    moves a ticket it holds as `running`). Other `fields` are written in the same UPDATE. On
+    to say more (e.g. `budget_exhausted` for an escalation), or `KEEP` to leave it. `detail`,
+    if given, becomes the readable `stop_detail`. `only_from` narrows the allowed sources
+    further (e.g. the loop only moves a ticket it holds as `running`). Other `fields` are
+    written in the same UPDATE (`updated_at` too, to share one timestamp with other rows). On
     success the instance is updated in place; on failure it is left as it was.
     """
     allowed = TRANSITIONS[to]
@@ -81,9 +106,12 @@ def ticket_transition(
         allowed = allowed & frozenset(only_from)
     if stop_reason is _UNSET:
         stop_reason = STOP_REASON_FOR_STATUS[to]
-    values = {"status": to, "stop_reason": stop_reason, "updated_at": timezone.now(), **fields}
+    values = {"status": to, "updated_at": timezone.now()}
+    if stop_reason is not KEEP:
+        values["stop_reason"] = stop_reason
     if detail is not None:
         values["stop_detail"] = detail
+    values.update(fields)
     moved = Ticket.objects.filter(pk=ticket.pk, status__in=allowed).update(**values) == 1
     if moved:
         for name, value in values.items():

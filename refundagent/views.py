@@ -25,13 +25,13 @@ from ledger.tenancy import tenant_for_user, user_require_role, user_roles
 from . import selectors
 from .forms import NoteForm, TicketFilterForm, TicketForm
 from .models import Ticket
-from .services import FINAL, ticket_close, ticket_create, ticket_escalate
+from .services import ticket_close, ticket_create, ticket_escalate
+from .ticket_state import ticket_transition_allowed
 from .tracing import trace_export
 
 PAGE_SIZE = 20
 # While a ticket is in one of these states something is still happening: the page polls.
 ACTIVE = {Ticket.Status.QUEUED, Ticket.Status.RUNNING, Ticket.Status.APPROVED}
-NOT_CLOSABLE = FINAL | {Ticket.Status.APPROVAL_REQUIRED, Ticket.Status.APPROVED, Ticket.Status.RUNNING}
 # The admin review queue (approvals/admin.py) where finance decides approval requests.
 REVIEW_QUEUE_URL = "/admin/approvals/approvalrequest/"
 
@@ -152,8 +152,9 @@ def ticket_detail(request, pk: int):
             "trace": trace,
             "last_seq": trace["events"][-1]["seq"] if trace["events"] else 0,
             "active": ticket.status in ACTIVE,
-            "can_escalate": ticket.status not in FINAL,
-            "can_close": ticket.status not in NOT_CLOSABLE,
+            # The buttons the transition table allows; the services decide again on submit.
+            "can_escalate": ticket_transition_allowed(ticket=ticket, to=Ticket.Status.ESCALATED),
+            "can_close": ticket_transition_allowed(ticket=ticket, to=Ticket.Status.CLOSED),
             "note_form": NoteForm(),
             "roles": request.roles,
             "review_queue_url": REVIEW_QUEUE_URL,

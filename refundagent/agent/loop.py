@@ -10,16 +10,20 @@ Exactly once, whatever is redelivered:
   the claim holds the Celery task id, so a redelivered message (same id) takes its run over
   at once, while another task may only once the lease expired;
 - every persist is a compare-and-set on that claim: a worker that lost it stops writing;
-- the only write the agent can make, refunds.create_draft, is decided in one transaction with
-  the ticket's stop: the draft (one per run), the gate's verdict, the approval request (keyed by
-  the draft) and the stop commit together, so a resumed run finds the ticket stopped and does
-  nothing more.
+- the only write the agent can make, refunds.create_draft, is decided by `agent.decision` in
+  one transaction with the ticket's stop and the run's: the draft (one per run), the gate's
+  verdict, the approval request (keyed by the draft) and both stops commit together, so a
+  resumed run finds the ticket stopped and does nothing more.
 No on_commit and no second connection: the loop also runs inside a caller's transaction.
 
 A model that ends its turn without a draft is nudged once, then the ticket is escalated.
 Budget and no-progress stops send the ticket to the human queue (status escalated, stop
 reason budget_exhausted / no_progress); invalid arguments past the retries and provider
-errors stop it failed.
+errors stop it failed. Every move of the ticket goes through `ticket_state.ticket_transition`.
+
+Read top-down: `agent_run_ticket` claims the run and hands it to `_Loop.go`, which steps until
+a stop; `step` makes one model call, `act` answers its tool calls through `handle`, and a draft
+ends the run in `decide`; every other stop ends it in `finish`. Plumbing comes last.
 """
 
 import json
@@ -34,13 +38,12 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from approvals import gate
-from approvals.gate import Outcome
-from approvals.services import approval_request_create
-
-from ..models import AgentRun, RefundDraft, Ticket
+from ..exceptions import TicketStateConflict
+from ..models import AgentRun, Ticket
 from ..redaction import sensitive_values_for_ticket
-from ..tracing import trace_batch, trace_record
+from ..ticket_state import ticket_transition
+from ..tracing import trace_record
+from .decision import DraftDecision, agent_draft_decide
 from .prompts import NUDGE, SYSTEM_PROMPT, ticket_first_message
 from .providers import provider_get
 from .providers.base import ModelTurn, Provider, ProviderError, ToolCall
@@ -64,42 +67,19 @@ R = Ticket.StopReason
 
 @dataclass
 class _Stop(Exception):
+    """Ends the run: the ticket moves (from running) to `status`, with an explicit reason."""
+
     status: str
     stop_reason: str
     detail: str
 
 
+class _Done(Exception):
+    """The decision stopped the run (already persisted)."""
+
+
 class LostClaim(Exception):
     """Another task took this run over (lease expired) or it was stopped: stop writing."""
-
-
-def _lease() -> timedelta:
-    return timedelta(seconds=settings.AGENT_LEASE_SECONDS)
-
-
-def agent_run_claim(*, ticket_id: int, task_id: str, provider: Provider) -> tuple[AgentRun, str] | None:
-    """Claim the ticket's run for this task: a queued ticket starts a new run; a running one is
-    taken over by the same task id (a redelivery) or once its lease expired. Else None."""
-    now = timezone.now()
-    with transaction.atomic():
-        moved = Ticket.objects.filter(pk=ticket_id, status=S.QUEUED).update(
-            status=S.RUNNING, stop_reason=None, stop_detail="", updated_at=now
-        )
-        if moved == 1:
-            run = AgentRun.objects.create(
-                ticket_id=ticket_id, status=AgentRun.Status.RUNNING, provider=provider.name,
-                model=getattr(provider, "model", "") or "", claimed_by=task_id, claimed_at=now,
-                lease_expires_at=now + _lease(), started_at=now,
-            )
-            return run, "claimed"
-    taken = (
-        AgentRun.objects.filter(ticket_id=ticket_id, status=AgentRun.Status.RUNNING, ticket__status=S.RUNNING)
-        .filter(Q(claimed_by=task_id) | Q(lease_expires_at__lt=now))
-        .update(claimed_by=task_id, claimed_at=now, lease_expires_at=now + _lease())
-    )
-    if taken == 1:
-        return AgentRun.objects.get(ticket_id=ticket_id, status=AgentRun.Status.RUNNING), "resumed"
-    return None
 
 
 def agent_run_ticket(*, ticket_id: int, provider: Provider | None = None, task_id: str | None = None) -> AgentRun | None:
@@ -118,7 +98,36 @@ def agent_run_ticket(*, ticket_id: int, provider: Provider | None = None, task_i
     return run
 
 
+def agent_run_claim(*, ticket_id: int, task_id: str, provider: Provider) -> tuple[AgentRun, str] | None:
+    """Claim the ticket's run for this task: a queued ticket starts a new run; a running one is
+    taken over by the same task id (a redelivery) or once its lease expired. Else None."""
+    now = timezone.now()
+    with transaction.atomic():
+        # The claim needs only the ticket's id; the loop loads the ticket once it holds the run.
+        if ticket_transition(ticket=Ticket(pk=ticket_id), to=S.RUNNING, detail="", updated_at=now):
+            run = AgentRun.objects.create(
+                ticket_id=ticket_id, status=AgentRun.Status.RUNNING, provider=provider.name,
+                model=getattr(provider, "model", "") or "", claimed_by=task_id, claimed_at=now,
+                lease_expires_at=now + _lease(), started_at=now,
+            )
+            return run, "claimed"
+    taken = (
+        AgentRun.objects.filter(ticket_id=ticket_id, status=AgentRun.Status.RUNNING, ticket__status=S.RUNNING)
+        .filter(Q(claimed_by=task_id) | Q(lease_expires_at__lt=now))
+        .update(claimed_by=task_id, claimed_at=now, lease_expires_at=now + _lease())
+    )
+    if taken == 1:
+        return AgentRun.objects.get(ticket_id=ticket_id, status=AgentRun.Status.RUNNING), "resumed"
+    return None
+
+
+def _lease() -> timedelta:
+    return timedelta(seconds=settings.AGENT_LEASE_SECONDS)
+
+
 class _Loop:
+    """One claimed run of the agent on one ticket, from its first (or resumed) step to its stop."""
+
     def __init__(self, *, run: AgentRun, provider: Provider, task_id: str):
         self.run = run
         self.provider = provider
@@ -134,60 +143,10 @@ class _Loop:
         self.capabilities = None
         self.offered: set[str] = set()
 
-    # --- plumbing ---------------------------------------------------------------------
-
-    def trace(self, **kwargs):
-        return trace_record(ticket=self.ticket, run=self.run, sensitive=self.sensitive, **kwargs)
-
-    def persist(self, **extra):
-        run = self.run
-        fields = {
-            "messages": self.messages,
-            "state": self.state,
-            "iterations": run.iterations,
-            "invalid_args_retries": run.invalid_args_retries,
-            "input_tokens": run.input_tokens,
-            "output_tokens": run.output_tokens,
-            "cache_creation_input_tokens": run.cache_creation_input_tokens,
-            "cache_read_input_tokens": run.cache_read_input_tokens,
-            "cost_usd": run.cost_usd,
-            "model": run.model,
-            "lease_expires_at": timezone.now() + _lease(),
-            **extra,
-        }
-        updated = AgentRun.objects.filter(pk=run.pk, claimed_by=self.task_id, status=AgentRun.Status.RUNNING).update(
-            **fields
-        )
-        if updated != 1:
-            raise LostClaim(f"run {run.pk} is no longer held by {self.task_id}")
-        for key, value in fields.items():
-            setattr(run, key, value)
-
-    def tokens_used(self) -> int:
-        r = self.run
-        return r.input_tokens + r.output_tokens + r.cache_creation_input_tokens + r.cache_read_input_tokens
-
-    def budget_check(self, *, model_call: bool) -> int:
-        """Raise _Stop when a ceiling is reached; else the max_tokens left for one call."""
-        run, s = self.run, settings
-        used = self.tokens_used()
-        elapsed = (timezone.now() - run.started_at).total_seconds() if run.started_at else 0
-        reason = None
-        if model_call and run.iterations >= s.AGENT_MAX_ITERATIONS:
-            reason = f"The iteration budget ({s.AGENT_MAX_ITERATIONS} model calls) is used up."
-        elif used >= s.AGENT_MAX_TOKENS:
-            reason = f"The token budget ({s.AGENT_MAX_TOKENS} tokens) is used up ({used})."
-        elif elapsed >= s.AGENT_MAX_WALL_SECONDS:
-            reason = f"The wall-clock budget ({s.AGENT_MAX_WALL_SECONDS} s) is used up."
-        elif Decimal(run.cost_usd) >= s.AGENT_MAX_COST_USD:
-            reason = f"The cost budget ({s.AGENT_MAX_COST_USD} USD) is used up ({run.cost_usd} USD)."
-        if reason:
-            raise _Stop(S.ESCALATED, R.BUDGET_EXHAUSTED, reason + " A person takes the ticket from here.")
-        return max(1, min(s.AGENT_MAX_OUTPUT_TOKENS_PER_CALL, s.AGENT_MAX_TOKENS - used))
-
-    # --- the loop -------------------------------------------------------------------------
+    # --- the loop ---------------------------------------------------------------------
 
     def go(self, how: str):
+        """Step until a stop: a decided draft (_Done) or any other stop (_Stop, then finish)."""
         self.trace(span="run", status="running", decision=how,
                    reason=f"Run {self.run.pk} {how} by task {self.task_id} ({self.provider.name}).",
                    data={"provider": self.provider.name, "model": self.run.model, "task": self.task_id})
@@ -208,6 +167,7 @@ class _Loop:
             pass
 
     def step(self):
+        """One model call and the answers to its tool calls, or the resumption of a persisted turn."""
         last = self.messages[-1]
         if last.get("role") == "assistant":
             # Resuming: the last turn was persisted but not yet answered.
@@ -257,31 +217,8 @@ class _Loop:
         else:
             self.no_call()
 
-    def tools_refresh(self):
-        self.capabilities = capabilities_load()
-        self.tools = tool_manifest(self.capabilities, customer_level=self.order is None)
-        self.offered = {t.name for t in self.tools}
-
-    def account(self, turn: ModelTurn):
-        run, usage = self.run, turn.usage
-        run.iterations += 1
-        run.input_tokens += usage.input_tokens
-        run.output_tokens += usage.output_tokens
-        run.cache_creation_input_tokens += usage.cache_creation_input_tokens
-        run.cache_read_input_tokens += usage.cache_read_input_tokens
-        run.cost_usd = Decimal(run.cost_usd) + Decimal(self.provider.cost_usd(usage))
-        if turn.model:
-            run.model = turn.model
-
-    def no_call(self):
-        if self.state.get("nudged"):
-            raise _Stop(S.ESCALATED, R.ESCALATED, "The agent ended without recording a recommendation: a person "
-                        "decides.")
-        self.state["nudged"] = True
-        self.messages.append({"role": "user", "content": [{"type": "text", "text": NUDGE}]})
-        self.persist()
-
     def act(self, blocks: list[dict]):
+        """Answer a turn's tool calls, persisting after each, so a crash never executes one twice."""
         results = self.state.setdefault("results", {})
         for n, block in enumerate(blocks):
             if block["id"] in results:
@@ -302,30 +239,19 @@ class _Loop:
         self.state["results"] = {}
         self.persist()
 
-    # --- one tool call --------------------------------------------------------------------
+    def no_call(self):
+        """A turn without a tool call: nudge the model once, then a person decides."""
+        if self.state.get("nudged"):
+            raise _Stop(S.ESCALATED, R.ESCALATED, "The agent ended without recording a recommendation: a person "
+                        "decides.")
+        self.state["nudged"] = True
+        self.messages.append({"role": "user", "content": [{"type": "text", "text": NUDGE}]})
+        self.persist()
 
-    @staticmethod
-    def _result(call: ToolCall, value: dict, *, error: bool = False) -> dict:
-        return {"type": "tool_result", "tool_use_id": call.id, "content": result_text(value), "is_error": error}
-
-    def progress_check(self, call: ToolCall) -> bool:
-        """True if this exact call was made before and nothing new was learned since."""
-        signature = call.name + ":" + json.dumps(call.input, sort_keys=True, default=str)
-        seen, evidence = self.state.setdefault("seen", {}), self.state.get("evidence", 0)
-        repeated = seen.get(signature) == evidence
-        seen[signature] = evidence
-        if not repeated:
-            return False
-        self.state["repeats"] = self.state.get("repeats", 0) + 1
-        allowed = settings.AGENT_MAX_REPEATED_CALLS
-        if self.state["repeats"] > allowed:
-            self.trace(span="policy", status="denied", decision="no_progress", tool=call.name,
-                       reason="The same call was repeated without new evidence.", data={"args": call.input})
-            raise _Stop(S.ESCALATED, R.NO_PROGRESS, f"No progress: the agent repeated {call.name} with the same "
-                        "arguments and nothing new was learned. A person takes the ticket from here.")
-        return True
+    # --- one tool call ----------------------------------------------------------------
 
     def handle(self, call: ToolCall) -> dict:
+        """Gate, validate and scope one call; a draft goes to the decision, a read is executed."""
         check = tool_call_check(call=call, capabilities=self.capabilities, offered=self.offered)
         if not check.allowed:
             self.trace(span="policy", status="denied", decision="deny", reason=check.reason,
@@ -376,111 +302,125 @@ class _Loop:
                    duration_ms=int((time.monotonic() - started) * 1000), data={"args": call.input, "result": value})
         return self._result(call, value)
 
-    # --- the decision -----------------------------------------------------------------------
+    def progress_check(self, call: ToolCall) -> bool:
+        """True if this exact call was made before and nothing new was learned since."""
+        signature = call.name + ":" + json.dumps(call.input, sort_keys=True, default=str)
+        seen, evidence = self.state.setdefault("seen", {}), self.state.get("evidence", 0)
+        repeated = seen.get(signature) == evidence
+        seen[signature] = evidence
+        if not repeated:
+            return False
+        self.state["repeats"] = self.state.get("repeats", 0) + 1
+        allowed = settings.AGENT_MAX_REPEATED_CALLS
+        if self.state["repeats"] > allowed:
+            self.trace(span="policy", status="denied", decision="no_progress", tool=call.name,
+                       reason="The same call was repeated without new evidence.", data={"args": call.input})
+            raise _Stop(S.ESCALATED, R.NO_PROGRESS, f"No progress: the agent repeated {call.name} with the same "
+                        "arguments and nothing new was learned. A person takes the ticket from here.")
+        return True
+
+    @staticmethod
+    def _result(call: ToolCall, value: dict, *, error: bool = False) -> dict:
+        return {"type": "tool_result", "tool_use_id": call.id, "content": result_text(value), "is_error": error}
+
+    # --- the end of a run -------------------------------------------------------------
 
     def decide(self, call: ToolCall, args, order):
-        """The draft, the gate's verdict from the ledger and the current policy, the approval
-        request when eligible, and the ticket's stop: one transaction.
-
-        `order` is the order the draft is about, already scope-checked: the ticket's own, or on a
-        customer-level ticket the customer's order the draft names (None: it named none, and a
-        person must decide). Items: the ticket's if it named any, else the draft's. On a
-        customer-level ticket the ticket takes that order (and the items) in the same
-        transaction, so everything downstream reads an ordinary order ticket."""
-        ticket = self.ticket
-        now = timezone.now()
-        policy = gate.policy_current(ticket.tenant)
-        proposal = gate.Proposal(
-            recommendation=args.recommendation, amount=args.amount, policy_version=args.policy_version,
-            customer_reply=args.customer_reply, destination=args.destination,
-        )
-        items = list(ticket.items or []) or list(args.items or [])
-        adopt = {}
-        if order is None:
-            verdict = gate.GateVerdict(
-                outcome=Outcome.ESCALATED, currency=ticket.currency, refundable=Decimal("0.00"),
-                policy_version=policy.version if policy else None, codes=["order_not_named"],
-                reasons=["The ticket names no order and the draft named none of the customer's orders: a person "
-                         "decides."],
-            )
-        else:
-            verdict = gate.policy_gate_evaluate(
-                order=order, policy=policy, proposal=proposal, requested_amount=ticket.requested_amount,
-                requested_currency=ticket.currency or None, item_ids=items, refund_to=ticket.refund_to, now=now,
-            )
-            if ticket.order_id is None:
-                adopt = {"order": order, "currency": order.currency}
-            if items != list(ticket.items or []) and set(items) <= set(order.items.values_list("item_id", flat=True)):
-                adopt["items"] = items
-        if verdict.outcome == Outcome.APPROVAL_REQUIRED and policy is not None and verdict.allowed_amount:
-            status = S.APPROVAL_REQUIRED
-        elif verdict.outcome == Outcome.DENIED:
-            status = S.DENIED
-        else:
-            status = S.ESCALATED
-        # One transaction for the draft, the verdict, the approval and the stop; their four trace
-        # events are written together at its end (trace_batch), dropped with it if it fails.
-        with transaction.atomic(), trace_batch():
-            draft = RefundDraft.objects.create(
-                run=self.run, ticket=ticket, recommendation=args.recommendation, amount=args.amount,
-                currency=order.currency if order is not None else ticket.currency, policy_version=args.policy_version, rationale=args.rationale,
-                customer_reply=args.customer_reply, gate_verdict=verdict.as_dict(),
-            )
-            self.trace(span="draft", status="ok", decision=args.recommendation, tool=CREATE_DRAFT,
-                       reason=f"Draft {draft.pk}: {args.recommendation} {args.amount or ''} citing "
-                              f"{args.policy_version or 'no policy'}.",
-                       data={"draft": draft.pk, "args": call.input})
-            self.trace(span="policy", status="ok" if status == S.APPROVAL_REQUIRED else status,
-                       decision=verdict.outcome, reason=verdict.reason[:200], tool=CREATE_DRAFT,
-                       data=verdict.as_dict())
-            result = {"draft": draft.pk, "outcome": verdict.outcome, "reasons": verdict.reasons,
-                      "allowed_amount": None if verdict.allowed_amount is None else str(verdict.allowed_amount)}
-            detail = verdict.reason
-            if status == S.APPROVAL_REQUIRED:
-                approval, created = approval_request_create(
-                    order=order, policy=policy, verdict=verdict,
-                    idempotency_key=f"refund:{ticket.tenant.slug}:ticket-{ticket.pk}:draft-{draft.pk}",
-                    requested_by=ticket.created_by, ticket_ref=ticket.pk, trace_id=str(ticket.trace_id),
-                    fresh_key=True,  # derived from the draft inserted just above, in this transaction
-                )
-                detail = (f"Finance must approve a refund of {approval.amount} {approval.currency} on "
-                          f"{order.external_id} under {approval.policy_version} (approval #{approval.pk}).")
-                self.trace(span="approval", status="pending", decision="requested" if created else "replayed",
-                           tool="refunds.issue_refund", reason=detail[:200],
-                           data={"approval": approval.pk, "amount": str(approval.amount), "currency": approval.currency,
-                                 "args_hash": approval.args_hash, "idempotency_key": approval.idempotency_key,
-                                 "required_approvals": approval.required_approvals})
-                result["approval"] = approval.pk
-            moved = Ticket.objects.filter(pk=ticket.pk, status=S.RUNNING).update(
-                status=status, stop_reason=status, stop_detail=detail, updated_at=now, **adopt
-            )
-            if moved != 1:  # a person changed the ticket meanwhile: roll the decision back
-                raise _Stop(S.ESCALATED, R.ESCALATED, "The ticket was changed by a person while the agent ran.")
-            self.messages.append({"role": "user", "content": [self._result(call, result)]})
-            self.state["results"] = {}
-            self.persist(status=AgentRun.Status.STOPPED, stop_reason=status, stop_detail=detail, finished_at=now)
-            self.trace(span="stop", status=status, decision=status, reason=detail[:200],
-                       data={"iterations": self.run.iterations, "tokens": self.tokens_used(),
-                             "cost_usd": str(self.run.cost_usd)})
-        ticket.status, ticket.stop_reason, ticket.stop_detail = status, status, detail
-        for key, value in adopt.items():
-            setattr(ticket, key, value)
+        """The runtime's decision on the draft (agent.decision). Always stops the run."""
+        try:
+            agent_draft_decide(run=self.run, ticket=self.ticket, args=args, raw_args=call.input, order=order,
+                               sensitive=self.sensitive, stop_run=lambda decision: self.stop_decided(call, decision))
+        except TicketStateConflict:
+            # A person changed the ticket meanwhile: the decision rolled back, the run stops here.
+            raise _Stop(S.ESCALATED, R.ESCALATED, "The ticket was changed by a person while the agent ran.") from None
         raise _Done()
 
+    def stop_decided(self, call: ToolCall, decision: DraftDecision):
+        """Inside the decision's transaction: answer the draft call and stop the run with it."""
+        self.messages.append({"role": "user", "content": [self._result(call, decision.result)]})
+        self.state["results"] = {}
+        self.persist(status=AgentRun.Status.STOPPED, stop_reason=decision.stop_reason, stop_detail=decision.detail,
+                     finished_at=decision.decided_at)
+        self.trace(span="stop", status=decision.status, decision=decision.status, reason=decision.detail[:200],
+                   data={"iterations": self.run.iterations, "tokens": self.tokens_used(),
+                         "cost_usd": str(self.run.cost_usd)})
+
     def finish(self, stop: _Stop):
+        """Every stop but a decided draft: the ticket moves only if the loop still holds it running."""
         now = timezone.now()
         with transaction.atomic():
-            moved = Ticket.objects.filter(pk=self.ticket.pk, status=S.RUNNING).update(
-                status=stop.status, stop_reason=stop.stop_reason, stop_detail=stop.detail, updated_at=now
-            )
+            moved = ticket_transition(ticket=self.ticket, to=stop.status, only_from={S.RUNNING},
+                                      stop_reason=stop.stop_reason, detail=stop.detail, updated_at=now)
             self.persist(status=AgentRun.Status.STOPPED, stop_reason=stop.stop_reason, stop_detail=stop.detail,
                          finished_at=now)
-        if moved == 1:
-            self.ticket.status, self.ticket.stop_reason, self.ticket.stop_detail = stop.status, stop.stop_reason, stop.detail
         self.trace(span="stop", status=stop.status, decision=stop.stop_reason, reason=stop.detail[:200],
                    data={"iterations": self.run.iterations, "tokens": self.tokens_used(),
-                         "cost_usd": str(self.run.cost_usd), "ticket_updated": moved == 1})
+                         "cost_usd": str(self.run.cost_usd), "ticket_updated": moved})
 
+    # --- plumbing ---------------------------------------------------------------------
 
-class _Done(Exception):
-    """The decision stopped the run (already persisted)."""
+    def trace(self, **kwargs):
+        return trace_record(ticket=self.ticket, run=self.run, sensitive=self.sensitive, **kwargs)
+
+    def persist(self, **extra):
+        """Write the loop's state to the run, by compare-and-set on this task's claim."""
+        run = self.run
+        fields = {
+            "messages": self.messages,
+            "state": self.state,
+            "iterations": run.iterations,
+            "invalid_args_retries": run.invalid_args_retries,
+            "input_tokens": run.input_tokens,
+            "output_tokens": run.output_tokens,
+            "cache_creation_input_tokens": run.cache_creation_input_tokens,
+            "cache_read_input_tokens": run.cache_read_input_tokens,
+            "cost_usd": run.cost_usd,
+            "model": run.model,
+            "lease_expires_at": timezone.now() + _lease(),
+            **extra,
+        }
+        updated = AgentRun.objects.filter(pk=run.pk, claimed_by=self.task_id, status=AgentRun.Status.RUNNING).update(
+            **fields
+        )
+        if updated != 1:
+            raise LostClaim(f"run {run.pk} is no longer held by {self.task_id}")
+        for key, value in fields.items():
+            setattr(run, key, value)
+
+    def tools_refresh(self):
+        self.capabilities = capabilities_load()
+        self.tools = tool_manifest(self.capabilities, customer_level=self.order is None)
+        self.offered = {t.name for t in self.tools}
+
+    def account(self, turn: ModelTurn):
+        run, usage = self.run, turn.usage
+        run.iterations += 1
+        run.input_tokens += usage.input_tokens
+        run.output_tokens += usage.output_tokens
+        run.cache_creation_input_tokens += usage.cache_creation_input_tokens
+        run.cache_read_input_tokens += usage.cache_read_input_tokens
+        run.cost_usd = Decimal(run.cost_usd) + Decimal(self.provider.cost_usd(usage))
+        if turn.model:
+            run.model = turn.model
+
+    def tokens_used(self) -> int:
+        r = self.run
+        return r.input_tokens + r.output_tokens + r.cache_creation_input_tokens + r.cache_read_input_tokens
+
+    def budget_check(self, *, model_call: bool) -> int:
+        """Raise _Stop when a ceiling is reached; else the max_tokens left for one call."""
+        run, s = self.run, settings
+        used = self.tokens_used()
+        elapsed = (timezone.now() - run.started_at).total_seconds() if run.started_at else 0
+        reason = None
+        if model_call and run.iterations >= s.AGENT_MAX_ITERATIONS:
+            reason = f"The iteration budget ({s.AGENT_MAX_ITERATIONS} model calls) is used up."
+        elif used >= s.AGENT_MAX_TOKENS:
+            reason = f"The token budget ({s.AGENT_MAX_TOKENS} tokens) is used up ({used})."
+        elif elapsed >= s.AGENT_MAX_WALL_SECONDS:
+            reason = f"The wall-clock budget ({s.AGENT_MAX_WALL_SECONDS} s) is used up."
+        elif Decimal(run.cost_usd) >= s.AGENT_MAX_COST_USD:
+            reason = f"The cost budget ({s.AGENT_MAX_COST_USD} USD) is used up ({run.cost_usd} USD)."
+        if reason:
+            raise _Stop(S.ESCALATED, R.BUDGET_EXHAUSTED, reason + " A person takes the ticket from here.")
+        return max(1, min(s.AGENT_MAX_OUTPUT_TOKENS_PER_CALL, s.AGENT_MAX_TOKENS - used))
