@@ -13,49 +13,10 @@ from approvals.exceptions import ApprovalConflict
 from approvals.models import ApprovalRequest, ApprovalVote
 from approvals.services import approval_request_decide
 from ledger.exceptions import Forbidden, InvalidInput, NotFound
-from ledger.models import Order, RefundEntry, Tenant
+from ledger.models import Order, RefundEntry
 from ledger.services import ledger_refund_issue
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def people(tenant, policy, make_user):
-    """A shop on refund-policy-v4 (two approvers above 500.00) with support, two finance users, a lead who
-    is both, and a finance user of another tenant."""
-    other = Tenant.objects.create(slug="other", name="Other Shop")
-    return {
-        "support": make_user("support", "support"),
-        "finance": make_user("finance", "finance"),
-        "finance2": make_user("finance2", "finance"),
-        "lead": make_user("lead", "support", "finance"),
-        "other-finance": make_user("other-finance", "finance", tenant=other),
-    }
-
-
-@pytest.fixture
-def orders(people, make_order):
-    """The shop's delivered, unrefunded orders, by total: two under the threshold, one above it."""
-    return {
-        "120.00": make_order("120.00", external_id="ORD-1", days_old=12, items=[("ITEM-1", "120.00", 1)]),
-        "50.00": make_order("50.00", external_id="ORD-2", days_old=5, items=[("ITEM-2", "50.00", 1)]),
-        "750.00": make_order("750.00", external_id="ORD-3", days_old=6, items=[("ITEM-3", "750.00", 1)]),
-    }
-
-
-@pytest.fixture
-def file_request(approval_request_make, people, orders):
-    """file_request("120.00", filer="support") -> a pending request for that order, filed by that person."""
-
-    def make(total, filer="support"):
-        return approval_request_make(order=orders[total], filer=people[filer])
-
-    return make
-
-
-@pytest.fixture
-def client_as(api_client, people):
-    return lambda name: api_client(people[name])
 
 
 def decide(client, request, decision="approve", args_hash=None, **extra):
