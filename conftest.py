@@ -164,11 +164,12 @@ def policy(tenant):
 
 @pytest.fixture
 def make_user(tenant):
-    """make_user("finance-1", "finance", tenant=None) -> a user of `tenant` (or the one given) with those roles."""
+    """make_user("finance-1", "finance", tenant=None, **fields) -> a user of `tenant` (or the one given) with
+    those roles."""
     from tests.factories import user_build
 
-    def make(username, *roles, tenant=tenant):
-        return user_build(username=username, tenant=tenant, roles=roles)
+    def make(username, *roles, tenant=tenant, **fields):
+        return user_build(username=username, tenant=tenant, roles=roles, **fields)
 
     return make
 

@@ -48,11 +48,12 @@ def policy_publish(*, tenant, version=POLICY_VERSION, window_days=30, threshold=
     )
 
 
-def user_build(*, username, tenant, roles=()):
-    """A user of `tenant` with the given roles (the groups `support` and `finance` with their permissions)."""
+def user_build(*, username, tenant, roles=(), **fields):
+    """A user of `tenant` with the given roles (the groups `support` and `finance` with their permissions).
+    Finance works in the admin, so is staff; `fields` (is_superuser=True, ...) set the rest."""
     groups = roles_ensure()
-    user = get_user_model().objects.create(username=username, email=f"{username}@{tenant.slug}.example",
-                                           is_staff="finance" in roles)
+    fields = {"is_staff": "finance" in roles, **fields}
+    user = get_user_model().objects.create(username=username, email=f"{username}@{tenant.slug}.example", **fields)
     Membership.objects.create(user=user, tenant=tenant)
     user.groups.add(*(groups[r] for r in roles))
     return user

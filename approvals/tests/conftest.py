@@ -62,13 +62,14 @@ def approval_request_make(request):
 @pytest.fixture
 def people(tenant, policy, make_user):
     """A shop on refund-policy-v4 (two approvers above 500.00) with support, two finance users, a lead who
-    is both, and a finance user of another tenant."""
+    is both, an operator (superuser), and a finance user of another tenant."""
     other = Tenant.objects.create(slug="other", name="Other Shop")
     return {
         "support": make_user("support", "support"),
         "finance": make_user("finance", "finance"),
         "finance2": make_user("finance2", "finance"),
         "lead": make_user("lead", "support", "finance"),
+        "ops": make_user("ops", is_staff=True, is_superuser=True),
         "other-finance": make_user("other-finance", "finance", tenant=other),
     }
 
