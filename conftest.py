@@ -74,15 +74,134 @@ def user(demo):
 
 
 @pytest.fixture
-def api_client(user):
-    """A Django test client that authenticates as a demo user with a real API token."""
+def api_client(request):
+    """A Django test client that authenticates with a real API token as a user, or as a demo user
+    by name (which seeds the demo)."""
     from django.test import Client
 
     from ledger.tenancy import api_token_create
 
-    def make(username):
-        token = api_token_create(user=user(username))
+    def make(who):
+        if isinstance(who, str):
+            who = request.getfixturevalue("user")(who)
+        token = api_token_create(user=who)
         return Client(HTTP_AUTHORIZATION=f"Bearer {token}")
+
+    return make
+
+
+# --- data made to measure: a tenant, its customer and card, orders, a policy, users with roles ----
+
+
+@pytest.fixture
+def tenant(db):
+    from ledger.models import Tenant
+
+    return Tenant.objects.create(slug="shop", name="Shop")
+
+
+@pytest.fixture
+def customer(tenant):
+    from ledger.models import Customer
+
+    return Customer.objects.create(tenant=tenant, external_id="CUST-1", name="Ada", email="ada@example.com")
+
+
+@pytest.fixture
+def card(customer):
+    from ledger.models import PaymentMethod
+
+    return PaymentMethod.objects.create(
+        customer=customer, external_id="card_1", kind=PaymentMethod.Kind.CARD, brand="visa", last4="4242"
+    )
+
+
+@pytest.fixture
+def make_order(tenant, customer, card):
+    """make_order("100.00", items=[("ITEM-1", "40.00", 1), ...], days_old=5, status="delivered") -> an order of
+    `customer`, paid in full with `card`."""
+    from datetime import timedelta
+    from decimal import Decimal
+
+    from django.utils import timezone
+
+    from ledger.models import Order, OrderItem, Payment
+
+    counter = iter(range(1, 10_000))
+
+    def make(total="100.00", *, items=(), currency="USD", external_id=None, days_old=5, status=Order.Status.DELIVERED):
+        order = Order.objects.create(
+            tenant=tenant,
+            customer=customer,
+            external_id=external_id or f"ORD-{next(counter)}",
+            total=Decimal(total),
+            currency=currency,
+            placed_at=timezone.now() - timedelta(days=days_old),
+            status=status,
+        )
+        for line_no, (item_id, price, quantity) in enumerate(items, start=1):
+            OrderItem.objects.create(
+                order=order, line_no=line_no, item_id=item_id, name=item_id.title(), price=Decimal(price), quantity=quantity
+            )
+        Payment.objects.create(
+            order=order, payment_method=card, method="card", card_brand="visa", card_last4="4242",
+            payment_ref="pi_test", amount=Decimal(total), currency=currency,
+        )
+        return order
+
+    return make
+
+
+@pytest.fixture
+def policy(tenant):
+    """`tenant`'s published refund-policy-v4: 30-day window, two approvers above 500.00."""
+    from django.utils import timezone
+
+    from tests.factories import policy_publish
+
+    return policy_publish(tenant=tenant, now=timezone.now())
+
+
+@pytest.fixture
+def make_user(tenant):
+    """make_user("finance-1", "finance", tenant=None, **fields) -> a user of `tenant` (or the one given) with
+    those roles."""
+    from tests.factories import user_build
+
+    def make(username, *roles, tenant=tenant, **fields):
+        return user_build(username=username, tenant=tenant, roles=roles, **fields)
+
+    return make
+
+
+# --- tickets --------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def ticket_defaults():
+    """What `file_ticket` files unless told otherwise. A test module overrides this fixture to file its
+    own kind of ticket."""
+    return {"order": "ORD-5001", "message": "Please refund my order."}
+
+
+@pytest.fixture
+def file_ticket(user, ticket_defaults, django_capture_on_commit_callbacks):
+    """file_ticket(order=..., message=..., amount=..., items=..., refund_to=..., username="acme-support",
+    customer="CUST-1001") -> a ticket filed through the service on the demo data. With hold_agent=True the
+    queued agent run is left in the on-commit queue."""
+    from refundagent.services import ticket_create
+
+    def make(*, username="acme-support", customer="CUST-1001", amount=None, **fields):
+        fields = {**ticket_defaults, **fields}
+        hold_agent = fields.pop("hold_agent", False)
+        if amount is not None:
+            fields["requested_amount"] = amount
+        if fields.get("items") is not None:
+            fields["items"] = list(fields["items"])
+        if not hold_agent:
+            return ticket_create(user=user(username), customer=customer, **fields)
+        with django_capture_on_commit_callbacks(execute=False):
+            return ticket_create(user=user(username), customer=customer, **fields)
 
     return make
 

@@ -1,4 +1,4 @@
-"""The finance review queue in the Django admin."""
+"""The finance review queue in the Django admin, on a shop of its own (not the demo's)."""
 
 from datetime import timedelta
 from decimal import Decimal
@@ -27,9 +27,9 @@ def decide_url(request, decision):
 
 
 @pytest.fixture
-def login(user):
+def login(people):
     def make(username, **attrs):
-        account = user(username)
+        account = people[username]
         for name, value in attrs.items():
             setattr(account, name, value)
         account.save()
@@ -40,11 +40,11 @@ def login(user):
     return make
 
 
-def test_finance_sees_the_queue_and_approves_from_the_admin(approval_request_make, login,
+def test_finance_sees_the_queue_and_approves_from_the_admin(file_request, login,
                                                             django_capture_on_commit_callbacks):
-    # given a pending request for ORD-5001 and a finance user in the admin
-    request = approval_request_make(order="ORD-5001")
-    finance = login("acme-finance")
+    # given a pending request for a 120.00 USD order and a finance user in the admin
+    request = file_request("120.00")
+    finance = login("finance")
     # when they open the queue and the request
     queue = finance.get(CHANGELIST)
     assert queue.status_code == 200
@@ -53,11 +53,11 @@ def test_finance_sees_the_queue_and_approves_from_the_admin(approval_request_mak
     html = page.content.decode()
     # then the review page shows the exact action, its hash and key, the ledger, and the buttons
     assert page.status_code == 200
-    for text in ("120.00 USD", "ORD-5001", "CUST-1001", request.args_hash, request.idempotency_key,
+    for text in ("120.00 USD", "ORD-1", "CUST-1", request.args_hash, request.idempotency_key,
                  'id="ra-ledger"', 'id="ra-approve"', 'id="ra-deny"', 'id="ra-request_changes"', 'id="ra-escalate"',
                  "refund-policy-v4", "visa ****4242"):
         assert text in html, text
-    assert "pi_3Pq" not in html  # the payment reference stays redacted
+    assert "pi_test" not in html  # the payment reference stays redacted
     assert 'name="_save"' not in html  # nothing to edit
     # when they click approve, the amount and order are shown once more
     confirm = finance.get(decide_url(request, "approve"))
@@ -75,23 +75,23 @@ def test_finance_sees_the_queue_and_approves_from_the_admin(approval_request_mak
     assert 'id="ra-approve"' not in after and 'id="ra-verification"' in after
 
 
-def test_a_support_user_cannot_see_or_decide(approval_request_make, login):
-    request = approval_request_make(order="ORD-5001")
+def test_a_support_user_cannot_see_or_decide(file_request, login):
+    request = file_request("120.00")
     # not staff: the admin sends them to log in
-    support = login("acme-support")
+    support = login("support")
     assert support.get(CHANGELIST).status_code == 302
     assert support.post(decide_url(request, "approve"), {"args_hash": request.args_hash}).status_code == 302
     # even made staff: no view permission, no decision
-    support = login("acme-support", is_staff=True)
+    support = login("support", is_staff=True)
     assert support.get(CHANGELIST).status_code == 403
     assert support.get(change_url(request)).status_code in (302, 403)
     assert support.post(decide_url(request, "approve"), {"args_hash": request.args_hash}).status_code == 403
     assert ApprovalRequest.objects.get(pk=request.pk).status == "pending"
 
 
-def test_the_filer_gets_no_buttons_and_cannot_approve(approval_request_make, login):
-    request = approval_request_make(order="ORD-5001", filer="acme-lead")
-    lead = login("acme-lead")
+def test_the_filer_gets_no_buttons_and_cannot_approve(file_request, login):
+    request = file_request("120.00", filer="lead")
+    lead = login("lead")
     html = lead.get(change_url(request)).content.decode()
     assert 'id="ra-approve"' not in html and "maker-checker" in html
     response = lead.post(decide_url(request, "approve"), {"args_hash": request.args_hash}, follow=True)
@@ -99,25 +99,25 @@ def test_the_filer_gets_no_buttons_and_cannot_approve(approval_request_make, log
     assert ApprovalRequest.objects.get(pk=request.pk).status == "pending"
 
 
-def test_another_tenants_request_does_not_exist_for_them(approval_request_make, login):
-    request = approval_request_make(order="ORD-5001")
-    globex = login("globex-finance")
-    assert change_url(request) not in globex.get(CHANGELIST).content.decode()
-    assert globex.get(change_url(request)).status_code == 302  # the admin's "does not exist" redirect
-    assert globex.post(decide_url(request, "approve"), {"args_hash": request.args_hash}).status_code == 404
+def test_another_tenants_request_does_not_exist_for_them(file_request, login):
+    request = file_request("120.00")
+    other = login("other-finance")
+    assert change_url(request) not in other.get(CHANGELIST).content.decode()
+    assert other.get(change_url(request)).status_code == 302  # the admin's "does not exist" redirect
+    assert other.post(decide_url(request, "approve"), {"args_hash": request.args_hash}).status_code == 404
     assert ApprovalRequest.objects.get(pk=request.pk).status == "pending"
 
 
-def test_a_stale_hash_is_refused(approval_request_make, login):
-    request = approval_request_make(order="ORD-5001")
-    response = login("acme-finance").post(decide_url(request, "approve"), {"args_hash": "f" * 64}, follow=True)
+def test_a_stale_hash_is_refused(file_request, login):
+    request = file_request("120.00")
+    response = login("finance").post(decide_url(request, "approve"), {"args_hash": "f" * 64}, follow=True)
     assert "Not decided" in response.content.decode()
     assert ApprovalRequest.objects.get(pk=request.pk).status == "pending"
 
 
-def test_deny_needs_a_note_and_request_changes_takes_an_amount(approval_request_make, login):
-    request = approval_request_make(order="ORD-5001")
-    finance = login("acme-finance")
+def test_deny_needs_a_note_and_request_changes_takes_an_amount(file_request, login):
+    request = file_request("120.00")
+    finance = login("finance")
     missing = finance.post(decide_url(request, "deny"), {"args_hash": request.args_hash, "note": ""})
     assert missing.status_code == 200 and "This field is required" in missing.content.decode()
     assert ApprovalRequest.objects.get(pk=request.pk).status == "pending"
@@ -129,37 +129,37 @@ def test_deny_needs_a_note_and_request_changes_takes_an_amount(approval_request_
         "changes_requested", Decimal("60.00"), Decimal("120.00"))
 
 
-def test_the_queue_lists_pending_first_then_oldest_and_filters(approval_request_make, login, user):
+def test_the_queue_lists_pending_first_then_oldest_and_filters(file_request, login, people):
     from approvals.services import approval_request_decide
 
-    old_denied = approval_request_make(order="ORD-5001")
-    approval_request_decide(request_id=old_denied.pk, user=user("acme-finance"), decision="deny",
+    old_denied = file_request("120.00")
+    approval_request_decide(request_id=old_denied.pk, user=people["finance"], decision="deny",
                             args_hash=old_denied.args_hash, note="no")
-    pending = approval_request_make(order="ORD-5003")
-    expired = approval_request_make(order="ORD-5006")
+    pending = file_request("50.00")
+    expired = file_request("750.00")
     ApprovalRequest.objects.filter(pk=expired.pk).update(expires_at=timezone.now() - timedelta(hours=1))
-    finance = login("acme-finance")
+    finance = login("finance")
     response = finance.get(CHANGELIST)
     ids = [r.pk for r in response.context["cl"].result_list]
     assert ids == [pending.pk, expired.pk, old_denied.pk]
     assert [r.pk for r in finance.get(CHANGELIST + "?expiry=expired").context["cl"].result_list] == [expired.pk]
     assert [r.pk for r in finance.get(CHANGELIST + "?status__exact=denied").context["cl"].result_list] == [old_denied.pk]
-    assert [r.pk for r in finance.get(CHANGELIST + "?q=ORD-5003").context["cl"].result_list] == [pending.pk]
+    assert [r.pk for r in finance.get(CHANGELIST + "?q=ORD-2").context["cl"].result_list] == [pending.pk]
 
 
-def test_failed_requests_show_a_red_badge(approval_request_make, login):
-    request = approval_request_make(order="ORD-5001")
+def test_failed_requests_show_a_red_badge(file_request, login):
+    request = file_request("120.00")
     ApprovalRequest.objects.filter(pk=request.pk).update(
         status="failed", verification={"ok": False, "checks": [{"name": "amount_exact", "ok": False,
                                                                 "expected": "120.00", "actual": "10.00"}]})
-    finance = login("acme-finance")
+    finance = login("finance")
     assert "ra-badge-failed" in finance.get(CHANGELIST + "?status__exact=failed").content.decode()
     html = finance.get(change_url(request)).content.decode()
     assert 'id="ra-failed"' in html and "amount_exact" in html
 
 
-def _bulk_requests(n, demo):
-    order = Order.objects.select_related("tenant").get(tenant__slug="acme", external_id="ORD-5001")
+def _bulk_requests(n, order):
+    order = Order.objects.select_related("tenant").get(pk=order.pk)
     policy = RefundPolicy.objects.current_for(order.tenant)
     now = timezone.now()
     start = ApprovalRequest.objects.count()
@@ -181,17 +181,17 @@ def _changelist_queries(client) -> int:
     return len(queries)
 
 
-def test_the_queue_costs_the_same_queries_at_10_and_1000_requests(demo, login, approval_request_make):
-    finance = login("acme-finance")
-    _bulk_requests(10, demo)
+def test_the_queue_costs_the_same_queries_at_10_and_1000_requests(orders, login):
+    finance = login("finance")
+    _bulk_requests(10, orders["120.00"])
     at_10 = _changelist_queries(finance)
-    _bulk_requests(990, demo)
+    _bulk_requests(990, orders["120.00"])
     at_1000 = _changelist_queries(finance)
     assert at_10 == at_1000, (at_10, at_1000)
     assert at_10 <= 12, at_10
 
 
-def test_operators_switch_a_capability_off_in_the_list(demo, login):
+def test_operators_switch_a_capability_off_in_the_list(login):
     ops = login("ops")
     capability = Capability.objects.get(name="orders.lookup_order")
     page = ops.get("/admin/approvals/capability/")
@@ -199,9 +199,9 @@ def test_operators_switch_a_capability_off_in_the_list(demo, login):
     assert ops.get(f"/admin/approvals/capability/{capability.pk}/change/").status_code == 200
 
 
-def test_publish_new_version_copies_into_a_draft_then_publishes(demo, login):
+def test_publish_new_version_copies_into_a_draft_then_publishes(policy, login):
     ops = login("ops")
-    v4 = RefundPolicy.objects.get(tenant__slug="acme", version="refund-policy-v4")
+    v4 = policy
     ops.post("/admin/approvals/refundpolicy/", {"action": "copy_to_draft", "_selected_action": [v4.pk]})
     draft = RefundPolicy.objects.get(tenant=v4.tenant, status="draft")
     assert draft.text == v4.text and draft.window_days == 30
@@ -214,10 +214,9 @@ def test_publish_new_version_copies_into_a_draft_then_publishes(demo, login):
     assert 'name="window_days"' not in ops.get(f"/admin/approvals/refundpolicy/{draft.pk}/change/").content.decode()
 
 
-def test_a_policy_version_cannot_be_deleted_from_the_admin(demo, login):
+def test_a_policy_version_cannot_be_deleted_from_the_admin(policy, login):
     # given the operator (superuser) on the policy admin
     client = login("ops")
-    policy = RefundPolicy.objects.get(tenant__slug="acme", version="refund-policy-v4")
     # when they try the delete page or the bulk delete action
     delete_page = client.get(reverse("admin:approvals_refundpolicy_delete", args=[policy.pk]))
     changelist = client.get(reverse("admin:approvals_refundpolicy_changelist"))

@@ -1,4 +1,5 @@
-"""approval_request_decide through the API and the service: the rules of deciding one exact action."""
+"""approval_request_decide through the API and the service: the rules of deciding one exact action.
+Every test builds its own shop, people and orders (not the demo's)."""
 
 import threading
 from datetime import timedelta
@@ -49,20 +50,20 @@ def approve_all_at_once(clients, request) -> list[int]:
 
 
 def test_approve_with_the_right_hash_writes_exactly_the_approved_refund(
-    approval_request_make, api_client, django_capture_on_commit_callbacks
+    file_request, client_as, django_capture_on_commit_callbacks
 ):
-    # given a pending request for ORD-5001 (120.00 USD), filed by support
-    request = approval_request_make(order="ORD-5001")
+    # given a pending request for a 120.00 USD order, filed by support
+    request = file_request("120.00")
     # when finance approves it with the hash it saw
     with django_capture_on_commit_callbacks(execute=True):
-        response = decide(api_client("acme-finance"), request, note="checked")
+        response = decide(client_as("finance"), request, note="checked")
     # then 200, one ledger entry of exactly 120.00 USD under the request's key, and the evaluator agreed
     assert response.status_code == 200, response.content
     body = response.json()
     assert body["status"] == "approved"
-    assert body["decided_by"] == "acme-finance"
+    assert body["decided_by"] == "finance"
     assert body["amount"] == "120.00" and body["currency"] == "USD"
-    assert [v["approver"] for v in body["approvals"]] == ["acme-finance"]
+    assert [v["approver"] for v in body["approvals"]] == ["finance"]
     entry = RefundEntry.objects.get(idempotency_key=request.idempotency_key)
     assert entry.amount == Decimal("120.00") and entry.currency == "USD" and entry.approval_ref == str(request.pk)
     request.refresh_from_db()
@@ -73,23 +74,23 @@ def test_approve_with_the_right_hash_writes_exactly_the_approved_refund(
 
 
 @pytest.mark.parametrize("case", ["wrong_hash", "expired", "already_decided"])
-def test_conflicts_answer_409_and_write_nothing(case, approval_request_make, api_client, user,
+def test_conflicts_answer_409_and_write_nothing(case, file_request, client_as, people,
                                                 django_capture_on_commit_callbacks):
     # given a pending request, in a state that must refuse approval
-    request = approval_request_make(order="ORD-5001")
+    request = file_request("120.00")
     args_hash = request.args_hash
     if case == "wrong_hash":
         args_hash = "0" * 64
     elif case == "expired":
         ApprovalRequest.objects.filter(pk=request.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
     else:
-        approval_request_decide(request_id=request.pk, user=user("acme-finance2"), decision="deny",
+        approval_request_decide(request_id=request.pk, user=people["finance2"], decision="deny",
                                 args_hash=request.args_hash, note="no")
     before = ApprovalRequest.objects.get(pk=request.pk)
     votes_before = ApprovalVote.objects.count()
     # when finance approves
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
-        response = decide(api_client("acme-finance"), request, args_hash=args_hash)
+        response = decide(client_as("finance"), request, args_hash=args_hash)
     # then 409 with a reason; no vote, no status change, no ledger entry, nothing enqueued
     assert response.status_code == 409, response.content
     assert response.json()["code"] in {"args_hash_mismatch", "approval_expired", "already_decided"}
@@ -100,23 +101,23 @@ def test_conflicts_answer_409_and_write_nothing(case, approval_request_make, api
     assert callbacks == []
 
 
-def test_an_expired_request_cannot_be_approved_before_the_sweep(approval_request_make, user):
+def test_an_expired_request_cannot_be_approved_before_the_sweep(file_request, people):
     # given a request whose expiry passed, still `pending` because the sweep has not run
-    request = approval_request_make(order="ORD-5003")
+    request = file_request("50.00")
     ApprovalRequest.objects.filter(pk=request.pk).update(expires_at=timezone.now() - timedelta(minutes=1))
     # when / then approving it is a conflict
     with pytest.raises(ApprovalConflict) as exc:
-        approval_request_decide(request_id=request.pk, user=user("acme-finance"), decision="approve",
+        approval_request_decide(request_id=request.pk, user=people["finance"], decision="approve",
                                 args_hash=request.args_hash)
     assert getattr(exc.value, "status_code", None) == 409
     assert ApprovalRequest.objects.get(pk=request.pk).status == "pending"
 
 
-def test_the_filer_cannot_approve_their_own_ticket(approval_request_make, api_client):
-    # given acme-lead (support + finance) filed the ticket
-    request = approval_request_make(order="ORD-5001", filer="acme-lead")
-    # when acme-lead approves it
-    response = decide(api_client("acme-lead"), request)
+def test_the_filer_cannot_approve_their_own_ticket(file_request, client_as):
+    # given the lead (support + finance) filed the ticket
+    request = file_request("120.00", filer="lead")
+    # when the lead approves it
+    response = decide(client_as("lead"), request)
     # then 403 maker-checker, and nothing is decided
     assert response.status_code == 403
     assert response.json()["code"] == "maker_checker"
@@ -124,42 +125,42 @@ def test_the_filer_cannot_approve_their_own_ticket(approval_request_make, api_cl
     assert not ApprovalVote.objects.filter(request=request).exists()
 
 
-def test_support_cannot_decide(approval_request_make, api_client):
-    request = approval_request_make(order="ORD-5001", filer="acme-lead")
-    response = decide(api_client("acme-support"), request)
+def test_support_cannot_decide(file_request, client_as):
+    request = file_request("120.00", filer="lead")
+    response = decide(client_as("support"), request)
     assert response.status_code == 403
     assert response.json()["code"] == "role_required"
     assert ApprovalRequest.objects.get(pk=request.pk).status == "pending"
 
 
-def test_another_tenants_finance_gets_404(approval_request_make, api_client):
-    request = approval_request_make(order="ORD-5001")
-    client = api_client("globex-finance")
+def test_another_tenants_finance_gets_404(file_request, client_as):
+    request = file_request("120.00")
+    client = client_as("other-finance")
     assert decide(client, request).status_code == 404
     assert client.get(f"/api/approvals/{request.pk}").status_code == 404
     assert client.get("/api/approvals?status=pending").json()["count"] == 0
     assert ApprovalRequest.objects.get(pk=request.pk).status == "pending"
 
 
-def test_finance_without_the_permission_is_refused(approval_request_make, user):
+def test_finance_without_the_permission_is_refused(file_request, people):
     # given a finance user whose group lost the approve permission
-    finance = user("acme-finance2")
+    finance = people["finance2"]
     from django.contrib.auth.models import Permission
 
     finance.groups.get(name="finance").permissions.remove(Permission.objects.get(codename="approve_approvalrequest"))
     finance = type(finance).objects.get(pk=finance.pk)
-    request = approval_request_make(order="ORD-5001")
+    request = file_request("120.00")
     with pytest.raises(Forbidden):
         approval_request_decide(request_id=request.pk, user=finance, decision="approve", args_hash=request.args_hash)
 
 
 def test_above_the_threshold_two_distinct_approvers_are_needed(
-    approval_request_make, api_client, django_capture_on_commit_callbacks
+    file_request, client_as, django_capture_on_commit_callbacks
 ):
-    # given ORD-5006, 750.00 USD: above refund-policy-v4's 500.00 threshold
-    request = approval_request_make(order="ORD-5006")
+    # given an order of 750.00 USD: above refund-policy-v4's 500.00 threshold
+    request = file_request("750.00")
     assert request.required_approvals == 2
-    first = api_client("acme-finance")
+    first = client_as("finance")
     # when the first finance user approves
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         response = decide(first, request, note="looks right")
@@ -167,7 +168,7 @@ def test_above_the_threshold_two_distinct_approvers_are_needed(
     assert response.status_code == 200, response.content
     body = response.json()
     assert body["status"] == "pending"
-    assert [v["approver"] for v in body["approvals"]] == ["acme-finance"]
+    assert [v["approver"] for v in body["approvals"]] == ["finance"]
     assert callbacks == []
     assert not entries_for(request).exists()
 
@@ -182,11 +183,11 @@ def test_above_the_threshold_two_distinct_approvers_are_needed(
 
     # when a second, distinct finance user approves
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
-        second = decide(api_client("acme-finance2"), request)
+        second = decide(client_as("finance2"), request)
     # then it is approved, executed once, with both approvals recorded
     assert second.status_code == 200, second.content
     assert len(callbacks) == 1
-    assert [v["approver"] for v in second.json()["approvals"]] == ["acme-finance", "acme-finance2"]
+    assert [v["approver"] for v in second.json()["approvals"]] == ["finance", "finance2"]
     request.refresh_from_db()
     assert request.status == "executed"
     assert request.verification["ok"] is True
@@ -195,16 +196,16 @@ def test_above_the_threshold_two_distinct_approvers_are_needed(
     assert entries_for(request).count() == 1
 
 
-def test_a_refund_recorded_after_the_request_invalidates_it(approval_request_make, user,
+def test_a_refund_recorded_after_the_request_invalidates_it(file_request, people,
                                                             django_capture_on_commit_callbacks):
-    # given a request for ORD-5001's full 120.00, then the shop records a 50.00 refund on the order
-    request = approval_request_make(order="ORD-5001")
+    # given a request for an order's full 120.00, then the shop records a 50.00 refund on the order
+    request = file_request("120.00")
     order = Order.objects.get(pk=request.order_id)
     ledger_refund_issue(order=order, amount="50.00", currency="USD", idempotency_key="shop:late", source="import")
     # when finance approves the request as it was shown
     with django_capture_on_commit_callbacks(execute=True):
         with pytest.raises(ApprovalConflict) as exc:
-            approval_request_decide(request_id=request.pk, user=user("acme-finance"), decision="approve",
+            approval_request_decide(request_id=request.pk, user=people["finance"], decision="approve",
                                     args_hash=request.args_hash)
     # then 409: invalidated, not executed, and replaced by a request for what is still refundable
     assert exc.value.status_code == 409
@@ -221,11 +222,11 @@ def test_a_refund_recorded_after_the_request_invalidates_it(approval_request_mak
     assert exc.value.details["replaced_by"] == replacement.pk
 
 
-def test_a_new_policy_version_invalidates_the_request(approval_request_make, user, demo):
+def test_a_new_policy_version_invalidates_the_request(file_request, people):
     # given a request made under refund-policy-v4, then v5 is published
     from approvals.models import RefundPolicy
 
-    request = approval_request_make(order="ORD-5003")
+    request = file_request("50.00")
     v4 = request.policy
     RefundPolicy.objects.create(
         tenant=v4.tenant, version="refund-policy-v5", status="published", window_days=30,
@@ -235,7 +236,7 @@ def test_a_new_policy_version_invalidates_the_request(approval_request_make, use
     )
     # when finance approves
     with pytest.raises(ApprovalConflict) as exc:
-        approval_request_decide(request_id=request.pk, user=user("acme-finance"), decision="approve",
+        approval_request_decide(request_id=request.pk, user=people["finance"], decision="approve",
                                 args_hash=request.args_hash)
     # then it is invalidated and replaced by a request citing v5
     assert exc.value.status_code == 409
@@ -245,9 +246,9 @@ def test_a_new_policy_version_invalidates_the_request(approval_request_make, use
     assert request.replaced_by.amount == request.amount
 
 
-def test_request_changes_stores_the_wanted_amount_and_never_edits_the_request(approval_request_make, api_client):
-    request = approval_request_make(order="ORD-5001")
-    response = decide(api_client("acme-finance"), request, decision="request_changes",
+def test_request_changes_stores_the_wanted_amount_and_never_edits_the_request(file_request, client_as):
+    request = file_request("120.00")
+    response = decide(client_as("finance"), request, decision="request_changes",
                       note="Only the headphones' shipping", wanted_amount="30.00")
     assert response.status_code == 200, response.content
     request.refresh_from_db()
@@ -258,15 +259,15 @@ def test_request_changes_stores_the_wanted_amount_and_never_edits_the_request(ap
 
 
 @pytest.mark.parametrize("decision,status", [("deny", "denied"), ("escalate", "escalated")])
-def test_deny_and_escalate_are_decisions(decision, status, approval_request_make, api_client):
-    request = approval_request_make(order="ORD-5001")
-    response = decide(api_client("acme-finance"), request, decision=decision, note="why")
+def test_deny_and_escalate_are_decisions(decision, status, file_request, client_as):
+    request = file_request("120.00")
+    response = decide(client_as("finance"), request, decision=decision, note="why")
     assert response.status_code == 200
     assert response.json()["status"] == status
-    assert response.json()["decided_by"] == "acme-finance"
+    assert response.json()["decided_by"] == "finance"
     assert not entries_for(request).exists()
     # and a second decision is a conflict
-    assert decide(api_client("acme-finance2"), request).status_code == 409
+    assert decide(client_as("finance2"), request).status_code == 409
 
 
 @pytest.mark.parametrize(
@@ -279,28 +280,28 @@ def test_deny_and_escalate_are_decisions(decision, status, approval_request_make
         {"decision": "approve", "args_hash": "x", "note": "n" * 5000},
     ],
 )
-def test_bad_bodies_answer_422(body, approval_request_make, api_client):
-    request = approval_request_make(order="ORD-5001")
-    response = api_client("acme-finance").post(f"/api/approvals/{request.pk}/decision", body,
+def test_bad_bodies_answer_422(body, file_request, client_as):
+    request = file_request("120.00")
+    response = client_as("finance").post(f"/api/approvals/{request.pk}/decision", body,
                                                content_type="application/json")
     assert response.status_code == 422
     assert ApprovalRequest.objects.get(pk=request.pk).status == "pending"
 
 
-def test_bad_wanted_amount_answers_422(approval_request_make, user):
-    request = approval_request_make(order="ORD-5001")
+def test_bad_wanted_amount_answers_422(file_request, people):
+    request = file_request("120.00")
     for wanted in ("abc", "-5.00", "1.234"):
         with pytest.raises(InvalidInput):
-            approval_request_decide(request_id=request.pk, user=user("acme-finance"), decision="request_changes",
+            approval_request_decide(request_id=request.pk, user=people["finance"], decision="request_changes",
                                     args_hash=request.args_hash, wanted_amount=wanted)
 
 
-def test_list_and_detail(approval_request_make, api_client, user):
-    first = approval_request_make(order="ORD-5001")
-    second = approval_request_make(order="ORD-5003")
-    approval_request_decide(request_id=second.pk, user=user("acme-finance"), decision="deny",
+def test_list_and_detail(file_request, client_as, people):
+    first = file_request("120.00")
+    second = file_request("50.00")
+    approval_request_decide(request_id=second.pk, user=people["finance"], decision="deny",
                             args_hash=second.args_hash)
-    client = api_client("acme-finance")
+    client = client_as("finance")
     pending = client.get("/api/approvals?status=pending").json()
     assert pending["count"] == 1 and [r["id"] for r in pending["items"]] == [first.pk]
     everything = client.get("/api/approvals").json()
@@ -311,22 +312,22 @@ def test_list_and_detail(approval_request_make, api_client, user):
                 "policy_version", "trace_id", "approver_role", "expires_at", "requested_by", "decided_by",
                 "decided_at", "ticket"):
         assert key in detail
-    assert detail["amount"] == "120.00" and detail["order"] == "ORD-5001"
-    assert api_client("acme-support").get("/api/approvals").status_code == 403
+    assert detail["amount"] == "120.00" and detail["order"] == "ORD-1"
+    assert client_as("support").get("/api/approvals").status_code == 403
     assert client.get("/api/approvals/999999").status_code == 404
 
 
-def test_unknown_request_is_not_found(demo, user):
+def test_unknown_request_is_not_found(people):
     with pytest.raises(NotFound):
-        approval_request_decide(request_id=999999, user=user("acme-finance"), decision="approve", args_hash="x")
+        approval_request_decide(request_id=999999, user=people["finance"], decision="approve", args_hash="x")
 
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_sixteen_concurrent_approvals_give_one_decision_and_one_entry(approval_request_make, api_client):
+def test_sixteen_concurrent_approvals_give_one_decision_and_one_entry(file_request, client_as):
     # given one pending request and 16 clients ready to approve it at the same moment
-    request = approval_request_make(order="ORD-5001")
-    clients = [api_client("acme-finance" if n % 2 else "acme-finance2") for n in range(16)]
+    request = file_request("120.00")
+    clients = [client_as("finance" if n % 2 else "finance2") for n in range(16)]
     # when they all approve (tasks eager: the winner executes on commit, in its thread)
     statuses = approve_all_at_once(clients, request)
     # then one 200, fifteen 409, one ledger entry, one vote
@@ -339,10 +340,10 @@ def test_sixteen_concurrent_approvals_give_one_decision_and_one_entry(approval_r
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_two_approvers_at_once_above_the_threshold_execute_once(approval_request_make, api_client):
+def test_two_approvers_at_once_above_the_threshold_execute_once(file_request, client_as):
     # given a 750.00 request that needs two approvers, and both approve at the same moment
-    request = approval_request_make(order="ORD-5006")
-    clients = [api_client("acme-finance"), api_client("acme-finance2")]
+    request = file_request("750.00")
+    clients = [client_as("finance"), client_as("finance2")]
     statuses = approve_all_at_once(clients, request)
     # then both count: the request is executed, once
     assert statuses == [200, 200]

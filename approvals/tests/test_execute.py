@@ -1,4 +1,5 @@
-"""Execution of an approved request into the ledger, the evaluator, and the expiry sweep."""
+"""Execution of an approved request into the ledger, the evaluator, and the expiry sweep.
+Every test builds its own shop, people and orders (not the demo's)."""
 
 import logging
 import threading
@@ -22,13 +23,14 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def approved(approval_request_make, user, django_capture_on_commit_callbacks):
-    """An approved request whose execution task was enqueued but has not run."""
+def approved(file_request, people, django_capture_on_commit_callbacks):
+    """approved("120.00", **make) -> an approved request for that order whose execution task was enqueued
+    but has not run."""
 
-    def make(**kwargs):
-        request = approval_request_make(**kwargs)
+    def make(total, **kwargs):
+        request = file_request(total, **kwargs)
         with django_capture_on_commit_callbacks(execute=False) as callbacks:
-            approval_request_decide(request_id=request.pk, user=user("acme-finance"), decision="approve",
+            approval_request_decide(request_id=request.pk, user=people["finance"], decision="approve",
                                     args_hash=request.args_hash)
         assert len(callbacks) == 1
         request.refresh_from_db()
@@ -40,7 +42,7 @@ def approved(approval_request_make, user, django_capture_on_commit_callbacks):
 
 def test_the_execution_task_run_twice_writes_one_entry(approved):
     # given an approved request
-    request = approved(order="ORD-5001")
+    request = approved("120.00")
     # when its task runs twice (a redelivery, a retry)
     approval_execute_task.delay(request.pk)
     approval_execute_task.delay(request.pk)
@@ -52,7 +54,7 @@ def test_the_execution_task_run_twice_writes_one_entry(approved):
 
 def test_a_redelivery_after_the_ledger_write_replays_the_entry(approved):
     # given an execution that wrote the ledger but died before the request recorded the outcome
-    request = approved(order="ORD-5001")
+    request = approved("120.00")
     approval_execute(request_id=request.pk)
     entry = RefundEntry.objects.get(idempotency_key=request.idempotency_key)
     ApprovalRequest.objects.filter(pk=request.pk).update(status="approved", ledger_entry_ref=None, verification=None)
@@ -64,9 +66,9 @@ def test_a_redelivery_after_the_ledger_write_replays_the_entry(approved):
     assert request.status == "executed" and request.ledger_entry_ref == entry.pk
 
 
-def test_execute_uses_exactly_the_approved_args(approved):
-    # given an approved item refund of ORD-5005's socks to the customer's gift card
-    request = approved(order="ORD-5005", items=["ITEM-6"], refund_to="gift_card_cust-1001")
+def test_execute_uses_exactly_the_approved_args(approved, gift_card):
+    # given an approved item refund of one pair of socks to the customer's gift card
+    request = approved("200.00", items=["ITEM-6"], refund_to=gift_card.external_id)
     assert request.amount == Decimal("25.00")
     # when it executes
     approval_execute(request_id=request.pk)
@@ -82,7 +84,7 @@ def test_execute_uses_exactly_the_approved_args(approved):
 
 def test_facts_changed_after_approval_are_not_executed(approved):
     # given an approved 120.00 request, then the shop records a 100.00 refund on the order
-    request = approved(order="ORD-5001")
+    request = approved("120.00")
     order = Order.objects.get(pk=request.order_id)
     ledger_refund_issue(order=order, amount="100.00", currency="USD", idempotency_key="shop:late", source="import")
     # when the execution runs
@@ -92,11 +94,11 @@ def test_facts_changed_after_approval_are_not_executed(approved):
     request.refresh_from_db()
     assert request.status == "invalidated"
     assert request.replaced_by.amount == Decimal("20.00")
-    assert request.decided_by.username == "acme-finance"
+    assert request.decided_by.username == "finance"
 
 
 def test_tampered_args_are_not_executed(approved, caplog):
-    request = approved(order="ORD-5001")
+    request = approved("120.00")
     ApprovalRequest.objects.filter(pk=request.pk).update(args={**request.args, "amount": "1.00"})
     with caplog.at_level(logging.ERROR, logger="approvals"):
         approval_execute(request_id=request.pk)
@@ -109,7 +111,7 @@ def test_tampered_args_are_not_executed(approved, caplog):
 
 def test_the_evaluator_catches_a_ledger_that_disagrees(approved, caplog):
     # given an executed, verified refund of 120.00
-    request = approved(order="ORD-5001")
+    request = approved("120.00")
     approval_execute(request_id=request.pk)
     entry = RefundEntry.objects.get(idempotency_key=request.idempotency_key)
     # when the ledger entry is later corrected to another amount and the evaluator re-reads it
@@ -126,24 +128,24 @@ def test_the_evaluator_catches_a_ledger_that_disagrees(approved, caplog):
     assert any(r.levelno == logging.ERROR and "failed verification" in r.getMessage() for r in caplog.records)
 
 
-def test_the_evaluator_reports_a_missing_entry(approval_request_make):
-    request = approval_request_make(order="ORD-5001")
+def test_the_evaluator_reports_a_missing_entry(file_request):
+    request = file_request("120.00")
     verdict = approval_verify(request_id=request.pk)
     assert verdict["ok"] is False and "one_entry_under_key" in verdict["failed"]
     assert ApprovalRequest.objects.get(pk=request.pk).status == "pending"  # only read
 
 
-def test_only_an_approved_request_is_executed(approval_request_make):
-    request = approval_request_make(order="ORD-5001")
+def test_only_an_approved_request_is_executed(file_request):
+    request = file_request("120.00")
     with pytest.raises(ApprovalConflict) as exc:
         approval_execute(request_id=request.pk)
     assert exc.value.status_code == 409
     assert not RefundEntry.objects.filter(idempotency_key=request.idempotency_key).exists()
 
 
-def test_the_sweep_expires_overdue_pending_requests(approval_request_make):
-    overdue = approval_request_make(order="ORD-5001")
-    fresh = approval_request_make(order="ORD-5003")
+def test_the_sweep_expires_overdue_pending_requests(file_request):
+    overdue = file_request("120.00")
+    fresh = file_request("50.00")
     ApprovalRequest.objects.filter(pk=overdue.pk).update(expires_at=timezone.now() - timedelta(minutes=5))
     assert approval_requests_expire_task.delay().get() == 1
     assert ApprovalRequest.objects.get(pk=overdue.pk).status == "expired"
@@ -159,13 +161,13 @@ def test_the_sweep_is_a_periodic_task_operators_can_edit(db):
 
 @pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
-def test_two_executions_at_once_write_one_entry(approval_request_make, user):
+def test_two_executions_at_once_write_one_entry(file_request, people):
     # given an approved request whose execution has not run (built directly: on a transactional
     # test database the on-commit execution would run at once)
-    request = approval_request_make(order="ORD-5001")
-    ApprovalVote.objects.create(request=request, approver=user("acme-finance"), decision="approve",
+    request = file_request("120.00")
+    ApprovalVote.objects.create(request=request, approver=people["finance"], decision="approve",
                                 args_hash=request.args_hash)
-    ApprovalRequest.objects.filter(pk=request.pk).update(status="approved", decided_by=user("acme-finance"))
+    ApprovalRequest.objects.filter(pk=request.pk).update(status="approved", decided_by=people["finance"])
     # when two workers execute it at the same moment
     barrier = threading.Barrier(2)
     errors = []

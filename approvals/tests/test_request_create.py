@@ -1,4 +1,5 @@
-"""approval_request_create is keyed: a resumed run asking again gets the same request back."""
+"""approval_request_create is keyed: a resumed run asking again gets the same request back.
+The order is the 120.00 one of the approvals conftest's shop."""
 
 from decimal import Decimal
 
@@ -12,8 +13,8 @@ from approvals.services import approval_request_create
 from ledger.models import Order
 
 
-def eligible(order_id="ORD-5001"):
-    order = Order.objects.select_related("customer", "tenant").get(external_id=order_id)
+def eligible(order):
+    order = Order.objects.select_related("customer", "tenant").get(pk=order.pk)
     policy = policy_current(order.tenant)
     verdict = policy_gate_evaluate(
         order=order, policy=policy, proposal=Proposal(recommendation="refund", amount=None, policy_version=policy.version),
@@ -22,9 +23,9 @@ def eligible(order_id="ORD-5001"):
     return order, policy, verdict
 
 
-def test_the_same_key_returns_the_request_already_made_and_writes_nothing(demo):
+def test_the_same_key_returns_the_request_already_made_and_writes_nothing(orders):
     # given a request made under a key
-    order, policy, verdict = eligible()
+    order, policy, verdict = eligible(orders["120.00"])
     first, created = approval_request_create(order=order, policy=policy, verdict=verdict, idempotency_key="k-1")
     assert created
     # when the same key is asked again, inside the caller's transaction (as the agent's decision does)
@@ -35,24 +36,24 @@ def test_the_same_key_returns_the_request_already_made_and_writes_nothing(demo):
     assert (again.pk, created_again) == (first.pk, False)
 
 
-def test_the_common_path_is_one_insert_in_a_savepoint(demo, django_assert_num_queries):
-    order, policy, verdict = eligible()
+def test_the_common_path_is_one_insert_in_a_savepoint(orders, django_assert_num_queries):
+    order, policy, verdict = eligible(orders["120.00"])
     with transaction.atomic(), django_assert_num_queries(3):  # SAVEPOINT, INSERT, RELEASE
         request, created = approval_request_create(order=order, policy=policy, verdict=verdict, idempotency_key="k-2")
     assert created and request.amount == Decimal("120.00")
 
 
-def test_another_integrity_error_is_not_taken_for_a_replay(demo):
-    order, policy, verdict = eligible()
+def test_another_integrity_error_is_not_taken_for_a_replay(orders):
+    order, policy, verdict = eligible(orders["120.00"])
     verdict.allowed_amount = Decimal("-1.00")  # the database refuses a non-positive amount
     with pytest.raises(IntegrityError):
         approval_request_create(order=order, policy=policy, verdict=verdict, idempotency_key="k-3")
     assert not ApprovalRequest.objects.filter(idempotency_key="k-3").exists()
 
 
-def test_a_fresh_key_is_one_insert_without_a_savepoint(demo, django_assert_num_queries):
+def test_a_fresh_key_is_one_insert_without_a_savepoint(orders, django_assert_num_queries):
     # given a caller whose key cannot exist yet (the agent's decision, keyed by its new draft)
-    order, policy, verdict = eligible()
+    order, policy, verdict = eligible(orders["120.00"])
     with transaction.atomic():
         with django_assert_num_queries(1):
             request, created = approval_request_create(

@@ -13,17 +13,11 @@ from refundagent.agent.loop import agent_run_ticket
 from refundagent.agent.providers.offline import OfflineProvider
 from refundagent.agent.providers.scripted import ScriptedProvider
 from refundagent.models import AgentRun, RefundDraft, Ticket, TraceEvent
-from refundagent.services import ticket_create
 
 
 @pytest.fixture
-def file_ticket(user):
-    def make(order="ORD-5001", message="My headphones arrived broken. Please refund me.", amount=None, items=None,
-             customer="CUST-1001", username="acme-support"):
-        return ticket_create(user=user(username), order=order, customer=customer, message=message,
-                             requested_amount=amount, items=items)
-
-    return make
+def ticket_defaults():
+    return {"order": "ORD-5001", "message": "My headphones arrived broken. Please refund me."}
 
 
 def run_offline(ticket):

@@ -11,26 +11,7 @@ from ledger.models import Order, RefundEntry
 from refundagent.agent.loop import agent_run_ticket
 from refundagent.agent.providers.scripted import ScriptCrash, ScriptedProvider
 from refundagent.models import AgentRun, RefundDraft, Ticket, TraceEvent
-from refundagent.services import ticket_create
-
-GOOD_REPLY = "Hello, we have passed your request for order {order} to our finance team for review."
-
-
-@pytest.fixture
-def file_ticket(user):
-    def make(order="ORD-5001", amount=None, message="Please refund my order."):
-        return ticket_create(user=user("acme-support"), order=order, customer="CUST-1001", message=message,
-                             requested_amount=amount)
-
-    return make
-
-
-def draft(order="ORD-5001", amount="120.00", version="refund-policy-v4", reply=None, recommendation="refund"):
-    args = {"recommendation": recommendation, "amount": amount, "policy_version": version,
-            "rationale": "In window, delivered, refundable.", "customer_reply": reply or GOOD_REPLY.format(order=order)}
-    if version is None:
-        del args["policy_version"]
-    return {"tool": "refunds_create_draft", "input": args}
+from tests.factories import refund_draft as draft
 
 
 def investigate(order="ORD-5001"):

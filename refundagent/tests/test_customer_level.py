@@ -4,6 +4,7 @@ own orders, and the runtime accepts only an order of that customer in the ticket
 import json
 from datetime import timedelta
 from decimal import Decimal
+from functools import partial
 
 import pytest
 from django.utils import timezone
@@ -17,15 +18,15 @@ from refundagent.agent.providers.scripted import ScriptedProvider
 from refundagent.agent.tools import LIST_CUSTOMER_ORDERS, capabilities_load, customer_orders_list, tool_manifest
 from refundagent.models import RefundDraft, Ticket, TraceEvent
 from refundagent.services import ticket_create
+from tests.factories import refund_draft_args
 
 POLICY = "refund-policy-v4"
 REPLY = ("Thank you for contacting us about your socks. We have passed your request to our finance team for a "
          "decision and will get back to you.")
 
 
-def draft(**extra):
-    return {"recommendation": "refund", "policy_version": POLICY, "rationale": "Delivered 8 days ago, in window.",
-            "customer_reply": REPLY, **extra}
+# The draft arguments of this module: about the socks, citing the order (when given) among `extra`.
+draft = partial(refund_draft_args, reply=REPLY, version=POLICY, rationale="Delivered 8 days ago, in window.")
 
 
 @pytest.fixture
@@ -44,11 +45,9 @@ def other_customer(demo):
 
 
 @pytest.fixture
-def file_ticket(user):
-    def make(message="The socks I bought from you are too small, please refund them.", order=None, **extra):
-        return ticket_create(user=user("acme-support"), customer="CUST-1001", message=message, order=order, **extra)
-
-    return make
+def ticket_defaults():
+    """Customer-level: no order."""
+    return {"order": None, "message": "The socks I bought from you are too small, please refund them."}
 
 
 def run(ticket, provider):

@@ -19,9 +19,9 @@ from refundagent.agent.providers.offline import OfflineProvider
 from refundagent.agent.providers.scripted import ScriptedProvider
 from refundagent.models import Ticket, TraceEvent
 from refundagent.services import ticket_create
+from tests.factories import refund_draft
 
 GIFT_CARD = "gift_card_cust-1001"
-REPLY = "Hello, we have passed your request for order {order} to our finance team for review."
 
 
 @pytest.fixture
@@ -34,20 +34,8 @@ def other_customer_card(demo):
 
 
 @pytest.fixture
-def file_ticket(user):
-    def make(order="ORD-5005", items=("ITEM-6",), refund_to=GIFT_CARD, message="Please refund the socks."):
-        return ticket_create(user=user("acme-support"), order=order, customer="CUST-1001", message=message,
-                             items=list(items), refund_to=refund_to)
-
-    return make
-
-
-def draft(order, amount, destination):
-    args = {"recommendation": "refund", "amount": amount, "policy_version": "refund-policy-v4",
-            "rationale": "Delivered, in window, refundable.", "customer_reply": REPLY.format(order=order)}
-    if destination is not None:
-        args["destination"] = destination
-    return {"tool": "refunds_create_draft", "input": args}
+def ticket_defaults():
+    return {"order": "ORD-5005", "items": ["ITEM-6"], "refund_to": GIFT_CARD, "message": "Please refund the socks."}
 
 
 def scripted(ticket, turns):
@@ -169,7 +157,7 @@ def test_without_refund_to_the_args_name_the_orders_own_payment_method(file_tick
 
 def test_a_model_that_drafts_original_on_a_gift_card_ticket_is_escalated(file_ticket):
     # given a gift-card ticket and a model that drafts the refund to the original method
-    ticket = scripted(file_ticket(), [draft("ORD-5005", "25.00", "original")])
+    ticket = scripted(file_ticket(), [refund_draft("ORD-5005", "25.00", destination="original")])
     # then the gate escalates (never silently overrides), and no approval request exists
     assert ticket.status == "escalated"
     assert "destination_mismatch" in ticket.drafts.get().gate_verdict["codes"]
@@ -177,20 +165,20 @@ def test_a_model_that_drafts_original_on_a_gift_card_ticket_is_escalated(file_ti
 
 
 def test_a_model_that_drafts_a_gift_card_on_an_original_ticket_is_escalated(file_ticket):
-    ticket = scripted(file_ticket(refund_to=None), [draft("ORD-5005", "25.00", "gift_card")])
+    ticket = scripted(file_ticket(refund_to=None), [refund_draft("ORD-5005", "25.00", destination="gift_card")])
     assert ticket.status == "escalated"
     assert "destination_mismatch" in ticket.drafts.get().gate_verdict["codes"]
 
 
 def test_a_model_that_states_no_destination_gets_the_tickets(file_ticket):
-    ticket = scripted(file_ticket(), [draft("ORD-5005", "25.00", None)])
+    ticket = scripted(file_ticket(), [refund_draft("ORD-5005", "25.00", destination=None)])
     assert ticket.status == "approval_required", ticket.stop_detail
     assert ApprovalRequest.objects.get(ticket_ref=ticket.pk).args["destination_method"] == GIFT_CARD
 
 
 def test_a_full_refund_to_a_gift_card_is_escalated_under_refund_policy_v4(file_ticket):
     # given a whole-order refund to a gift card: refund-policy-v4 allows full refunds only to the original
-    ticket = scripted(file_ticket(order="ORD-5001", items=()), [draft("ORD-5001", "120.00", "gift_card")])
+    ticket = scripted(file_ticket(order="ORD-5001", items=()), [refund_draft("ORD-5001", "120.00", destination="gift_card")])
     # then the gate escalates, naming the rule
     assert ticket.status == "escalated"
     assert "destination_not_allowed" in ticket.drafts.get().gate_verdict["codes"]

@@ -6,19 +6,12 @@ import pytest
 from django.urls import reverse
 
 from refundagent.models import Ticket
-from refundagent.services import ticket_create
 
 
 @pytest.fixture
-def file_ticket(user, django_capture_on_commit_callbacks):
-    """File a ticket without running the agent (its task is left in the on-commit queue)."""
-
-    def make(username="acme-support", order="ORD-5001", customer="CUST-1001", **kwargs):
-        kwargs.setdefault("message", "My headphones broke, please refund.")
-        with django_capture_on_commit_callbacks(execute=False):
-            return ticket_create(user=user(username), order=order, customer=customer, **kwargs)
-
-    return make
+def ticket_defaults():
+    """File tickets without running the agent (its task is left in the on-commit queue)."""
+    return {"order": "ORD-5001", "message": "My headphones broke, please refund.", "hold_agent": True}
 
 
 @pytest.fixture
