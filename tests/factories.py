@@ -10,7 +10,7 @@ from django.contrib.auth import get_user_model
 
 from approvals.models import RefundPolicy
 from ledger.models import Membership
-from refundagent.demo import roles_ensure
+from ledger.tenancy import roles_sync
 
 POLICY_VERSION = "refund-policy-v4"
 DRAFT_REPLY = "Hello, we have passed your request for order {order} to our finance team for review."
@@ -51,7 +51,7 @@ def policy_publish(*, tenant, version=POLICY_VERSION, window_days=30, threshold=
 def user_build(*, username, tenant, roles=(), **fields):
     """A user of `tenant` with the given roles (the groups `support` and `finance` with their permissions).
     Finance works in the admin, so is staff; `fields` (is_superuser=True, ...) set the rest."""
-    groups = roles_ensure()
+    groups = {role: synced.group for role, synced in roles_sync().items()}
     fields = {"is_staff": "finance" in roles, **fields}
     user = get_user_model().objects.create(username=username, email=f"{username}@{tenant.slug}.example", **fields)
     Membership.objects.create(user=user, tenant=tenant)
