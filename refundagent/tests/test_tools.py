@@ -15,9 +15,9 @@ from refundagent.agent.tools import (
     payment_summary,
     policy_retrieve,
     tool_args_validate,
-    tool_call_check,
+    tool_call_authorize,
     tool_manifest,
-    tool_scope_check,
+    tool_scope_authorize,
 )
 from refundagent.services import ticket_create
 
@@ -54,14 +54,14 @@ def test_the_call_gate_refuses_what_the_agent_may_not_do(db, name, reason):
     capabilities = capabilities_load()
     offered = {s.name for s in tool_manifest(capabilities)}
 
-    check = tool_call_check(call=ToolCall(id="t", name=name, input={}), capabilities=capabilities, offered=offered)
+    check = tool_call_authorize(call=ToolCall(id="t", name=name, input={}), capabilities=capabilities, offered=offered)
 
     assert not check.allowed and check.reason == reason
 
 
 def test_a_tool_that_was_not_offered_is_refused(db):
     capabilities = capabilities_load()
-    check = tool_call_check(call=ToolCall(id="t", name="orders_lookup_order", input={}), capabilities=capabilities,
+    check = tool_call_authorize(call=ToolCall(id="t", name="orders_lookup_order", input={}), capabilities=capabilities,
                             offered=set())
     assert check.reason == "tool_not_offered"
 
@@ -126,5 +126,5 @@ def test_the_scope_check_allows_only_the_tickets_order(ticket):
     args_ok, _ = tool_args_validate(capability="orders.lookup_order", arguments={"order_id": "ORD-5001"})
     args_other, _ = tool_args_validate(capability="orders.lookup_order", arguments={"order_id": "ORD-7001"})
 
-    assert tool_scope_check(ticket=ticket, args=args_ok).allowed
-    assert tool_scope_check(ticket=ticket, args=args_other).reason == "out_of_scope_order"
+    assert tool_scope_authorize(ticket=ticket, args=args_ok).allowed
+    assert tool_scope_authorize(ticket=ticket, args=args_other).reason == "out_of_scope_order"
