@@ -225,3 +225,19 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.getenv("LOG_LEVEL", "WARNING")},
 }
+
+# --- Per-model prices (issue 8, helper h5) --------------------------------------------------
+# The anthropic provider prices each model from its own table (refundagent/agent/providers/
+# pricing.py). These four settings now default to None: set in the environment, each replaces
+# its part of the table's price (a negotiated price, a model the table does not know yet).
+# Integrator: these replace the four ANTHROPIC_PRICE_* lines of "The agent" section above.
+
+
+def _env_price(name: str) -> Decimal | None:
+    return envdecimal(name, "0") if os.getenv(name) else None
+
+
+ANTHROPIC_PRICE_INPUT_PER_MTOK = _env_price("ANTHROPIC_PRICE_INPUT_PER_MTOK")
+ANTHROPIC_PRICE_OUTPUT_PER_MTOK = _env_price("ANTHROPIC_PRICE_OUTPUT_PER_MTOK")
+ANTHROPIC_PRICE_CACHE_WRITE_PER_MTOK = _env_price("ANTHROPIC_PRICE_CACHE_WRITE_PER_MTOK")
+ANTHROPIC_PRICE_CACHE_READ_PER_MTOK = _env_price("ANTHROPIC_PRICE_CACHE_READ_PER_MTOK")
