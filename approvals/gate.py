@@ -196,8 +196,7 @@ def policy_gate_evaluate(
 
     cap = position.refundable
     if item_ids:
-        items_value, _ = position.items_value(item_ids)
-        cap = min(cap, items_value)
+        cap = min(cap, position.items_match(item_ids).value)
     allowed = cap
     for limit, label in ((requested_amount, "requested amount"), (proposal.amount, "drafted amount")):
         if limit is not None and limit < allowed:
@@ -237,10 +236,10 @@ def _eligibility(order, policy, position, item_ids, now) -> tuple[bool, str, str
     if position.refundable <= ZERO:
         return False, "fully_refunded", f"Order {order.external_id} is already fully refunded."
     if item_ids:
-        _, unmatched = position.items_value(item_ids)
+        match = position.items_match(item_ids)
+        unmatched = match.unmatched
+        if unmatched and not match.not_on_order:
+            return False, "items_already_refunded", f"Items {', '.join(unmatched)} were already refunded."
         if unmatched:
-            on_order = {line.item_id for line in position.lines}
-            if all(item_id in on_order for item_id in unmatched):
-                return False, "items_already_refunded", f"Items {', '.join(unmatched)} were already refunded."
             return False, "items_not_on_order", f"Items {', '.join(unmatched)} are not on order {order.external_id}."
     return True, "eligible", "eligible"

@@ -82,19 +82,37 @@ class RefundPosition:
     def refundable(self) -> Decimal:
         return max(self.total - self.refunded_total, ZERO)
 
-    def items_value(self, item_ids: list[str]) -> tuple[Decimal, list[str]]:
-        """The price of the named items not yet refunded (an id may repeat: one unit each), and
-        the ids that could not be matched to an unrefunded unit."""
-        remaining = {line.line_no: line.remaining_quantity for line in self.lines}
-        value, unmatched = ZERO, []
-        for item_id in item_ids:
-            line = next((ln for ln in self.lines if ln.item_id == item_id and remaining[ln.line_no] > 0), None)
-            if line is None:
-                unmatched.append(item_id)
-                continue
-            remaining[line.line_no] -= 1
-            value += line.price
-        return value, unmatched
+    def items_match(self, item_ids: list[str]) -> "ItemsMatch":
+        return items_match(self.lines, item_ids)
+
+
+@dataclass(frozen=True)
+class ItemsMatch:
+    """Named item ids matched to the order lines' unrefunded units (see items_match)."""
+
+    value: Decimal  # the price of the matched units
+    units: dict[int, int]  # line_no -> units matched on that line, in the order first matched
+    unmatched: list[str]  # the ids with no unrefunded unit left for them, as named
+    not_on_order: list[str]  # of those, the ids on no line at all
+
+
+def items_match(lines: list[LinePosition], item_ids: list[str]) -> ItemsMatch:
+    """The one rule for matching item ids to order lines. An id may repeat: one unit each, taken
+    from the first line (by line order) with the id and an unrefunded unit left; an id with none
+    left is unmatched."""
+    remaining = {line.line_no: line.remaining_quantity for line in lines}
+    on_order = {line.item_id for line in lines}
+    value, units, unmatched = ZERO, {}, []
+    for item_id in item_ids:
+        line = next((ln for ln in lines if ln.item_id == item_id and remaining[ln.line_no] > 0), None)
+        if line is None:
+            unmatched.append(item_id)
+            continue
+        remaining[line.line_no] -= 1
+        units[line.line_no] = units.get(line.line_no, 0) + 1
+        value += line.price
+    return ItemsMatch(value=value, units=units, unmatched=unmatched,
+                      not_on_order=[item_id for item_id in unmatched if item_id not in on_order])
 
 
 def order_refund_position(order: Order) -> RefundPosition:

@@ -137,27 +137,21 @@ def _check_refund(order: Order, amount: Decimal, currency: str, destination, ite
         )
     if not item_ids:
         return {}
-    value, unmatched = position.items_value(item_ids)
-    if unmatched:
+    match = position.items_match(item_ids)
+    if match.unmatched:
         raise RefundRefused(
-            f"Items {', '.join(unmatched)} are not on {order.external_id} or were already refunded.",
+            f"Items {', '.join(match.unmatched)} are not on {order.external_id} or were already refunded.",
             code="item_not_refundable",
         )
-    if amount > value:
+    if amount > match.value:
         raise RefundRefused(
-            f"Refund of {amount} {currency} exceeds the price of the items ({value}).", code="refund_exceeds_items"
+            f"Refund of {amount} {currency} exceeds the price of the items ({match.value}).", code="refund_exceeds_items"
         )
-    # Allocate each named unit to an order line that still has unrefunded units.
+    # The units each order line gives to this refund, as matched above.
     items = {item.line_no: item for item in order.items.all()}
-    remaining = {line.line_no: line.remaining_quantity for line in position.lines}
-    allocated: dict[int, tuple[int, Decimal]] = {}
-    for item_id in item_ids:
-        line_no = next(n for n, item in items.items() if item.item_id == item_id and remaining[n] > 0)
-        remaining[line_no] -= 1
-        item = items[line_no]
-        quantity, value = allocated.get(item.pk, (0, Decimal("0.00")))
-        allocated[item.pk] = (quantity + 1, value + item.price)
-    return allocated
+    return {
+        items[line_no].pk: (units, items[line_no].price * units) for line_no, units in match.units.items()
+    }
 
 
 def ledger_refund_correct(*, entry: RefundEntry, new_amount, reason: str, corrected_by=None) -> RefundRevision:

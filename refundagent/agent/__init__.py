@@ -1,2 +1,2 @@
-"""The agent: the durable, budgeted loop (loop.py), the tools behind the policy gate (tools.py)
+"""The agent: the durable, budgeted loop (loop.py), the tools and their authorization (tools.py)
 and the LLM providers behind one interface (providers/)."""

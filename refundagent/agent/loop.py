@@ -55,10 +55,10 @@ from .tools import (
     result_text,
     ticket_cross_tenant,
     tool_args_validate,
-    tool_call_check,
+    tool_call_authorize,
     tool_execute,
     tool_manifest,
-    tool_scope_check,
+    tool_scope_authorize,
 )
 
 S = Ticket.Status
@@ -251,8 +251,8 @@ class _Loop:
     # --- one tool call ----------------------------------------------------------------
 
     def handle(self, call: ToolCall) -> dict:
-        """Gate, validate and scope one call; a draft goes to the decision, a read is executed."""
-        check = tool_call_check(call=call, capabilities=self.capabilities, offered=self.offered)
+        """Authorize, validate and scope one call; a draft goes to the decision, a read is executed."""
+        check = tool_call_authorize(call=call, capabilities=self.capabilities, offered=self.offered)
         if not check.allowed:
             self.trace(span="policy", status="denied", decision="deny", reason=check.reason,
                        tool=check.capability or call.name, data={"tool": call.name, "args": call.input,
@@ -276,7 +276,7 @@ class _Loop:
                             f"{allowed} retries); last, to {call.name}: {summary}")
             return self._result(call, {"error": "invalid_arguments", "tool": call.name, "problems": problems,
                                        "retries_left": allowed - tries + 1}, error=True)
-        scope = tool_scope_check(ticket=self.ticket, args=args)
+        scope = tool_scope_authorize(ticket=self.ticket, args=args)
         if not scope.allowed:
             self.trace(span="policy", status="denied", decision="deny", reason=scope.reason, tool=capability,
                        data={"args": call.input, "message": scope.message})

@@ -1,7 +1,9 @@
-"""The agent's tools: the manifest (from the capability registry), the schemas the model's
-arguments are validated against, the per-call policy gate, and the tenant-scoped executors.
+"""The agent's tools: the manifest (from the capability registry), the argument models (the one
+source of the JSON schemas offered to the model), tool authorization, and the tenant-scoped
+executors.
 
-The gate runs before every call, in this order: the capability exists, its side-effect class
+Tool authorization runs before every call (and is not the policy gate of approvals.gate, which
+decides on a draft), in this order: the capability exists, its side-effect class
 is one the agent may ever use (money movement and outbound messages never are), it is
 enabled (the kill switch), it was offered; then the arguments are validated; then the scope
 (the ticket's own order, the ticket's own tenant) is checked before any data is read.
@@ -12,6 +14,7 @@ on such tickets, lists them), and the draft must name the one it is about.
 """
 
 import json
+import re
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, Literal
@@ -43,6 +46,13 @@ def api_name(capability: str) -> str:
 
 
 # --- argument schemas -------------------------------------------------------------------
+# The pydantic models are the one source of each tool's contract: the JSON schema offered to
+# the model is generated from them (tool_input_schema), so the two cannot disagree.
+
+MAX_AMOUNT = Decimal("9999999999.99")
+# A non-negative decimal written out plainly ("120", "120.00"); numbers are accepted as well.
+AMOUNT_PATTERN = r"^\s*\d+(\.\d+)?\s*$"
+AMOUNT_PROBLEM = "must be a decimal string such as '120.00'"
 
 
 class _Args(BaseModel):
@@ -50,24 +60,44 @@ class _Args(BaseModel):
 
 
 class OrderArgs(_Args):
-    order_id: str = Field(min_length=1, max_length=100)
+    order_id: str = Field(min_length=1, max_length=100, description="The ticket's order id, e.g. ORD-5001 (on a "
+                          "ticket without an order: one of the customer's orders).")
 
 
 class NoArgs(_Args):
     pass
 
 
+def _amount_string_pattern(schema: dict) -> None:
+    """JSON Schema cannot put a number's limits on a string: the string form gets the pattern."""
+    for branch in schema.get("anyOf", []):
+        if branch.get("type") == "string":
+            branch["pattern"] = AMOUNT_PATTERN
+
+
 class CreateDraftArgs(_Args):
     recommendation: Literal["refund", "escalate", "deny", "request_info"]
-    amount: Decimal | None = None
-    policy_version: str = Field(default="", max_length=100)
-    rationale: str = Field(min_length=1, max_length=4000)
-    customer_reply: str = Field(min_length=1, max_length=4000)
-    destination: Literal["original", "gift_card"] | None = None
+    amount: Decimal | None = Field(
+        default=None, ge=0, le=MAX_AMOUNT, json_schema_extra=_amount_string_pattern,
+        description="Decimal string with two places, e.g. '120.00'. Required for 'refund'.",
+    )
+    policy_version: str = Field(default="", max_length=100, description="The current policy version you rely on, "
+                                "exactly as refund_policy_retrieve returned it.")
+    rationale: str = Field(min_length=1, max_length=4000, description="The evidence and the rule it rests on.")
+    customer_reply: str = Field(min_length=1, max_length=4000, description="A draft reply for a person to review. "
+                                "No promise of money.")
+    destination: Literal["original", "gift_card"] | None = Field(
+        default=None, description="Where the refund goes: the customer's choice on the ticket (TICKET_FACTS "
+        "destination), never yours to change. A draft that disagrees with the ticket is escalated.",
+    )
     # The order the draft is about: required on a customer-level ticket, optional (and only the
     # ticket's own) on an order ticket. Items: ids on that order, repeated for several units.
-    order: str | None = Field(default=None, min_length=1, max_length=100)
-    items: list[str] | None = Field(default=None, max_length=100)
+    order: str | None = Field(default=None, min_length=1, max_length=100, description="The order the "
+                              "recommendation is about. Required when the ticket names no order (TICKET_FACTS order "
+                              "null): one of the customer's orders from orders_list_customer_orders.")
+    items: list[str] | None = Field(default=None, max_length=100, description="The item ids on that order to "
+                                    "refund (repeat an id for several units); omit for the whole order. Ignored when "
+                                    "the ticket already names items.")
 
     @field_validator("amount", mode="before")
     @classmethod
@@ -75,16 +105,21 @@ class CreateDraftArgs(_Args):
         if value is None or value == "":
             return None
         if isinstance(value, bool) or not isinstance(value, (str, int, float, Decimal)):
-            raise ValueError("must be a decimal string such as '120.00'")
+            raise ValueError(AMOUNT_PROBLEM)
+        if isinstance(value, str) and not re.fullmatch(AMOUNT_PATTERN, value):
+            raise ValueError(AMOUNT_PROBLEM)
         try:
             amount = Decimal(str(value).strip())
         except InvalidOperation:
-            raise ValueError("must be a decimal string such as '120.00'") from None
-        if not amount.is_finite() or amount < 0:
+            raise ValueError(AMOUNT_PROBLEM) from None
+        if not amount.is_finite():
             raise ValueError("must be a finite, non-negative amount")
-        if amount > Decimal("9999999999.99"):
-            raise ValueError("is too large")
-        return amount.quantize(CENT)
+        return amount  # the limits (ge, le) are checked next, on the amount as given
+
+    @field_validator("amount")
+    @classmethod
+    def _cents(cls, value: Decimal | None) -> Decimal | None:
+        return None if value is None else value.quantize(CENT)
 
 
 class IssueRefundArgs(_Args):
@@ -98,25 +133,54 @@ class SendMessageArgs(_Args):
     body: str = ""
 
 
-_ORDER_SCHEMA = {
-    "type": "object",
-    "properties": {"order_id": {"type": "string", "description": "The ticket's order id, e.g. ORD-5001 (on a "
-                                "ticket without an order: one of the customer's orders)."}},
-    "required": ["order_id"],
-    "additionalProperties": False,
-}
+def tool_input_schema(args_model: type[BaseModel]) -> dict:
+    """The model's JSON schema as the Messages API takes it as a tool's input_schema: an object
+    with properties, references inlined, no pydantic titles."""
+    schema = _schema_tidy(_inline_refs(args_model.model_json_schema(), {}))
+    return {"type": "object", "properties": {}, **schema}
+
+
+def _inline_refs(node: Any, defs: dict) -> Any:
+    if isinstance(node, dict):
+        defs = {**defs, **node.get("$defs", {})}
+        if "$ref" in node:
+            return _inline_refs(defs[node["$ref"].rsplit("/", 1)[-1]], defs)
+        return {k: _inline_refs(v, defs) for k, v in node.items() if k != "$defs"}
+    if isinstance(node, list):
+        return [_inline_refs(v, defs) for v in node]
+    return node
+
+
+def _schema_tidy(schema: dict) -> dict:
+    """Drop pydantic's generated titles (noise to the model); `properties` maps names, not schemas."""
+    tidy = {}
+    for key, value in schema.items():
+        if key == "title":
+            continue
+        if key == "properties":
+            tidy[key] = {name: _schema_tidy(sub) for name, sub in value.items()}
+        elif isinstance(value, dict):
+            tidy[key] = _schema_tidy(value)
+        elif isinstance(value, list):
+            tidy[key] = [_schema_tidy(v) if isinstance(v, dict) else v for v in value]
+        else:
+            tidy[key] = value
+    return tidy
 
 
 @dataclass(frozen=True)
 class ToolDef:
     capability: str
     description: str
-    input_schema: dict
     args_model: type[_Args]
 
     @property
     def name(self) -> str:
         return api_name(self.capability)
+
+    @property
+    def input_schema(self) -> dict:
+        return tool_input_schema(self.args_model)
 
     def spec(self) -> ToolSpec:
         return ToolSpec(name=self.name, capability=self.capability, description=self.description,
@@ -127,48 +191,18 @@ TOOL_DEFS: dict[str, ToolDef] = {
     d.capability: d
     for d in [
         ToolDef(LOOKUP_ORDER, "Look up the ticket's order: status, age in days, items, total, what was already "
-                "refunded and what is still refundable. Only the ticket's own order.", _ORDER_SCHEMA, OrderArgs),
+                "refunded and what is still refundable. Only the ticket's own order.", OrderArgs),
         ToolDef(LIST_CUSTOMER_ORDERS, "List the ticket's customer's orders: id, status, placed_at, total, currency, "
                 "items (item_id, name, price) and what is still refundable. Only on a ticket filed without an "
-                "order: find the order the customer means here.",
-                {"type": "object", "properties": {}, "additionalProperties": False}, NoArgs),
+                "order: find the order the customer means here.", NoArgs),
         ToolDef(PAYMENT_SUMMARY, "How the ticket's order was paid: method, card brand and last four digits, amount. "
-                "Payment identifiers are never shown.", _ORDER_SCHEMA, OrderArgs),
+                "Payment identifiers are never shown.", OrderArgs),
         ToolDef(POLICY_RETRIEVE, "The tenant's current refund policy: version (cite it), window, eligible order "
-                "statuses, allowed destinations, approval threshold and text.",
-                {"type": "object", "properties": {}, "additionalProperties": False}, NoArgs),
+                "statuses, allowed destinations, approval threshold and text.", NoArgs),
         ToolDef(CREATE_DRAFT, "Record your one recommendation for this ticket and a customer reply draft. The reply "
-                "is never sent by you; finance approves any refund. Call this once, at the end.",
-                {
-                    "type": "object",
-                    "properties": {
-                        "recommendation": {"type": "string", "enum": ["refund", "escalate", "deny", "request_info"]},
-                        "amount": {"type": "string", "description": "Decimal string with two places, e.g. '120.00'. "
-                                   "Required for 'refund'."},
-                        "policy_version": {"type": "string", "description": "The current policy version you rely on, "
-                                           "exactly as refund_policy_retrieve returned it."},
-                        "rationale": {"type": "string", "description": "The evidence and the rule it rests on."},
-                        "customer_reply": {"type": "string", "description": "A draft reply for a person to review. "
-                                           "No promise of money."},
-                        "order": {"type": "string", "description": "The order the recommendation is about. "
-                                  "Required when the ticket names no order (TICKET_FACTS order null): one of "
-                                  "the customer's orders from orders_list_customer_orders."},
-                        "items": {"type": "array", "items": {"type": "string"}, "description": "The item ids "
-                                  "on that order to refund (repeat an id for several units); omit for the whole "
-                                  "order. Ignored when the ticket already names items."},
-                        "destination": {"type": "string", "enum": ["original", "gift_card"],
-                                        "description": "Where the refund goes: the customer's choice on the "
-                                        "ticket (TICKET_FACTS destination), never yours to change. A draft that "
-                                        "disagrees with the ticket is escalated."},
-                    },
-                    "required": ["recommendation", "policy_version", "rationale", "customer_reply"],
-                    "additionalProperties": False,
-                }, CreateDraftArgs),
-        ToolDef(ISSUE_REFUND, "Issue a refund. Runtime only, after finance approval.",
-                {"type": "object", "properties": {"order_id": {"type": "string"}, "amount": {"type": "string"}}},
-                IssueRefundArgs),
-        ToolDef(SEND_MESSAGE, "Send a message to the customer. People only.",
-                {"type": "object", "properties": {"body": {"type": "string"}}}, SendMessageArgs),
+                "is never sent by you; finance approves any refund. Call this once, at the end.", CreateDraftArgs),
+        ToolDef(ISSUE_REFUND, "Issue a refund. Runtime only, after finance approval.", IssueRefundArgs),
+        ToolDef(SEND_MESSAGE, "Send a message to the customer. People only.", SendMessageArgs),
     ]
 }
 BY_API_NAME = {d.name: d for d in TOOL_DEFS.values()}
@@ -192,11 +226,11 @@ def tool_manifest(capabilities: dict[str, Capability], *, customer_level: bool =
     ]
 
 
-# --- the per-call gate -------------------------------------------------------------------
+# --- tool authorization: may this call run at all? ----------------------------------------
 
 
 @dataclass(frozen=True)
-class CallCheck:
+class ToolAuthorization:
     allowed: bool
     capability: str = ""
     reason: str = ""
@@ -218,27 +252,27 @@ FORBIDDEN_REASONS = {
 }
 
 
-def tool_call_check(*, call: ToolCall, capabilities: dict[str, Capability], offered: set[str]) -> CallCheck:
+def tool_call_authorize(*, call: ToolCall, capabilities: dict[str, Capability], offered: set[str]) -> ToolAuthorization:
     """Is this call allowed at all (before its arguments are even looked at)?"""
     definition = BY_API_NAME.get(call.name) or TOOL_DEFS.get(call.name)
     if definition is None:
-        return CallCheck(False, "", "unknown_tool", f"There is no tool named {call.name!r}.")
+        return ToolAuthorization(False, "", "unknown_tool", f"There is no tool named {call.name!r}.")
     capability = capabilities.get(definition.capability)
     if capability is None:
-        return CallCheck(False, definition.capability, "capability_unknown",
+        return ToolAuthorization(False, definition.capability, "capability_unknown",
                          f"{definition.capability} is not in the capability registry.")
     if not capability.agent_allowed:
         reason, message = FORBIDDEN_REASONS.get(
             capability.side_effect,
             ("side_effect_not_allowed", f"The agent may not use {capability.side_effect} tools."),
         )
-        return CallCheck(False, capability.name, reason, message)
+        return ToolAuthorization(False, capability.name, reason, message)
     if not capability.enabled:
-        return CallCheck(False, capability.name, "capability_disabled",
+        return ToolAuthorization(False, capability.name, "capability_disabled",
                          f"{capability.name} is switched off by an operator.")
     if definition.name not in offered:
-        return CallCheck(False, capability.name, "tool_not_offered", f"{definition.name} was not offered to you.")
-    return CallCheck(True, capability.name)
+        return ToolAuthorization(False, capability.name, "tool_not_offered", f"{definition.name} was not offered to you.")
+    return ToolAuthorization(True, capability.name)
 
 
 def tool_args_validate(*, capability: str, arguments: dict) -> tuple[_Args | None, list[dict]]:
@@ -254,32 +288,32 @@ def tool_args_validate(*, capability: str, arguments: dict) -> tuple[_Args | Non
         ]
 
 
-def tool_scope_check(*, ticket, args: _Args) -> CallCheck:
+def tool_scope_authorize(*, ticket, args: _Args) -> ToolAuthorization:
     """Tenant and ticket scope, decided before any data is read. An order ticket's scope is its
     own order; a customer-level ticket's, the orders of its customer in its tenant (another
     customer's or tenant's order is refused exactly like any other out-of-scope order)."""
     if ticket_cross_tenant(ticket):
-        return CallCheck(False, "", "cross_tenant", "This ticket's order is outside the ticket's tenant.")
+        return ToolAuthorization(False, "", "cross_tenant", "This ticket's order is outside the ticket's tenant.")
     order_id = getattr(args, "order_id", None)
     if order_id is None:
         order_id = getattr(args, "order", None)
     if order_id is None:
-        return CallCheck(True, order=ticket.order)
+        return ToolAuthorization(True, order=ticket.order)
     if ticket.order_id:
         if order_id != ticket.order.external_id:
-            return CallCheck(False, "", "out_of_scope_order",
+            return ToolAuthorization(False, "", "out_of_scope_order",
                              f"Only the ticket's own order ({ticket.order.external_id}) may be looked at.")
-        return CallCheck(True, order=ticket.order)
+        return ToolAuthorization(True, order=ticket.order)
     order = (
         Order.objects.filter(tenant_id=ticket.tenant_id, customer_id=ticket.customer_id, external_id=order_id)
         .select_related("tenant", "customer")
         .first()
     )
     if order is None:
-        return CallCheck(False, "", "out_of_scope_order",
+        return ToolAuthorization(False, "", "out_of_scope_order",
                          f"Only orders of the ticket's customer ({ticket.customer.external_id}) may be looked at; "
                          "orders_list_customer_orders lists them.")
-    return CallCheck(True, order=order)
+    return ToolAuthorization(True, order=order)
 
 
 def ticket_cross_tenant(ticket) -> bool:
@@ -318,9 +352,9 @@ def order_lookup(*, ticket, order=None) -> dict:
         ],
     }
     if ticket.items and order.pk == ticket.order_id:
-        value, unmatched = position.items_value(list(ticket.items))
-        result["ticket_items"] = {"items": list(ticket.items), "unrefunded_value": _money(value),
-                                  "not_refundable": unmatched}
+        match = position.items_match(list(ticket.items))
+        result["ticket_items"] = {"items": list(ticket.items), "unrefunded_value": _money(match.value),
+                                  "not_refundable": match.unmatched}
     if order.note:
         result["shop_note_untrusted"] = order.note
     return result

@@ -178,11 +178,19 @@ ANTHROPIC_MODEL = os.getenv("ANTHROPIC_MODEL", "claude-sonnet-4-5")
 ANTHROPIC_BASE_URL = os.getenv("ANTHROPIC_BASE_URL", "") or None
 ANTHROPIC_TIMEOUT_SECONDS = envint("ANTHROPIC_TIMEOUT_SECONDS", "60")
 ANTHROPIC_MAX_RETRIES = envint("ANTHROPIC_MAX_RETRIES", "3")
-# USD per million tokens, for the estimated cost recorded per run.
-ANTHROPIC_PRICE_INPUT_PER_MTOK = envdecimal("ANTHROPIC_PRICE_INPUT_PER_MTOK", "3.00")
-ANTHROPIC_PRICE_OUTPUT_PER_MTOK = envdecimal("ANTHROPIC_PRICE_OUTPUT_PER_MTOK", "15.00")
-ANTHROPIC_PRICE_CACHE_WRITE_PER_MTOK = envdecimal("ANTHROPIC_PRICE_CACHE_WRITE_PER_MTOK", "3.75")
-ANTHROPIC_PRICE_CACHE_READ_PER_MTOK = envdecimal("ANTHROPIC_PRICE_CACHE_READ_PER_MTOK", "0.30")
+# USD per million tokens, for the estimated cost recorded per run. Prices come per model from refundagent/agent/providers/pricing.py. Each of these, set in the
+# environment, replaces its part of the table's price (a negotiated price, a model the table
+# does not know yet); unset, the table decides.
+
+
+def _env_price(name: str) -> Decimal | None:
+    return envdecimal(name, "0") if os.getenv(name) else None
+
+
+ANTHROPIC_PRICE_INPUT_PER_MTOK = _env_price("ANTHROPIC_PRICE_INPUT_PER_MTOK")
+ANTHROPIC_PRICE_OUTPUT_PER_MTOK = _env_price("ANTHROPIC_PRICE_OUTPUT_PER_MTOK")
+ANTHROPIC_PRICE_CACHE_WRITE_PER_MTOK = _env_price("ANTHROPIC_PRICE_CACHE_WRITE_PER_MTOK")
+ANTHROPIC_PRICE_CACHE_READ_PER_MTOK = _env_price("ANTHROPIC_PRICE_CACHE_READ_PER_MTOK")
 # "anthropic" when a key is set, else "offline"; AGENT_PROVIDER forces one.
 AGENT_PROVIDER = os.getenv("AGENT_PROVIDER", "anthropic" if ANTHROPIC_API_KEY else "offline")
 

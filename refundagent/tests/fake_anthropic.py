@@ -17,6 +17,10 @@ a tool name outside ^[a-zA-Z0-9_-]{1,64}$, more than 4 cache_control breakpoints
 `tool_use` whose `tool_result` is missing from the next message. A request with no credentials gets 401.
 When the queue is empty it answers 400 `fake_queue_empty`, so a test that scripted too few
 responses fails loudly instead of hanging.
+
+Retries are the SDK's. An error the SDK retries (408, 409, 429, 5xx) carries
+`retry-after-ms: 1` unless the test gives its own retry header, so the SDK waits a millisecond
+instead of its backoff (it ignores a `retry-after-ms` of 0 and backs off as without one).
 """
 
 import itertools
@@ -31,6 +35,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+RETRY_AFTER_MS = "1"
 DEFAULT_USAGE = {"input_tokens": 100, "output_tokens": 20, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
 
 
@@ -94,11 +99,11 @@ class FakeAnthropic:
         self.stop()
 
     def provider(self, **overrides):
-        """An AnthropicProvider pointed at this server, with retries that do not make tests wait."""
+        """An AnthropicProvider pointed at this server (its retryable errors say to retry at once)."""
         from refundagent.agent.providers.anthropic import AnthropicProvider
 
         options = {"api_key": "test-key", "base_url": self.url, "model": "claude-fake", "max_retries": 2,
-                   "timeout": 5.0, "backoff_seconds": 0.01, "max_backoff_seconds": 0.05}
+                   "timeout": 5.0}
         options.update(overrides)
         return AnthropicProvider(**options)
 
@@ -136,17 +141,20 @@ class FakeAnthropic:
         return self.add_message(content, stop_reason="tool_use", **kwargs)
 
     def add_error(self, status: int, error_type: str, message: str = "", *, headers: dict | None = None):
-        return self.add(Scripted(status=status, body=error_body(error_type, message or error_type),
-                                 headers=headers or {}))
+        """An error answer. `headers=None` on a retryable status means `retry-after-ms: 1`; pass
+        `headers={}` to send no retry header (the SDK then backs off on its own)."""
+        if headers is None:
+            headers = {"retry-after-ms": RETRY_AFTER_MS} if retryable(status) else {}
+        return self.add(Scripted(status=status, body=error_body(error_type, message or error_type), headers=headers))
 
-    def add_overloaded(self, message: str = "Overloaded") -> "FakeAnthropic":
-        return self.add_error(529, "overloaded_error", message)
+    def add_overloaded(self, message: str = "Overloaded", *, headers: dict | None = None) -> "FakeAnthropic":
+        return self.add_error(529, "overloaded_error", message, headers=headers)
 
     def add_rate_limited(self, message: str = "Rate limited", *, retry_after: str | None = None):
         return self.add_error(429, "rate_limit_error", message, headers={"retry-after": retry_after} if retry_after else None)
 
-    def add_server_error(self, message: str = "Internal server error") -> "FakeAnthropic":
-        return self.add_error(500, "api_error", message)
+    def add_server_error(self, message: str = "Internal server error", *, headers: dict | None = None):
+        return self.add_error(500, "api_error", message, headers=headers)
 
     def add_invalid_request(self, message: str = "Invalid request") -> "FakeAnthropic":
         return self.add_error(400, "invalid_request_error", message)
@@ -190,6 +198,11 @@ class FakeAnthropic:
         if scripted.status == 200 and scripted.body is not None and scripted.body.get("model") is None:
             scripted.body["model"] = request.body.get("model")
         return scripted
+
+
+def retryable(status: int) -> bool:
+    """The statuses the SDK retries."""
+    return status in (408, 409, 429) or status >= 500
 
 
 def validate_request(body: dict) -> str | None:

@@ -50,7 +50,13 @@ def run(ticket, provider):
     return ticket.runs.get()
 
 
-def test_tool_use_turns_over_http_reach_approval_required_with_the_fakes_token_counts(ticket, fake_anthropic):
+def test_tool_use_turns_over_http_reach_approval_required_with_the_fakes_token_counts(ticket, fake_anthropic,
+                                                                                      settings):
+    # claude-fake is priced here at Sonnet's list prices (an unknown model would get the fallback).
+    settings.ANTHROPIC_PRICE_INPUT_PER_MTOK = Decimal("3.00")
+    settings.ANTHROPIC_PRICE_OUTPUT_PER_MTOK = Decimal("15.00")
+    settings.ANTHROPIC_PRICE_CACHE_WRITE_PER_MTOK = Decimal("3.75")
+    settings.ANTHROPIC_PRICE_CACHE_READ_PER_MTOK = Decimal("0.30")
     script_investigation(fake_anthropic)
     provider = fake_anthropic.provider()
 

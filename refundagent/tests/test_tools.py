@@ -9,15 +9,19 @@ from approvals.models import Capability, RefundPolicy
 from ledger.models import Order
 from refundagent.agent.providers.base import ToolCall
 from refundagent.agent.tools import (
+    AMOUNT_PATTERN,
     CREATE_DRAFT,
+    MAX_AMOUNT,
     TOOL_DEFS,
+    CreateDraftArgs,
     capabilities_load,
     payment_summary,
     policy_retrieve,
     tool_args_validate,
-    tool_call_check,
+    tool_call_authorize,
+    tool_input_schema,
     tool_manifest,
-    tool_scope_check,
+    tool_scope_authorize,
 )
 from refundagent.services import ticket_create
 
@@ -49,19 +53,19 @@ def test_the_manifest_offers_only_enabled_agent_tools_with_api_safe_names(db):
         ("nope", "unknown_tool"),
     ],
 )
-def test_the_call_gate_refuses_what_the_agent_may_not_do(db, name, reason):
+def test_tool_authorization_refuses_what_the_agent_may_not_do(db, name, reason):
     Capability.objects.filter(name="payments.get_summary").update(enabled=False)
     capabilities = capabilities_load()
     offered = {s.name for s in tool_manifest(capabilities)}
 
-    check = tool_call_check(call=ToolCall(id="t", name=name, input={}), capabilities=capabilities, offered=offered)
+    check = tool_call_authorize(call=ToolCall(id="t", name=name, input={}), capabilities=capabilities, offered=offered)
 
     assert not check.allowed and check.reason == reason
 
 
 def test_a_tool_that_was_not_offered_is_refused(db):
     capabilities = capabilities_load()
-    check = tool_call_check(call=ToolCall(id="t", name="orders_lookup_order", input={}), capabilities=capabilities,
+    check = tool_call_authorize(call=ToolCall(id="t", name="orders_lookup_order", input={}), capabilities=capabilities,
                             offered=set())
     assert check.reason == "tool_not_offered"
 
@@ -126,5 +130,79 @@ def test_the_scope_check_allows_only_the_tickets_order(ticket):
     args_ok, _ = tool_args_validate(capability="orders.lookup_order", arguments={"order_id": "ORD-5001"})
     args_other, _ = tool_args_validate(capability="orders.lookup_order", arguments={"order_id": "ORD-7001"})
 
-    assert tool_scope_check(ticket=ticket, args=args_ok).allowed
-    assert tool_scope_check(ticket=ticket, args=args_other).reason == "out_of_scope_order"
+    assert tool_scope_authorize(ticket=ticket, args=args_ok).allowed
+    assert tool_scope_authorize(ticket=ticket, args=args_other).reason == "out_of_scope_order"
+
+
+# --- the schemas offered are the argument models' -----------------------------------------
+
+
+def _refs(node) -> list:
+    if isinstance(node, dict):
+        return [k for k in node if k in ("$ref", "$defs")] + [r for v in node.values() for r in _refs(v)]
+    if isinstance(node, list):
+        return [r for v in node for r in _refs(v)]
+    return []
+
+
+def test_every_tool_offered_has_the_schema_derived_from_its_argument_model(db):
+    specs = tool_manifest(capabilities_load(), customer_level=True)
+
+    assert {s.capability for s in specs} >= {CREATE_DRAFT, "orders.lookup_order", "orders.list_customer_orders"}
+    for spec in specs:
+        model = TOOL_DEFS[spec.capability].args_model
+        assert spec.input_schema == tool_input_schema(model)
+        assert spec.input_schema["type"] == "object" and isinstance(spec.input_schema["properties"], dict)
+        assert set(spec.input_schema["properties"]) == set(model.model_fields)
+        assert set(spec.input_schema.get("required", [])) == {n for n, f in model.model_fields.items()
+                                                               if f.is_required()}
+        assert spec.input_schema["additionalProperties"] is False
+        assert _refs(spec.input_schema) == []  # inlined: the API takes one self-contained schema
+
+
+DRAFT = {"recommendation": "refund", "policy_version": "v", "rationale": "r", "customer_reply": "c"}
+
+
+def test_the_draft_schema_carries_the_models_limits():
+    properties = tool_input_schema(CreateDraftArgs)["properties"]
+    number, string = (next(b for b in properties["amount"]["anyOf"] if b["type"] == kind) for kind in ("number", "string"))
+
+    assert (number["minimum"], Decimal(str(number["maximum"]))) == (0, MAX_AMOUNT)
+    assert string["pattern"] == AMOUNT_PATTERN
+    assert properties["rationale"]["maxLength"] == 4000 and properties["items"]["anyOf"][0]["maxItems"] == 100
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {**DRAFT, "amount": "ten dollars"},  # not a decimal string: the schema's pattern forbids it
+        {**DRAFT, "amount": "-1.00"},
+        {**DRAFT, "amount": "1e3"},
+        {**DRAFT, "amount": 10_000_000_000},  # above the schema's maximum
+        {**DRAFT, "amount": -0.01},  # below its minimum
+        {**DRAFT, "amount": True},  # JSON Schema's numbers are not booleans
+        {**DRAFT, "amount": ["1.00"]},
+        {**DRAFT, "rationale": "x" * 4001},  # over maxLength
+        {**DRAFT, "items": ["A"] * 101},  # over maxItems
+        {**DRAFT, "surprise": 1},  # additionalProperties: false
+        {k: v for k, v in DRAFT.items() if k != "rationale"},  # required
+    ],
+)
+def test_the_model_rejects_what_the_schema_forbids(arguments):
+    args, problems = tool_args_validate(capability=CREATE_DRAFT, arguments=arguments)
+
+    assert args is None and problems
+
+
+def test_an_amount_string_over_the_limit_is_rejected_too():
+    # JSON Schema cannot bound a string's value; the model does.
+    _, problems = tool_args_validate(capability=CREATE_DRAFT, arguments={**DRAFT, "amount": "10000000000.00"})
+
+    assert [p["field"] for p in problems] == ["amount"]
+
+
+@pytest.mark.parametrize("amount", ["120.00", " 7 ", 49.9, 7, "9999999999.99"])
+def test_the_model_accepts_what_the_schema_allows(amount):
+    _, problems = tool_args_validate(capability=CREATE_DRAFT, arguments={**DRAFT, "amount": amount})
+
+    assert problems == []

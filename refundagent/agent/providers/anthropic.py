@@ -1,27 +1,21 @@
 """Claude through the official `anthropic` SDK (Messages API with tool use).
 
-The SDK's own retries are switched off (`max_retries=0` on the client) and done here instead:
-the SDK's backoff starts at 0.5 s and cannot be shortened, and retrying here keeps one place
-that decides what is transient (429, 408, 5xx incl. 529 overloaded, connection errors,
-timeouts) and turns everything else into `ProviderError(transient=False)` for the loop.
+Retries are the SDK's own (`max_retries` on the client): it retries 408, 409, 429, 5xx
+(including 529 overloaded), dropped connections and timeouts, honours `retry-after-ms` /
+`retry-after`, and otherwise backs off exponentially with jitter. What is left once it gives up
+becomes a ProviderError for the loop: transient when the SDK would have retried it.
 """
 
 import copy
-import logging
-import random
-import time
-from collections.abc import Callable
 from decimal import Decimal
 
 import anthropic
 from django.conf import settings
 
 from .base import ModelTurn, ProviderError, ToolCall, ToolSpec, Usage
-
-log = logging.getLogger(__name__)
+from .pricing import usage_cost_usd
 
 EPHEMERAL = {"type": "ephemeral"}
-MTOK = Decimal(1_000_000)
 
 
 class AnthropicProvider:
@@ -35,18 +29,12 @@ class AnthropicProvider:
         model: str | None = None,
         max_retries: int | None = None,
         timeout: float | None = None,
-        backoff_seconds: float = 0.5,
-        max_backoff_seconds: float = 8.0,
         cache_conversation: bool = True,
-        sleep: Callable[[float], None] = time.sleep,
     ):
         api_key = api_key if api_key is not None else settings.ANTHROPIC_API_KEY
         self.model = model or settings.ANTHROPIC_MODEL
         self.max_retries = settings.ANTHROPIC_MAX_RETRIES if max_retries is None else max_retries
-        self.backoff_seconds = backoff_seconds
-        self.max_backoff_seconds = max_backoff_seconds
         self.cache_conversation = cache_conversation
-        self._sleep = sleep
         # Without a key the provider still builds, and every call fails permanently: the loop
         # then stops the run `failed` with this reason instead of the task crashing.
         self.client = None
@@ -55,7 +43,7 @@ class AnthropicProvider:
                 api_key=api_key,
                 base_url=base_url if base_url is not None else settings.ANTHROPIC_BASE_URL,
                 timeout=settings.ANTHROPIC_TIMEOUT_SECONDS if timeout is None else timeout,
-                max_retries=0,
+                max_retries=self.max_retries,
             )
 
     # -- the Provider interface -------------------------------------------------------------
@@ -77,13 +65,14 @@ class AnthropicProvider:
         return turn_from_message(message, default_model=self.model)
 
     def cost_usd(self, usage: Usage) -> Decimal:
-        """Estimated cost in USD from the per-million-token prices in settings, exact (not rounded)."""
-        return (
-            usage.input_tokens * settings.ANTHROPIC_PRICE_INPUT_PER_MTOK
-            + usage.output_tokens * settings.ANTHROPIC_PRICE_OUTPUT_PER_MTOK
-            + usage.cache_creation_input_tokens * settings.ANTHROPIC_PRICE_CACHE_WRITE_PER_MTOK
-            + usage.cache_read_input_tokens * settings.ANTHROPIC_PRICE_CACHE_READ_PER_MTOK
-        ) / MTOK
+        """Estimated cost in USD at this model's price per million tokens, exact (not rounded)."""
+        return usage_cost_usd(
+            model=self.model,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_creation_input_tokens=usage.cache_creation_input_tokens,
+            cache_read_input_tokens=usage.cache_read_input_tokens,
+        )
 
     # -- internals --------------------------------------------------------------------------
 
@@ -107,39 +96,23 @@ class AnthropicProvider:
         return messages
 
     def _create(self, request: dict):
-        attempt = 0
-        while True:
-            try:
-                return self.client.messages.create(**request)
-            except anthropic.APIStatusError as e:
-                transient = is_transient_status(e.status_code, e.response.headers.get("x-should-retry"))
-                error = ProviderError(describe(e), transient=transient, status_code=e.status_code)
-                retry_after = retry_after_seconds(e.response.headers)
-                cause = e
-            except anthropic.APIConnectionError as e:  # includes APITimeoutError
-                error = ProviderError(f"anthropic: {type(e).__name__}: {e}", transient=True)
-                retry_after = None
-                cause = e
-            except anthropic.AnthropicError as e:
-                raise ProviderError(f"anthropic: {type(e).__name__}: {e}", transient=False) from e
-            except ValueError as e:  # the SDK refuses some requests before sending them
-                raise ProviderError(f"anthropic: {e}", transient=False) from e
-            if not error.transient:
-                raise error from cause
-            if attempt >= self.max_retries:
-                raise ProviderError(
-                    f"{error} (gave up after {attempt + 1} attempts)", transient=True, status_code=error.status_code
-                ) from cause
-            delay = self._backoff(attempt, retry_after)
-            log.warning("anthropic: %s; retry %d of %d in %.2fs", error, attempt + 1, self.max_retries, delay)
-            self._sleep(delay)
-            attempt += 1
-
-    def _backoff(self, attempt: int, retry_after: float | None) -> float:
-        if retry_after is not None and retry_after > 0:
-            return min(retry_after, self.max_backoff_seconds)
-        delay = min(self.backoff_seconds * (2**attempt), self.max_backoff_seconds)
-        return delay * (1 - 0.25 * random.random())  # jitter, so workers do not retry in step
+        """One call; the SDK has already retried what is worth retrying when an error gets here."""
+        try:
+            return self.client.messages.create(**request)
+        except anthropic.APIStatusError as e:
+            transient = is_transient_status(e.status_code, e.response.headers.get("x-should-retry"))
+            message = describe(e)
+            if transient:
+                message += f" (gave up after {attempts_of(e.response.request)} attempts)"
+            raise ProviderError(message, transient=transient, status_code=e.status_code) from e
+        except anthropic.APIConnectionError as e:  # includes APITimeoutError
+            raise ProviderError(
+                f"anthropic: {type(e).__name__}: {e} (gave up after {attempts_of(e.request)} attempts)", transient=True
+            ) from e
+        except anthropic.AnthropicError as e:
+            raise ProviderError(f"anthropic: {type(e).__name__}: {e}", transient=False) from e
+        except ValueError as e:  # the SDK refuses some requests before sending them
+            raise ProviderError(f"anthropic: {e}", transient=False) from e
 
 
 CACHEABLE_BLOCKS = {"text", "tool_result", "tool_use", "image", "document"}
@@ -190,22 +163,21 @@ def usage_from(usage) -> Usage:
 
 
 def is_transient_status(status_code: int, should_retry: str | None = None) -> bool:
+    """What the SDK retries (its `_should_retry`): the server's x-should-retry, else 408, 409,
+    429 and 5xx."""
     if should_retry == "true":
         return True
     if should_retry == "false":
         return False
-    return status_code in (408, 429) or status_code >= 500
+    return status_code in (408, 409, 429) or status_code >= 500
 
 
-def retry_after_seconds(headers) -> float | None:
-    for name, scale in (("retry-after-ms", 1000), ("retry-after", 1)):
-        value = headers.get(name)
-        if value is not None:
-            try:
-                return float(value) / scale
-            except ValueError:
-                continue
-    return None
+def attempts_of(request) -> int:
+    """How many attempts the SDK made: it numbers each retry in the request's headers."""
+    try:
+        return int(request.headers.get("x-stainless-retry-count", "0")) + 1
+    except (AttributeError, RuntimeError, ValueError):
+        return 1
 
 
 def describe(e: "anthropic.APIStatusError") -> str:

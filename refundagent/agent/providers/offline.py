@@ -21,6 +21,8 @@ from decimal import Decimal, InvalidOperation
 
 from django.utils import timezone
 
+from ledger.selectors import LinePosition, items_match
+
 from ..prompts import UNTRUSTED_CLOSE, UNTRUSTED_OPEN, facts_from_messages
 from ..tools import CREATE_DRAFT, LIST_CUSTOMER_ORDERS, LOOKUP_ORDER, PAYMENT_SUMMARY, POLICY_RETRIEVE
 from .base import ModelTurn, ToolCall, ToolSpec, Usage
@@ -200,12 +202,13 @@ def items_mentioned(order: dict, text: str) -> list[str]:
 
 
 def _items_value(order: dict, items: list[str]) -> Decimal:
-    value = ZERO
-    for item_id in items:
-        line = next((i for i in order.get("items") or [] if i["item_id"] == item_id
-                     and i.get("refunded_quantity", 0) < i.get("quantity", 1)), None)
-        value += (_decimal(line["price"]) or ZERO) if line else ZERO
-    return value
+    """The unrefunded value of the items on a looked-up order, by the ledger's matching rule."""
+    lines = [
+        LinePosition(line_no=n, item_id=i["item_id"], name=i.get("name", ""), price=_decimal(i["price"]) or ZERO,
+                     quantity=i.get("quantity", 1), refunded_quantity=i.get("refunded_quantity", 0))
+        for n, i in enumerate(order.get("items") or [])
+    ]
+    return items_match(lines, items).value
 
 
 def draft_from_evidence(facts: dict, results: dict) -> dict:
