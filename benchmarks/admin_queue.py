@@ -86,7 +86,7 @@ def measure(requests: int) -> dict:
     for _ in range(requests):
         count = [0]
 
-        def counter(execute, sql, params, many, context):
+        def counter(execute, sql, params, many, context, count=count):
             count[0] += 1
             return execute(sql, params, many, context)
 
