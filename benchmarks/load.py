@@ -304,6 +304,8 @@ def main() -> int:
     logs = Path(os.environ.get("TMPDIR", "/tmp")) / f"load-{run}"
     logs.mkdir(parents=True, exist_ok=True)
     procs = Processes()
+    # A SIGTERM (e.g. from `timeout`) unwinds through the finally below, which stops the servers.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(f"stopped by signal {signum}"))
     started_all = time.monotonic()
     deadline = started_all + args.timeout
     try:
