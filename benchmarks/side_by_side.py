@@ -48,7 +48,6 @@ from _bench import database_ensure, database_url, db_name, django_setup, libpq_u
 ORDER, CUSTOMER, TENANT = "ORD-5001", "CUST-1001", "acme"
 MESSAGE = "My headphones arrived broken, please refund $120."
 AMOUNT = "120.00"
-TOOL_NAMES = ("orders_lookup_order", "payments_get_summary", "refund_policy_retrieve", "refunds_create_draft")
 
 
 def script(policy_version: str) -> list[dict]:
