@@ -130,7 +130,7 @@ def test_deny_needs_a_note_and_request_changes_takes_an_amount(approval_request_
 
 
 def test_the_queue_lists_pending_first_then_oldest_and_filters(approval_request_make, login, user):
-    from approvals.services import approval_request_decide
+    from approvals.decisions import approval_request_decide
 
     old_denied = approval_request_make(order="ORD-5001")
     approval_request_decide(request_id=old_denied.pk, user=user("acme-finance"), decision="deny",

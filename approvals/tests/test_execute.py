@@ -12,7 +12,9 @@ from django_celery_beat.models import PeriodicTask
 
 from approvals.exceptions import ApprovalConflict
 from approvals.models import ApprovalRequest, ApprovalVote
-from approvals.services import approval_execute, approval_request_decide, approval_requests_expire
+from approvals.decisions import approval_request_decide
+from approvals.execution import approval_execute
+from approvals.requests import approval_requests_expire
 from approvals.tasks import approval_execute_task, approval_requests_expire_task
 from approvals.verification import approval_verify
 from ledger.models import Order, PaymentMethod, RefundEntry
@@ -55,13 +57,13 @@ def test_a_redelivery_after_the_ledger_write_replays_the_entry(approved):
     request = approved(order="ORD-5001")
     approval_execute(request_id=request.pk)
     entry = RefundEntry.objects.get(idempotency_key=request.idempotency_key)
-    ApprovalRequest.objects.filter(pk=request.pk).update(status="approved", ledger_entry_ref=None, verification=None)
+    ApprovalRequest.objects.filter(pk=request.pk).update(status="approved", ledger_entry=None, verification=None)
     # when the task is delivered again
     approval_execute_task.delay(request.pk)
     # then the ledger replays the same entry: still one, and the request is executed
     assert list(RefundEntry.objects.filter(order_id=request.order_id, source="approval")) == [entry]
     request.refresh_from_db()
-    assert request.status == "executed" and request.ledger_entry_ref == entry.pk
+    assert request.status == "executed" and request.ledger_entry_id == entry.pk
 
 
 def test_execute_uses_exactly_the_approved_args(approved):

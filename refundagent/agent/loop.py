@@ -36,7 +36,7 @@ from django.utils import timezone
 
 from approvals import gate
 from approvals.gate import Outcome
-from approvals.services import approval_request_create
+from approvals.requests import approval_request_create
 
 from ..models import AgentRun, RefundDraft, Ticket
 from ..redaction import sensitive_values_for_ticket
