@@ -27,10 +27,10 @@ from ledger.admin import NoDeleteAdminMixin, ReadOnlyAdminMixin, TenantScopedAdm
 from ledger.exceptions import DomainError
 from ledger.selectors import order_ledger, order_refund_position
 
-from .models import ApprovalRequest, ApprovalVote, Capability, RefundPolicy
-from .review import review_sections
 from .decisions import DECISIONS, approval_request_decide, user_can_decide
+from .models import ApprovalRequest, ApprovalVote, Capability, RefundPolicy
 from .policies import refund_policy_publish
+from .review import review_sections
 
 S = ApprovalRequest.Status
 BADGE_COLOURS = {

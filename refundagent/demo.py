@@ -88,7 +88,7 @@ def policy_publish_demo(tenant: Tenant) -> RefundPolicy:
     """refund-policy-v4 is current; v3 (14-day window) is kept, retired, for the stale-citation cases.
     Each version is published once, through the one publishing service, on its historical date."""
     now = timezone.now()
-    v3 = _policy_version_ensure(
+    _policy_version_ensure(
         tenant, "refund-policy-v3", published_at=now - timedelta(days=400), window_days=14,
         full_refund_statuses=["pending", "processed", "delivered"], item_refund_statuses=["delivered"],
         full_refund_destinations=["original"], item_refund_destinations=["original"],

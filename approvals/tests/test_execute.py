@@ -10,10 +10,10 @@ from django.db import connection
 from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
-from approvals.exceptions import ApprovalConflict
-from approvals.models import ApprovalRequest, ApprovalVote
 from approvals.decisions import approval_request_decide
+from approvals.exceptions import ApprovalConflict
 from approvals.execution import approval_execute
+from approvals.models import ApprovalRequest, ApprovalVote
 from approvals.requests import approval_requests_expire
 from approvals.tasks import approval_execute_task, approval_requests_expire_task
 from approvals.verification import approval_verify

@@ -8,9 +8,9 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from approvals.models import ApprovalRequest
 from approvals.decisions import approval_request_decide
 from approvals.execution import approval_execute
+from approvals.models import ApprovalRequest
 from ledger.models import Customer, Order, OrderItem, Payment, RefundEntry
 from refundagent.agent.loop import agent_run_ticket
 from refundagent.agent.providers.offline import OfflineProvider

@@ -11,7 +11,6 @@ from ledger.models import RefundEntry
 from refundagent.models import Ticket
 from refundagent.tests.test_receivers import decide, spans, ticket_with_request
 
-
 # The fault injection lives with the tests (refundagent/tests/faults/sitecustomize.py), loaded
 # into the worker through PYTHONPATH: the product has no crash hook.
 FAULTS = Path(__file__).parent / "faults"

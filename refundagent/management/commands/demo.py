@@ -10,8 +10,8 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 from django.db import connection
 
-from approvals.models import ApprovalRequest
 from approvals.decisions import approval_request_decide
+from approvals.models import ApprovalRequest
 from ledger.api import order_ledger_serialize
 from ledger.selectors import order_get
 from refundagent.demo import demo_seed
