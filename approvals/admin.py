@@ -13,7 +13,6 @@ from datetime import timedelta
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
 from django.db.models import Case, Count, IntegerField, OuterRef, Subquery, Value, When
 from django.db.models.functions import Coalesce
 from django.http import Http404, HttpResponseRedirect
@@ -28,9 +27,10 @@ from ledger.admin import NoDeleteAdminMixin, ReadOnlyAdminMixin, TenantScopedAdm
 from ledger.exceptions import DomainError
 from ledger.selectors import order_ledger, order_refund_position
 
+from .decisions import DECISIONS, approval_request_decide, user_can_decide
 from .models import ApprovalRequest, ApprovalVote, Capability, RefundPolicy
+from .policies import refund_policy_publish
 from .review import review_sections
-from .services import DECISIONS, approval_request_decide, user_can_decide
 
 S = ApprovalRequest.Status
 BADGE_COLOURS = {
@@ -117,7 +117,7 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
                                          "required_approvals", "approver_role", "expires_at")}),
         ("Keys", {"fields": ("args_hash", "idempotency_key", "trace_id", "ticket_ref")}),
         ("Decision", {"fields": ("requested_by", "decided_by", "decided_at", "decision_note",
-                                 "requested_amount_change", "replaced_by", "ledger_entry_ref")}),
+                                 "requested_amount_change", "replaced_by", "ledger_entry")}),
         ("Record", {"fields": ("refundable_at_request", "created_at", "updated_at")}),
     )
 
@@ -330,16 +330,7 @@ class RefundPolicyAdmin(TenantScopedAdminMixin, NoDeleteAdminMixin, admin.ModelA
             if policy.status != RefundPolicy.Status.DRAFT:
                 messages.error(request, f"{policy.version} is {policy.status}; only drafts are published.")
                 continue
-            now = timezone.now()
-            with transaction.atomic():
-                current = RefundPolicy.objects.select_for_update().current_for(policy.tenant)
-                policy.status, policy.published_at = RefundPolicy.Status.PUBLISHED, now
-                if current is not None and not hasattr(current, "superseded_by"):
-                    policy.supersedes = current
-                policy.save()
-                if current is not None:
-                    current.status, current.retired_at = RefundPolicy.Status.RETIRED, now
-                    current.save()
+            refund_policy_publish(tenant=policy.tenant, policy=policy)
             messages.success(request, f"{policy.version} is now the current policy of {policy.tenant}; pending "
                                       "approval requests made under the old version are re-checked before approval.")
 

@@ -2,17 +2,15 @@
 
 from typing import Literal
 
-from django.db.models import Prefetch
 from ninja import Field, Query, Router, Schema
 from ninja.pagination import paginate
 
-from ledger.exceptions import NotFound
 from ledger.pagination import SerializedQuerySet
-from ledger.tenancy import tenant_for_user, user_require_role
 
-from .models import ApprovalRequest, ApprovalVote
+from .decisions import approval_request_decide
+from .models import ApprovalRequest
 from .schemas import ApprovalOut, approval_serialize
-from .services import approval_request_decide
+from .selectors import approval_get, approvals_for
 
 router = Router(tags=["approvals"])
 
@@ -30,22 +28,6 @@ class DecisionIn(Schema):
     )
 
 
-def approvals_for(user):
-    user_require_role(user, "finance")
-    return (
-        ApprovalRequest.objects.for_tenant(tenant_for_user(user))
-        .select_related("order", "order__customer", "requested_by", "decided_by")
-        .prefetch_related(Prefetch("votes", queryset=ApprovalVote.objects.select_related("approver")))
-    )
-
-
-def approval_get(*, user, request_id: int) -> ApprovalRequest:
-    try:
-        return approvals_for(user).get(pk=request_id)
-    except ApprovalRequest.DoesNotExist:
-        raise NotFound(f"Approval request {request_id} not found.") from None
-
-
 @router.get("", response=list[ApprovalOut])
 @paginate
 def approval_list(request, filters: Query[ApprovalFilter]):
@@ -54,8 +36,6 @@ def approval_list(request, filters: Query[ApprovalFilter]):
     if filters.status:
         queryset = queryset.filter(status=filters.status)
     return SerializedQuerySet(queryset, approval_serialize)
-
-
 
 
 @router.get("/{int:request_id}", response=ApprovalOut)

@@ -171,7 +171,10 @@ class ApprovalRequest(models.Model):
         "self", on_delete=models.PROTECT, null=True, blank=True, related_name="replaces",
         help_text="When facts changed before approval, the new request that replaced this one.",
     )
-    ledger_entry_ref = models.PositiveBigIntegerField(null=True, blank=True, help_text="The refund entry written.")
+    ledger_entry = models.ForeignKey(
+        "ledger.RefundEntry", on_delete=models.PROTECT, null=True, blank=True, related_name="approval_requests",
+        help_text="The refund entry written.",
+    )
     verification = models.JSONField(null=True, blank=True, help_text="The evaluator's verdict and evidence.")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

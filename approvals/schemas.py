@@ -68,5 +68,5 @@ def approval_serialize(request) -> dict:
         "decided_at": request.decided_at,
         "decision_note": request.decision_note,
         "ticket": request.ticket_ref,
-        "ledger_entry": request.ledger_entry_ref,
+        "ledger_entry": request.ledger_entry_id,
     }

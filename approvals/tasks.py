@@ -1,9 +1,14 @@
-"""Celery tasks of the approvals layer. Thin: they take ids and call one service."""
+"""Celery tasks of the approvals layer. Thin: they take ids and call one service.
+
+Nothing in approvals.execution or approvals.requests imports this module: the decision that
+enqueues the execution (approvals.decisions) does, so there is no import cycle.
+"""
 
 from celery import shared_task
 from django.db import OperationalError
 
-from .services import approval_execute, approval_requests_expire
+from .execution import approval_execute
+from .requests import approval_requests_expire
 
 
 @shared_task(

@@ -1,4 +1,4 @@
-"""The evaluator: separate code from the actor (approvals.services.approval_execute).
+"""The evaluator: separate code from the actor (approvals.execution.approval_execute).
 
 It trusts nothing the actor recorded about itself. It re-reads the ledger and the policy the
 request was made under and checks that exactly the approved refund was recorded: one entry
@@ -72,9 +72,9 @@ def approval_verdict(*, request: ApprovalRequest) -> dict:
         entry_items = sorted(ri.order_item.item_id for ri in entry.items.all() for _ in range(ri.quantity))
         checks.append(_check("items_exact", entry_items == sorted(args.get("items") or []),
                              sorted(args.get("items") or []), entry_items))
-        if request.ledger_entry_ref is not None:
-            checks.append(_check("entry_recorded_on_request", request.ledger_entry_ref == entry.pk,
-                                 request.ledger_entry_ref, entry.pk))
+        if request.ledger_entry_id is not None:
+            checks.append(_check("entry_recorded_on_request", request.ledger_entry_id == entry.pk,
+                                 request.ledger_entry_id, entry.pk))
 
     refunded = order_refunded_total(order)
     checks.append(_check("order_refunds_within_total", refunded <= order.total, f"<= {order.total}", refunded))

@@ -112,7 +112,7 @@ def evidence_approvals(*, tenant_ids: list[int]) -> list[dict]:
         {"id": r.pk, "status": r.status, "amount": str(r.amount), "currency": r.currency, "args": r.args,
          "args_hash": r.args_hash, "args_hash_ok": canonical_hash(r.args) == r.args_hash,
          "policy_version": r.policy_version, "required_approvals": r.required_approvals,
-         "order": r.order.external_id, "verification": r.verification, "ledger_entry_ref": r.ledger_entry_ref}
+         "order": r.order.external_id, "verification": r.verification, "ledger_entry_ref": r.ledger_entry_id}
         for r in requests.select_related("order").order_by("id")
     ]
 

@@ -23,6 +23,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest, Capability, RefundPolicy
+from approvals.policies import refund_policy_retire
 from ledger.exceptions import DomainError
 from ledger.models import Order, RefundEntry, Tenant
 from ledger.selectors import order_refunded_total
@@ -96,10 +97,7 @@ def _policy_install(tenant: Tenant, kind: str | None) -> RefundPolicy | None:
         return tau_policy_publish(tenant)
     policy = policy_publish_demo(tenant)
     if kind == "retired":
-        now = timezone.now()
-        for stale in RefundPolicy.objects.filter(tenant=tenant, status=RefundPolicy.Status.PUBLISHED):
-            stale.status, stale.retired_at = RefundPolicy.Status.RETIRED, now
-            stale.save()
+        refund_policy_retire(tenant=tenant)
         return None
     return policy
 
@@ -299,7 +297,8 @@ def _case_in_sandbox(spec: CaseSpec, provider_name: str, box: dict, judge) -> No
 def _approve_and_execute(request_id: int, order: Order, sandbox: dict, tenant_ids, entries_before) -> dict:
     """Finance approves (two people when the request needs two) and the runtime executes once,
     synchronously; executing a second time must write nothing (a redelivered task)."""
-    from approvals.services import approval_execute, approval_request_decide
+    from approvals.decisions import approval_request_decide
+    from approvals.execution import approval_execute
 
     result: dict = {"refunded_before": str(order_refunded_total(order))}
     try:

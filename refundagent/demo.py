@@ -13,6 +13,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals.models import RefundPolicy
+from approvals.policies import refund_policy_publish
 from ledger.models import Customer, Membership, Order, OrderItem, Payment, PaymentMethod, Tenant
 from ledger.services import ledger_refund_issue
 from ledger.tenancy import roles_sync
@@ -52,33 +53,35 @@ GLOBEX_ORDERS = [("ORD-7001", "60.00", 3, "delivered", [("ITEM-70", "Notebook Se
 
 
 def policy_publish_demo(tenant: Tenant) -> RefundPolicy:
-    """refund-policy-v4 is current; v3 (14-day window) is kept, retired, for the stale-citation cases."""
+    """refund-policy-v4 is current; v3 (14-day window) is kept, retired, for the stale-citation cases.
+    Each version is published once, through the one publishing service, on its historical date."""
     now = timezone.now()
-    v3, _ = RefundPolicy.objects.get_or_create(
-        tenant=tenant,
-        version="refund-policy-v3",
-        defaults=dict(
-            status=RefundPolicy.Status.RETIRED, window_days=14,
-            full_refund_statuses=["pending", "processed", "delivered"], item_refund_statuses=["delivered"],
-            full_refund_destinations=["original"], item_refund_destinations=["original"],
-            two_approver_threshold=Decimal("500.00"),
-            text=POLICY_TEXT.format(version="refund-policy-v3", window=14, threshold="500.00"),
-            published_at=now - timedelta(days=400), retired_at=now - timedelta(days=200),
-        ),
+    _policy_version_ensure(
+        tenant, "refund-policy-v3", published_at=now - timedelta(days=400), window_days=14,
+        full_refund_statuses=["pending", "processed", "delivered"], item_refund_statuses=["delivered"],
+        full_refund_destinations=["original"], item_refund_destinations=["original"],
+        two_approver_threshold=Decimal("500.00"),
+        text=POLICY_TEXT.format(version="refund-policy-v3", window=14, threshold="500.00"),
     )
-    v4, _ = RefundPolicy.objects.get_or_create(
-        tenant=tenant,
-        version="refund-policy-v4",
-        defaults=dict(
-            status=RefundPolicy.Status.PUBLISHED, window_days=30,
-            full_refund_statuses=["pending", "processed", "delivered"], item_refund_statuses=["delivered"],
-            full_refund_destinations=["original"], item_refund_destinations=["original", "gift_card"],
-            two_approver_threshold=Decimal("500.00"), approvals_above_threshold=2,
-            text=POLICY_TEXT.format(version="refund-policy-v4", window=30, threshold="500.00"),
-            published_at=now - timedelta(days=200), supersedes=v3,
-        ),
+    v4 = _policy_version_ensure(
+        tenant, "refund-policy-v4", published_at=now - timedelta(days=200), window_days=30,
+        full_refund_statuses=["pending", "processed", "delivered"], item_refund_statuses=["delivered"],
+        full_refund_destinations=["original"], item_refund_destinations=["original", "gift_card"],
+        two_approver_threshold=Decimal("500.00"), approvals_above_threshold=2,
+        text=POLICY_TEXT.format(version="refund-policy-v4", window=30, threshold="500.00"),
     )
     return v4
+
+
+def _policy_version_ensure(tenant: Tenant, version: str, *, published_at, **fields) -> RefundPolicy:
+    """The version if it exists; otherwise made as a draft and published on `published_at`
+    (which retires the version current then)."""
+    policy, created = RefundPolicy.objects.get_or_create(
+        tenant=tenant, version=version, defaults=dict(status=RefundPolicy.Status.DRAFT, **fields)
+    )
+    if created:
+        refund_policy_publish(tenant=tenant, policy=policy, now=published_at)
+    return policy
 
 
 def _customer(tenant, external_id, name, email, card_last4, card_brand="visa"):

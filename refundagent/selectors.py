@@ -1,9 +1,10 @@
 """Tenant-scoped reads of tickets, their drafts and approvals."""
 
-from django.db.models import Prefetch, QuerySet
+from django.db.models import QuerySet
 
-from approvals.models import ApprovalRequest, ApprovalVote
+from approvals.models import ApprovalRequest
 from approvals.schemas import approval_serialize
+from approvals.selectors import approval_latest_for_ticket
 from ledger.exceptions import NotFound
 
 from .models import RefundDraft, Ticket
@@ -36,14 +37,7 @@ def ticket_draft_latest(ticket: Ticket) -> RefundDraft | None:
 def ticket_approval_latest(ticket: Ticket) -> ApprovalRequest | None:
     """The newest approval request made for this ticket (ticket_ref is an opaque id to the
     approvals layer, so the tenant is checked here too)."""
-    return (
-        ApprovalRequest.objects.for_tenant(ticket.tenant_id)
-        .filter(ticket_ref=ticket.pk)
-        .select_related("order", "order__customer", "requested_by", "decided_by")
-        .prefetch_related(Prefetch("votes", queryset=ApprovalVote.objects.select_related("approver")))
-        .order_by("-created_at", "-id")
-        .first()
-    )
+    return approval_latest_for_ticket(tenant=ticket.tenant_id, ticket_ref=ticket.pk)
 
 
 def ticket_summary_serialize(ticket: Ticket) -> dict:

@@ -130,7 +130,7 @@ def test_deny_needs_a_note_and_request_changes_takes_an_amount(file_request, log
 
 
 def test_the_queue_lists_pending_first_then_oldest_and_filters(file_request, login, people):
-    from approvals.services import approval_request_decide
+    from approvals.decisions import approval_request_decide
 
     old_denied = file_request("120.00")
     approval_request_decide(request_id=old_denied.pk, user=people["finance"], decision="deny",

@@ -9,9 +9,9 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
+from approvals.decisions import approval_request_decide
 from approvals.exceptions import ApprovalConflict
 from approvals.models import ApprovalRequest, ApprovalVote
-from approvals.services import approval_request_decide
 from ledger.exceptions import Forbidden, InvalidInput, NotFound
 from ledger.models import Order, RefundEntry
 from ledger.services import ledger_refund_issue
@@ -68,7 +68,7 @@ def test_approve_with_the_right_hash_writes_exactly_the_approved_refund(
     assert entry.amount == Decimal("120.00") and entry.currency == "USD" and entry.approval_ref == str(request.pk)
     request.refresh_from_db()
     assert request.status == ApprovalRequest.Status.EXECUTED
-    assert request.ledger_entry_ref == entry.pk
+    assert request.ledger_entry_id == entry.pk
     assert request.verification["ok"] is True
     assert entries_for(request).count() == 1
 

@@ -11,9 +11,11 @@ from django.db import connection
 from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
+from approvals.decisions import approval_request_decide
 from approvals.exceptions import ApprovalConflict
+from approvals.execution import approval_execute
 from approvals.models import ApprovalRequest, ApprovalVote
-from approvals.services import approval_execute, approval_request_decide, approval_requests_expire
+from approvals.requests import approval_requests_expire
 from approvals.tasks import approval_execute_task, approval_requests_expire_task
 from approvals.verification import approval_verify
 from ledger.models import Order, PaymentMethod, RefundEntry
@@ -57,13 +59,13 @@ def test_a_redelivery_after_the_ledger_write_replays_the_entry(approved):
     request = approved("120.00")
     approval_execute(request_id=request.pk)
     entry = RefundEntry.objects.get(idempotency_key=request.idempotency_key)
-    ApprovalRequest.objects.filter(pk=request.pk).update(status="approved", ledger_entry_ref=None, verification=None)
+    ApprovalRequest.objects.filter(pk=request.pk).update(status="approved", ledger_entry=None, verification=None)
     # when the task is delivered again
     approval_execute_task.delay(request.pk)
     # then the ledger replays the same entry: still one, and the request is executed
     assert list(RefundEntry.objects.filter(order_id=request.order_id, source="approval")) == [entry]
     request.refresh_from_db()
-    assert request.status == "executed" and request.ledger_entry_ref == entry.pk
+    assert request.status == "executed" and request.ledger_entry_id == entry.pk
 
 
 def test_execute_uses_exactly_the_approved_args(approved, gift_card):

@@ -22,7 +22,7 @@ from django.utils import timezone
 from approvals import gate
 from approvals.gate import Outcome
 from approvals.models import ApprovalRequest, RefundPolicy
-from approvals.services import approval_request_create
+from approvals.requests import approval_request_create
 from ledger.models import Order
 
 from ..exceptions import TicketStateConflict

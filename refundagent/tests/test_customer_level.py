@@ -9,8 +9,9 @@ from functools import partial
 import pytest
 from django.utils import timezone
 
+from approvals.decisions import approval_request_decide
+from approvals.execution import approval_execute
 from approvals.models import ApprovalRequest
-from approvals.services import approval_execute, approval_request_decide
 from ledger.models import Customer, Order, OrderItem, Payment, RefundEntry
 from refundagent.agent.loop import agent_run_ticket
 from refundagent.agent.providers.offline import OfflineProvider
@@ -196,7 +197,7 @@ def test_a_model_that_lists_picks_and_drafts_with_items_gets_exactly_the_items_p
     approval.refresh_from_db()
     assert RefundEntry.objects.count() == entries_before + 1
     assert approval.status == ApprovalRequest.Status.EXECUTED
-    entry = RefundEntry.objects.get(pk=approval.ledger_entry_ref)
+    entry = RefundEntry.objects.get(pk=approval.ledger_entry_id)
     assert entry.amount == Decimal("50.00") and entry.order.external_id == "ORD-5005"
 
 

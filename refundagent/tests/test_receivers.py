@@ -7,16 +7,13 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
+from approvals.decisions import approval_request_decide
 from approvals.exceptions import ApprovalConflict
+from approvals.execution import approval_execute
 from approvals.gate import Proposal, policy_current, policy_gate_evaluate
 from approvals.models import ApprovalRequest
+from approvals.requests import approval_request_create, approval_requests_expire
 from approvals.review import review_sections
-from approvals.services import (
-    approval_execute,
-    approval_request_create,
-    approval_request_decide,
-    approval_requests_expire,
-)
 from ledger.models import Order, RefundEntry
 from ledger.services import ledger_refund_correct, ledger_refund_issue
 from refundagent.agent.prompts import facts_from_messages

@@ -1,14 +1,20 @@
 """A real Celery worker killed after the ledger write, before the task was acknowledged: the
 redelivered task finishes the job, and there is still one ledger entry."""
 
+import os
 import time
+from pathlib import Path
 
 import pytest
 
-from approvals.services import CRASH_AFTER_LEDGER_WRITE_ENV
 from ledger.models import RefundEntry
 from refundagent.models import Ticket
 from refundagent.tests.test_receivers import decide, spans, ticket_with_request
+
+# The fault injection lives with the tests (refundagent/tests/faults/sitecustomize.py), loaded
+# into the worker through PYTHONPATH: the product has no crash hook.
+FAULTS = Path(__file__).parent / "faults"
+CRASH_AFTER_LEDGER_WRITE_ENV = "APPROVALS_CRASH_AFTER_LEDGER_WRITE_MARKER"
 
 
 def wait_for(predicate, timeout=90.0):
@@ -27,7 +33,8 @@ def test_worker_killed_after_the_ledger_write_still_one_entry(celery_worker_proc
     # given a real worker whose first execution SIGKILLs its own process right after the ledger
     # write committed (before the task is acknowledged)
     marker = tmp_path / "killed-once"
-    celery_worker_process.start(extra_env={CRASH_AFTER_LEDGER_WRITE_ENV: str(marker)})
+    pythonpath = os.pathsep.join(p for p in (str(FAULTS), os.environ.get("PYTHONPATH", "")) if p)
+    celery_worker_process.start(extra_env={CRASH_AFTER_LEDGER_WRITE_ENV: str(marker), "PYTHONPATH": pythonpath})
     ticket, request = ticket_with_request(user)
     # when finance approves (the execution task goes to Redis on commit)
     decide(user, request)
@@ -39,7 +46,7 @@ def test_worker_killed_after_the_ledger_write_still_one_entry(celery_worker_proc
     assert RefundEntry.objects.filter(order=ticket.order, source="approval").count() == 1
     entry = RefundEntry.objects.get(idempotency_key=request.idempotency_key)
     request.refresh_from_db()
-    assert request.status == "executed" and request.ledger_entry_ref == entry.pk
+    assert request.status == "executed" and request.ledger_entry_id == entry.pk
     assert spans(ticket) == [
         ("approval", "approve"), ("ledger", "refund_issued"), ("ledger", "refund_replayed"), ("verify", "verified"),
     ]

@@ -7,8 +7,10 @@ from decimal import Decimal
 import pytest
 from django.urls import reverse
 
+from approvals.decisions import approval_request_decide
+from approvals.destinations import approval_destination_resolve
+from approvals.execution import approval_execute
 from approvals.models import ApprovalRequest
-from approvals.services import approval_destination_resolve, approval_execute, approval_request_decide
 from approvals.verification import approval_verify
 from ledger.exceptions import InvalidInput
 from ledger.models import Customer, Order, PaymentMethod, RefundEntry, Tenant

@@ -6,9 +6,10 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from approvals.decisions import approval_request_decide
 from approvals.gate import Proposal, policy_current, policy_gate_evaluate
 from approvals.models import ApprovalRequest
-from approvals.services import approval_request_create, approval_request_decide
+from approvals.requests import approval_request_create
 from refundagent.models import AgentRun, RefundDraft, Ticket
 from refundagent.services import ticket_create
 from refundagent.tracing import trace_record

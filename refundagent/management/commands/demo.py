@@ -10,8 +10,8 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand
 from django.db import connection
 
+from approvals.decisions import approval_request_decide
 from approvals.models import ApprovalRequest
-from approvals.services import approval_request_decide
 from ledger.api import order_ledger_serialize
 from ledger.selectors import order_get
 from refundagent.demo import demo_seed
@@ -84,7 +84,7 @@ class Command(BaseCommand):
             request.refresh_from_db()
             ticket.refresh_from_db()
             verdict = (request.verification or {}).get("ok")
-            self.say(f"executed: ledger entry #{request.ledger_entry_ref}; evaluator verdict ok={verdict}")
+            self.say(f"executed: ledger entry #{request.ledger_entry_id}; evaluator verdict ok={verdict}")
             self.say(f"ticket #{ticket.pk} is now {ticket.status}")
 
         self.step("5. The ledger")

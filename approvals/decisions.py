@@ -1,0 +1,216 @@
+"""Deciding an approval request: approve (one vote of the distinct approvals the policy asks
+for), deny, request changes or escalate. Who may decide (finance, the approve permission, never
+the filer), the preconditions, and the re-check of the facts before approving.
+
+Decisions are taken by compare-and-set on the status under the locks of approvals.locks; a row
+count other than 1 is a conflict (409).
+"""
+
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from ledger.exceptions import InvalidInput, NotFound
+from ledger.services import money
+from ledger.tenancy import tenant_for_user, user_require_role, user_roles
+
+from .exceptions import ApprovalConflict, Forbidden, MakerChecker
+from .invalidation import approval_facts_changed, approval_request_invalidate
+from .locks import approval_request_lock
+from .models import ApprovalRequest, ApprovalVote
+from .signals import (
+    approval_approved,
+    approval_changes_requested,
+    approval_denied,
+    approval_escalated,
+    approval_vote_recorded,
+)
+from .tasks import approval_execute_task
+
+APPROVE_PERMISSION = "approvals.approve_approvalrequest"
+DECISIONS = {
+    ApprovalVote.Decision.APPROVE: ApprovalRequest.Status.APPROVED,
+    ApprovalVote.Decision.DENY: ApprovalRequest.Status.DENIED,
+    ApprovalVote.Decision.REQUEST_CHANGES: ApprovalRequest.Status.CHANGES_REQUESTED,
+    ApprovalVote.Decision.ESCALATE: ApprovalRequest.Status.ESCALATED,
+}
+# The event each decision other than approve announces.
+DECISION_EVENTS = {
+    ApprovalVote.Decision.DENY: approval_denied,
+    ApprovalVote.Decision.REQUEST_CHANGES: approval_changes_requested,
+    ApprovalVote.Decision.ESCALATE: approval_escalated,
+}
+MAX_NOTE_LENGTH = 4000
+
+
+def approval_request_decide(
+    *,
+    request_id: int,
+    user,
+    decision: str,
+    args_hash: str,
+    note: str = "",
+    wanted_amount=None,
+    now: datetime | None = None,
+) -> ApprovalRequest:
+    """Decide one approval request: approve, deny, request_changes or escalate. The one service
+    behind the API and the admin.
+
+    Another tenant's request is NotFound (404); without the finance role and the approve
+    permission, or as the person who filed the ticket, Forbidden / MakerChecker (403); not
+    pending, expired, a different args hash, or a second approval by the same person:
+    ApprovalConflict (409), and nothing is written.
+
+    Before approving, the facts the request was made on are re-checked (what is still
+    refundable on the order, the tenant's current policy version). If they changed the
+    request is invalidated, a replacement is made if the refund is still eligible, and
+    ApprovalConflict is raised after that has been committed: nothing is executed.
+
+    Above the policy's threshold a request needs several distinct approvers: each approval is
+    a vote, and the request stays pending until the last one is in; then the execution is
+    enqueued on commit.
+    """
+    now = now or timezone.now()
+    if decision not in DECISIONS:
+        raise InvalidInput(
+            f"Unknown decision {decision!r}; one of {', '.join(DECISIONS)}.", code="bad_decision"
+        )
+    note = (note or "").strip()
+    if len(note) > MAX_NOTE_LENGTH:
+        raise InvalidInput(f"The note is longer than {MAX_NOTE_LENGTH} characters.", code="note_too_long")
+    wanted = None
+    if wanted_amount not in (None, ""):
+        if decision != ApprovalVote.Decision.REQUEST_CHANGES:
+            raise InvalidInput("A wanted amount goes only with request_changes.", code="wanted_amount_unexpected")
+        wanted = money(wanted_amount)
+        if wanted <= 0:
+            raise InvalidInput("The wanted amount must be positive.", code="amount_not_positive")
+
+    tenant = tenant_for_user(user)
+    try:
+        request = ApprovalRequest.objects.for_tenant(tenant).select_related("order").get(pk=request_id)
+    except (ApprovalRequest.DoesNotExist, ValueError, TypeError):
+        raise NotFound(f"Approval request {request_id} not found.") from None
+    approval_decider_check(user=user, request=request)
+
+    replaced_conflict = None
+    with transaction.atomic():
+        order, request = approval_request_lock(order_id=request.order_id, request_id=request.pk)
+        _decision_preconditions(request=request, user=user, decision=decision, args_hash=args_hash, now=now)
+
+        if decision == ApprovalVote.Decision.APPROVE:
+            changed = approval_facts_changed(request=request, order=order)
+            if changed:
+                replacement = approval_request_invalidate(request=request, reason=changed, actor=user, now=now)
+                replaced_conflict = ApprovalConflict(
+                    f"The facts changed since request #{request.pk} was made ({changed}). It was invalidated"
+                    + (
+                        f" and replaced by request #{replacement.pk} for {replacement.amount} {replacement.currency}"
+                        if replacement
+                        else "; the refund is no longer eligible, so there is no replacement"
+                    )
+                    + ". Nothing was executed.",
+                    code="approval_invalidated",
+                    details={"replaced_by": replacement.pk if replacement else None, "changed": changed},
+                )
+            else:
+                _approval_vote_approve(request=request, user=user, args_hash=args_hash, note=note, now=now)
+        else:
+            _approval_decide_other(
+                request=request, user=user, decision=decision, args_hash=args_hash, note=note, wanted=wanted, now=now
+            )
+    if replaced_conflict is not None:
+        raise replaced_conflict
+    request.refresh_from_db()
+    return request
+
+
+def approval_decider_check(*, user, request: ApprovalRequest | None = None) -> None:
+    """May `user` decide approval requests (and this one)? The finance role and the approve
+    permission, and never the person who filed the ticket (maker-checker), for every decision."""
+    if not user.is_authenticated:
+        raise Forbidden("Sign in to decide approval requests.", code="unauthenticated")
+    role = request.approver_role if request is not None else "finance"
+    user_require_role(user, role)
+    if not user.has_perm(APPROVE_PERMISSION):
+        raise Forbidden("This needs the permission to decide approval requests.", code="permission_required")
+    if request is not None and request.requested_by_id is not None and request.requested_by_id == user.pk:
+        raise MakerChecker(
+            f"{user.get_username()} filed the ticket of request #{request.pk}; the maker cannot decide it."
+        )
+
+
+def _decision_preconditions(*, request, user, decision, args_hash, now) -> None:
+    if request.status != ApprovalRequest.Status.PENDING:
+        raise ApprovalConflict(
+            f"Request #{request.pk} is already {request.status}; it cannot be decided again.", code="already_decided"
+        )
+    if request.expires_at <= now:
+        raise ApprovalConflict(
+            f"Request #{request.pk} expired at {request.expires_at:%Y-%m-%d %H:%M} UTC; it can no longer be decided.",
+            code="approval_expired",
+        )
+    if not args_hash or args_hash != request.args_hash:
+        raise ApprovalConflict(
+            f"The args hash does not match request #{request.pk}: decide exactly what is shown "
+            "(reload it; a changed amount is a new request).",
+            code="args_hash_mismatch",
+        )
+    if decision == ApprovalVote.Decision.APPROVE and request.votes.filter(approver=user).exists():
+        raise ApprovalConflict(
+            f"{user.get_username()} already approved request #{request.pk}; it needs "
+            f"{request.required_approvals} distinct approvers.",
+            code="already_voted",
+        )
+
+
+def _approval_vote_approve(*, request, user, args_hash, note, now) -> None:
+    vote = ApprovalVote.objects.create(
+        request=request, approver=user, decision=ApprovalVote.Decision.APPROVE, args_hash=args_hash, note=note
+    )
+    approvals = request.votes.filter(decision=ApprovalVote.Decision.APPROVE).values("approver").distinct().count()
+    if approvals >= request.required_approvals:
+        updated = ApprovalRequest.objects.filter(
+            pk=request.pk, status=ApprovalRequest.Status.PENDING, args_hash=args_hash, expires_at__gt=now
+        ).update(
+            status=ApprovalRequest.Status.APPROVED,
+            decided_by=user,
+            decided_at=now,
+            decision_note=note,
+            updated_at=now,
+        )
+        if updated != 1:
+            raise ApprovalConflict(f"Request #{request.pk} was decided by someone else.", code="already_decided")
+        request_id = request.pk
+        transaction.on_commit(lambda: approval_execute_task.delay(request_id))
+    request.refresh_from_db()
+    event = approval_approved if request.status == ApprovalRequest.Status.APPROVED else approval_vote_recorded
+    event.send(sender=ApprovalRequest, request=request, vote=vote, actor=user)
+
+
+def _approval_decide_other(*, request, user, decision, args_hash, note, wanted, now) -> None:
+    updated = ApprovalRequest.objects.filter(pk=request.pk, status=ApprovalRequest.Status.PENDING).update(
+        status=DECISIONS[decision],
+        decided_by=user,
+        decided_at=now,
+        decision_note=note,
+        requested_amount_change=wanted,
+        updated_at=now,
+    )
+    if updated != 1:
+        raise ApprovalConflict(f"Request #{request.pk} was decided by someone else.", code="already_decided")
+    # One vote per person: someone who approved earlier and now denies keeps the first vote;
+    # the request records the final decision and who took it.
+    vote = None
+    if not request.votes.filter(approver=user).exists():
+        vote = ApprovalVote.objects.create(
+            request=request, approver=user, decision=decision, args_hash=args_hash, note=note
+        )
+    request.refresh_from_db()
+    DECISION_EVENTS[decision].send(sender=ApprovalRequest, request=request, vote=vote, actor=user)
+
+
+def user_can_decide(user) -> bool:
+    """For UIs: show decision buttons only to those the service would let through."""
+    return bool(user.is_authenticated and user.has_perm(APPROVE_PERMISSION) and "finance" in user_roles(user))

@@ -1,0 +1,110 @@
+"""Executing an approved request: the ledger write, exactly as approved and keyed by the
+request's idempotency key, then the evaluator's verification (approvals.verification).
+The Celery task (approvals.tasks) calls this; so do the evals, synchronously."""
+
+import logging
+from decimal import Decimal
+
+from django.db import transaction
+from django.utils import timezone
+
+from ledger.exceptions import DomainError, InvalidInput
+from ledger.models import RefundEntry
+from ledger.services import canonical_hash, ledger_refund_issue
+
+from .destinations import approval_destination_resolve
+from .exceptions import ApprovalConflict
+from .invalidation import approval_facts_changed, approval_request_invalidate
+from .locks import order_lock
+from .models import ApprovalRequest
+from .signals import refund_executed, refund_verified
+from .verification import approval_verify
+
+logger = logging.getLogger(__name__)
+
+
+def approval_execute(*, request_id: int) -> ApprovalRequest:
+    """Write the approved refund into the ledger, exactly as approved, then have it verified.
+
+    Safe to run any number of times (task redelivery, retries, a worker killed after the ledger
+    write): the request's idempotency key makes the ledger return the entry already written.
+    Callable synchronously (evals run it inside a transaction where on_commit never fires)."""
+    request = ApprovalRequest.objects.select_related("order", "order__customer", "order__tenant").get(pk=request_id)
+    if request.status in (ApprovalRequest.Status.EXECUTED, ApprovalRequest.Status.FAILED):
+        return request  # done before: executing again changes nothing
+    if request.status != ApprovalRequest.Status.APPROVED:
+        raise ApprovalConflict(f"Request #{request.pk} is {request.status}; only an approved request is executed.")
+
+    args = request.args
+    try:
+        if canonical_hash(args) != request.args_hash or Decimal(args["amount"]) != request.amount or (
+            args["currency"] != request.currency or args["order"] != request.order.external_id
+        ):
+            raise InvalidInput("The stored args no longer match their hash or the request.", code="args_tampered")
+        destination, destination_kind = approval_destination_resolve(request=request)
+        replacement = None
+        with transaction.atomic():
+            order = order_lock(order_id=request.order_id)
+            existing = RefundEntry.objects.filter(idempotency_key=request.idempotency_key).first()
+            # Facts re-checked under the order lock, unless the entry was already written by an
+            # earlier attempt (then the ledger replays it).
+            changed = "" if existing is not None else approval_facts_changed(request=request, order=order)
+            if changed:
+                replacement = approval_request_invalidate(
+                    request=request, reason=changed, now=timezone.now(), from_status=ApprovalRequest.Status.APPROVED
+                )
+            else:
+                entry = ledger_refund_issue(
+                    order=order,
+                    amount=args["amount"],
+                    currency=args["currency"],
+                    idempotency_key=request.idempotency_key,
+                    destination=destination,
+                    destination_kind=destination_kind,
+                    item_ids=list(args.get("items") or []),
+                    source=RefundEntry.Source.APPROVAL,
+                    approval_ref=str(request.pk),
+                    reason=f"Approved request #{request.pk} under {request.policy_version}.",
+                    created_by=request.decided_by,
+                )
+                ApprovalRequest.objects.filter(pk=request.pk, status=ApprovalRequest.Status.APPROVED).update(
+                    ledger_entry=entry, updated_at=timezone.now()
+                )
+                request.refresh_from_db()
+                refund_executed.send(sender=ApprovalRequest, request=request, entry=entry, replayed=existing is not None)
+        if changed:
+            logger.warning("approval %s not executed: %s (replacement %s)", request.pk, changed,
+                           replacement.pk if replacement else None)
+            request.refresh_from_db()
+            return request
+    except DomainError as exc:
+        return _approval_execution_failed(request=request, exc=exc)
+
+    approval_verify(request_id=request.pk)
+    request.refresh_from_db()
+    return request
+
+
+def _approval_execution_failed(*, request: ApprovalRequest, exc: DomainError) -> ApprovalRequest:
+    verdict = {
+        "ok": False,
+        "stage": "execute",
+        "error": exc.code,
+        "detail": exc.message,
+        "checks": [{"name": "ledger_write", "ok": False, "expected": f"{request.amount} {request.currency}",
+                    "actual": exc.message}],
+        "verified_at": timezone.now().isoformat(),
+    }
+    with transaction.atomic():
+        updated = ApprovalRequest.objects.filter(pk=request.pk, status=ApprovalRequest.Status.APPROVED).update(
+            status=ApprovalRequest.Status.FAILED, verification=verdict, updated_at=timezone.now()
+        )
+        request.refresh_from_db()
+        if updated == 1:
+            logger.error(
+                "approval %s execution failed: %s (%s)", request.pk, exc.message, exc.code,
+                extra={"approval": request.pk, "verification": verdict},
+            )
+            refund_verified.send(sender=ApprovalRequest, request=request, verdict=verdict)
+    return request
+

@@ -1,0 +1,80 @@
+"""A request whose facts changed: what changed (re-checked under the order lock before
+approving and before executing), and its invalidation with a replacement when the refund is
+still eligible."""
+
+from ledger.exceptions import DomainError
+from ledger.models import Order
+from ledger.selectors import order_refund_position
+
+from .destinations import approval_destination_resolve
+from .exceptions import ApprovalConflict
+from .gate import Outcome, Proposal, policy_current, policy_gate_evaluate
+from .models import ApprovalRequest
+from .requests import approval_request_create, approval_request_replacement_key
+from .signals import approval_invalidated, approval_replaced
+
+
+def approval_facts_changed(*, request: ApprovalRequest, order: Order) -> str:
+    """What changed since the request was made, in words, or '' if nothing did."""
+    changes = []
+    position = order_refund_position(order)
+    if position.refundable != request.refundable_at_request:
+        changes.append(
+            f"refundable on {order.external_id} was {request.refundable_at_request}, now {position.refundable} "
+            f"{order.currency}"
+        )
+    policy = policy_current(order.tenant)
+    current_version = policy.version if policy else None
+    if current_version != request.policy_version:
+        changes.append(f"policy was {request.policy_version}, now {current_version or 'none'}")
+    return "; ".join(changes)
+
+
+def approval_request_invalidate(*, request, reason: str, actor=None, now, from_status=ApprovalRequest.Status.PENDING):
+    """Mark a request whose facts changed `invalidated` and, when the refund is still eligible,
+    make its replacement (a new exact action with its own args, hash and key). Runs inside the
+    caller's transaction with the order row locked. Returns the replacement or None."""
+    fields = {"status": ApprovalRequest.Status.INVALIDATED, "decision_note": f"Invalidated: {reason}", "updated_at": now}
+    if from_status == ApprovalRequest.Status.PENDING:
+        fields.update(decided_by=actor, decided_at=now)
+    updated = ApprovalRequest.objects.filter(pk=request.pk, status=from_status).update(**fields)
+    if updated != 1:
+        raise ApprovalConflict(f"Request #{request.pk} was decided by someone else.", code="already_decided")
+    order = Order.objects.select_related("tenant", "customer").get(pk=request.order_id)
+    policy = policy_current(order.tenant)
+    # The replacement keeps the destination: the exact method approved before (or, for a request
+    # made before methods were named, the method that request would have been executed to).
+    try:
+        refund_to, kind = approval_destination_resolve(request=request)
+    except DomainError:
+        refund_to, kind = None, request.args.get("destination") or "original"
+    proposal = Proposal(
+        recommendation="refund",
+        amount=request.amount,
+        policy_version=policy.version if policy else "",
+        destination=kind,
+    )
+    verdict = policy_gate_evaluate(
+        order=order, policy=policy, proposal=proposal, item_ids=request.args.get("items") or [],
+        refund_to=refund_to if kind != "original" else None, now=now,
+    )
+    replacement = None
+    if verdict.outcome == Outcome.APPROVAL_REQUIRED:
+        replacement, _ = approval_request_create(
+            order=order,
+            policy=policy,
+            verdict=verdict,
+            idempotency_key=approval_request_replacement_key(key=request.idempotency_key),
+            requested_by=request.requested_by,
+            ticket_ref=request.ticket_ref,
+            trace_id=request.trace_id,
+        )
+        ApprovalRequest.objects.filter(pk=request.pk).update(replaced_by=replacement)
+    request.refresh_from_db()
+    approval_invalidated.send(
+        sender=ApprovalRequest, request=request, actor=actor, reason=reason, verdict=verdict.as_dict()
+    )
+    if replacement is not None:
+        approval_replaced.send(sender=ApprovalRequest, request=replacement, old=request)
+    return replacement
+

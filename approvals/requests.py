@@ -1,0 +1,130 @@
+"""Approval requests: the exact action to approve (its canonical args), making one, the key of
+a replacement, and the expiry sweep. Deciding them is approvals.decisions; executing them
+approvals.execution."""
+
+import re
+from datetime import datetime
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from ledger.models import Order
+from ledger.services import canonical_hash
+
+from .gate import GateVerdict, Outcome
+from .models import ApprovalRequest, RefundPolicy
+from .signals import approval_expired
+
+ISSUE_REFUND = "refunds.issue_refund"
+
+
+def refund_args_canonical(*, order: Order, verdict: GateVerdict, ticket_ref: int | None) -> dict:
+    """The exact arguments `refunds.issue_refund` will be executed with. Hash these, show these,
+    execute these: nothing else. `destination` is the kind ('original', 'gift_card'),
+    `destination_method` the exact payment method's external id (None only when the order's
+    payment recorded no method)."""
+    return {
+        "action": ISSUE_REFUND,
+        "tenant": order.tenant.slug,
+        "order": order.external_id,
+        "customer": order.customer.external_id,
+        "amount": str(verdict.allowed_amount),
+        "currency": order.currency,
+        "destination": verdict.destination,
+        "destination_method": verdict.destination_method,
+        "items": list(verdict.item_ids),
+        "policy_version": verdict.policy_version,
+        "ticket": ticket_ref,
+    }
+
+
+def approval_request_create(
+    *,
+    order: Order,
+    policy: RefundPolicy,
+    verdict: GateVerdict,
+    idempotency_key: str,
+    requested_by=None,
+    ticket_ref: int | None = None,
+    trace_id: str = "",
+    fresh_key: bool = False,
+) -> tuple[ApprovalRequest, bool]:
+    """Create the one approval request for an eligible refund. Keyed: calling it again with the
+    same idempotency key (a resumed run) returns the request already made, and False.
+
+    `fresh_key=True` is for a caller whose key cannot exist yet (the agent's decision derives it
+    from the draft it inserted in the same transaction): no savepoint, and a duplicate would be
+    an IntegrityError that rolls the caller's transaction back."""
+    if verdict.outcome != Outcome.APPROVAL_REQUIRED or verdict.allowed_amount is None:
+        raise ValueError("Only an eligible verdict becomes an approval request.")
+    # No look-up first: the unique key decides (a replay is the rare path, and the insert in a
+    # savepoint costs the common path one query less).
+    args = refund_args_canonical(order=order, verdict=verdict, ticket_ref=ticket_ref)
+    required = 1
+    if policy.two_approver_threshold is not None and verdict.allowed_amount > policy.two_approver_threshold:
+        required = policy.approvals_above_threshold
+    fields = dict(
+        tenant_id=order.tenant_id,
+        action=ISSUE_REFUND,
+        order=order,
+        amount=verdict.allowed_amount,
+        currency=order.currency,
+        args=args,
+        args_hash=canonical_hash(args),
+        idempotency_key=idempotency_key,
+        policy=policy,
+        policy_version=policy.version,
+        refundable_at_request=verdict.refundable,
+        trace_id=str(trace_id),
+        ticket_ref=ticket_ref,
+        approver_role="finance",
+        required_approvals=required,
+        expires_at=timezone.now() + settings.APPROVAL_EXPIRY,
+        requested_by=requested_by,
+    )
+    if fresh_key:
+        return ApprovalRequest.objects.create(**fields), True
+    try:
+        with transaction.atomic():
+            request = ApprovalRequest.objects.create(**fields)
+    except IntegrityError:
+        existing = ApprovalRequest.objects.filter(idempotency_key=idempotency_key).first()
+        if existing is None:
+            raise  # not a replay: another constraint refused the row
+        return existing, False
+    return request, True
+
+
+
+def approval_request_replacement_key(*, key: str) -> str:
+    """The idempotency key of the replacement of the request keyed `key`: `<base>:r<n+1>`, the
+    first one not taken."""
+    match = re.fullmatch(r"(.*):r(\d+)", key)
+    base, n = (match.group(1), int(match.group(2))) if match else (key, 0)
+    candidate = f"{base}:r{n + 1}"
+    while ApprovalRequest.objects.filter(idempotency_key=candidate).exists():
+        n += 1
+        candidate = f"{base}:r{n + 1}"
+    return candidate
+
+
+def approval_requests_expire(*, now: datetime | None = None) -> int:
+    """Mark pending requests past their expiry `expired` (the periodic sweep). Each one by
+    compare-and-set, so a decision racing the sweep wins or loses cleanly. Returns how many."""
+    now = now or timezone.now()
+    expired = 0
+    due = ApprovalRequest.objects.filter(status=ApprovalRequest.Status.PENDING, expires_at__lte=now)
+    for request_id in due.values_list("pk", flat=True).order_by("created_at")[:1000]:
+        with transaction.atomic():
+            updated = ApprovalRequest.objects.filter(
+                pk=request_id, status=ApprovalRequest.Status.PENDING, expires_at__lte=now
+            ).update(status=ApprovalRequest.Status.EXPIRED, decided_at=now, updated_at=now,
+                     decision_note="Expired before finance decided.")
+            if updated != 1:
+                continue
+            request = ApprovalRequest.objects.get(pk=request_id)
+            approval_expired.send(sender=ApprovalRequest, request=request)
+            expired += 1
+    return expired
+

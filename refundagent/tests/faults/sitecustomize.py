@@ -1,0 +1,40 @@
+"""Fault injection for the worker tests, never part of the product: a test puts this folder on
+a Celery worker's PYTHONPATH, and Python imports this module at start-up.
+
+With APPROVALS_CRASH_AFTER_LEDGER_WRITE_MARKER set to a path, the first refund executed in a
+worker process whose marker does not exist yet creates the marker and SIGKILLs that process
+right after the ledger write committed (before the task is acknowledged).
+"""
+
+import os
+import signal
+from pathlib import Path
+
+CRASH_AFTER_LEDGER_WRITE_ENV = "APPROVALS_CRASH_AFTER_LEDGER_WRITE_MARKER"
+
+
+def _crash_after_commit(sender, request, **kwargs):
+    from django.db import transaction
+
+    marker = Path(os.environ[CRASH_AFTER_LEDGER_WRITE_ENV])
+    if marker.exists():
+        return
+
+    def crash():
+        marker.write_text(str(os.getpid()))
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    transaction.on_commit(crash)
+
+
+def _connect(**kwargs):
+    # In the worker's child process, once Django is set up.
+    from approvals.signals import refund_executed
+
+    refund_executed.connect(_crash_after_commit, dispatch_uid="tests.faults.crash_after_ledger_write")
+
+
+if os.environ.get(CRASH_AFTER_LEDGER_WRITE_ENV):
+    from celery.signals import worker_process_init
+
+    worker_process_init.connect(_connect, weak=False)
