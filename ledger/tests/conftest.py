@@ -9,6 +9,7 @@ from django.db import connection
 from django.utils import timezone
 
 from ledger.models import Customer, Order, OrderItem, Payment, PaymentMethod, Tenant
+from ledger.tests.fake_stripe import FakeStripe
 
 
 @pytest.fixture
@@ -33,7 +34,7 @@ def make_order(tenant, customer, card):
     """make_order("100.00", items=[("ITEM-1", "40.00", 1), ...]) -> a paid order in USD."""
     counter = iter(range(1, 10_000))
 
-    def make(total="100.00", *, items=(), currency="USD", external_id=None, days_old=5):
+    def make(total="100.00", *, items=(), currency="USD", external_id=None, days_old=5, payment_ref="pi_test"):
         order = Order.objects.create(
             tenant=tenant,
             customer=customer,
@@ -48,7 +49,7 @@ def make_order(tenant, customer, card):
             )
         Payment.objects.create(
             order=order, payment_method=card, method="card", card_brand="visa", card_last4="4242",
-            payment_ref="pi_test", amount=Decimal(total), currency=currency,
+            payment_ref=payment_ref, amount=Decimal(total), currency=currency,
         )
         return order
 
@@ -82,3 +83,17 @@ def _run_concurrently(fn, args_list):
 def run_concurrently():
     """run_concurrently(fn, [args, ...]): one thread per args, released together; results or exceptions."""
     return _run_concurrently
+
+
+@pytest.fixture
+def fake_stripe(settings):
+    """A local Stripe-compatible server, and the settings that point the `stripe` gateway at it."""
+    server = FakeStripe().start()
+    settings.PAYMENT_GATEWAY = "stripe"
+    settings.STRIPE_API_KEY = "sk_test_fake"
+    settings.STRIPE_API_BASE = server.url
+    settings.STRIPE_MAX_NETWORK_RETRIES = 2
+    settings.STRIPE_TIMEOUT_SECONDS = 10
+    settings.STRIPE_WEBHOOK_SECRET = "whsec_test_secret"
+    yield server
+    server.stop()
