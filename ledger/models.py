@@ -278,12 +278,18 @@ class RefundEntry(AppendOnlyModel):
     reason = models.TextField(blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
-    status = models.CharField(max_length=20, choices=RefundStatus.choices, default=RefundStatus.SUCCEEDED)
+    # Database defaults too: a row written by hand in SQL is a refund paid by hand (it counts).
+    status = models.CharField(
+        max_length=20, choices=RefundStatus.choices, default=RefundStatus.SUCCEEDED, db_default=RefundStatus.SUCCEEDED
+    )
     status_changed_at = models.DateTimeField(null=True, blank=True)
-    gateway = models.CharField(max_length=20, choices=Gateway.choices, default=Gateway.MANUAL)
-    provider_ref = models.CharField(max_length=100, blank=True, help_text="The provider's refund id (re_…).")
+    gateway = models.CharField(max_length=20, choices=Gateway.choices, default=Gateway.MANUAL, db_default=Gateway.MANUAL)
+    provider_ref = models.CharField(
+        max_length=100, blank=True, default="", db_default="", help_text="The provider's refund id (re_…)."
+    )
     needs_review = models.BooleanField(
-        default=False, help_text="Made outside the product: finance reviews it (see its reconciliation finding)."
+        default=False, db_default=False,
+        help_text="Made outside the product: finance reviews it (see its reconciliation finding).",
     )
 
     objects = RefundEntryQuerySet.as_manager()
@@ -373,6 +379,10 @@ class WebhookEvent(models.Model):
     """A provider event, stored once by its id (a replay finds it and does nothing)."""
 
     provider = models.CharField(max_length=20, default="stripe")
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.PROTECT, null=True, blank=True, related_name="+",
+        help_text="The shop whose refund it was about, once processed (blank: none of ours).",
+    )
     event_id = models.CharField(max_length=100)
     type = models.CharField(max_length=100)
     account = models.CharField(max_length=100, blank=True, help_text="The connected account it came from, if any.")

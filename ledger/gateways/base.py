@@ -24,11 +24,16 @@ class ProviderRefund:
     status: str
     amount: Decimal
     currency: str
-    payment_ref: str = ""
+    payment_ref: str = ""  # the PaymentIntent, else the Charge
+    charge: str = ""
     reason: str = ""
     metadata: dict[str, str] = field(default_factory=dict)
     created: datetime | None = None
     account: str = ""
+
+    @property
+    def payment_refs(self) -> list[str]:
+        return [ref for ref in (self.payment_ref, self.charge) if ref]
 
 
 class PaymentGateway:

@@ -49,15 +49,20 @@ def payment_field(payment_ref: str) -> str:
     raise ValueError(f"{payment_ref!r} is neither a PaymentIntent (pi_…) nor a Charge (ch_…).")
 
 
+def _id(value) -> str:
+    """An id, whether the field is the id or the expanded object."""
+    if isinstance(value, dict):
+        return value.get("id") or ""
+    return value or ""
+
+
 def provider_refund_from_stripe(refund, *, account: str = "") -> ProviderRefund:
     """A Stripe Refund object (SDK object or plain dict from a webhook) as a ProviderRefund."""
     if hasattr(refund, "to_dict"):
         refund = refund.to_dict()
     get = refund.get
     currency = (get("currency") or "").upper()
-    payment = get("payment_intent") or get("charge") or ""
-    if isinstance(payment, dict):  # expanded
-        payment = payment.get("id", "")
+    payment, charge = (_id(get("payment_intent")) or _id(get("charge"))), _id(get("charge"))
     created = get("created")
     return ProviderRefund(
         provider_ref=get("id") or "",
@@ -65,6 +70,7 @@ def provider_refund_from_stripe(refund, *, account: str = "") -> ProviderRefund:
         amount=from_minor_units(int(get("amount") or 0), currency),
         currency=currency,
         payment_ref=payment,
+        charge=charge,
         reason=get("failure_reason") or "",
         metadata={str(k): str(v) for k, v in dict(get("metadata") or {}).items()},
         created=datetime.fromtimestamp(int(created), tz=UTC) if created else None,

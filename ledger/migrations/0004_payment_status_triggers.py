@@ -32,7 +32,7 @@ BEGIN
     END IF;
     IF (to_jsonb(NEW) - 'status' - 'provider_ref' - 'status_changed_at')
        IS DISTINCT FROM (to_jsonb(OLD) - 'status' - 'provider_ref' - 'status_changed_at') THEN
-        RAISE EXCEPTION 'ledger: UPDATE of refund entry % may change only its status and provider_ref', OLD.id
+        RAISE EXCEPTION 'ledger: UPDATE of refund entry % is refused: the refund ledger is append-only (only its status and provider_ref move, after a status event)', OLD.id
             USING ERRCODE = 'restrict_violation';
     END IF;
     IF OLD.provider_ref <> '' AND NEW.provider_ref IS DISTINCT FROM OLD.provider_ref THEN
