@@ -307,12 +307,12 @@ class RefundEntry(AppendOnlyModel):
             models.Index(fields=["status"], condition=Q(status="pending"), name="refund_entry_pending"),
         ]
 
+    def __str__(self):
+        return f"refund #{self.pk} {self.amount} {self.currency} on {self.order_id}"
+
     @property
     def counts(self) -> bool:
         return self.status in COUNTING_STATUSES
-
-    def __str__(self):
-        return f"refund #{self.pk} {self.amount} {self.currency} on {self.order_id}"
 
 
 class RefundEntryItem(AppendOnlyModel):

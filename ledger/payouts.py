@@ -14,7 +14,7 @@ from datetime import timedelta
 
 from django.utils import timezone
 
-from .gateways import RefundRequest, gateway_for
+from .gateways import ProviderRefund, RefundRequest, gateway_for
 from .models import Payment, RefundEntry, RefundEntryEvent, RefundStatus
 from .services import ledger_refund_record_outcome
 
@@ -80,6 +80,17 @@ def ledger_refund_payout(*, entry_id: int, metadata: dict | None = None) -> Refu
     logger.info("refund #%s at %s: %s %s", entry.pk, gateway.name, result.status, result.provider_ref)
     return ledger_refund_record_outcome(entry_id=entry.pk, status=result.status, provider_ref=result.provider_ref,
                                         reason=result.reason, source=RefundEntryEvent.Source.GATEWAY)
+
+
+def refund_entry_provider_record(*, entry_id: int) -> ProviderRefund | None:
+    """The provider's own record of an entry's refund (for the evaluator to compare with the
+    ledger), or None: not paid through a provider (manual, store credit), or not known there.
+    Raises PaymentProviderUnavailable when the provider cannot be asked."""
+    entry = RefundEntry.objects.select_related("tenant").get(pk=entry_id)
+    gateway = gateway_for(entry.gateway)
+    if not gateway.executes_refunds or not entry.provider_ref:
+        return None
+    return gateway.refund_get(provider_ref=entry.provider_ref, account=entry.tenant.stripe_account)
 
 
 def refund_entries_pending(*, older_than: timedelta = timedelta(0)):

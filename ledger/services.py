@@ -2,10 +2,9 @@
 
 import hashlib
 import json
+import logging
 import secrets
 from decimal import Decimal, InvalidOperation
-
-import logging
 
 from django.conf import settings
 from django.db import IntegrityError, transaction

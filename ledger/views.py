@@ -25,18 +25,28 @@ def _publish(webhook_event_id: int) -> None:
         logger.exception("webhook event %s stored but not enqueued", webhook_event_id)
 
 
+def _verified(body: bytes, signature: str, secret: str) -> bool:
+    try:
+        return stripe.WebhookSignature.verify_header(body.decode("utf-8"), signature, secret)
+    except (stripe.SignatureVerificationError, UnicodeDecodeError):
+        return False
+
+
 @csrf_exempt
 @require_POST
 def stripe_webhook(request):
-    secret = settings.STRIPE_WEBHOOK_SECRET
+    # Several secrets may be configured, comma separated: the platform's endpoint and a Connect
+    # endpoint each have their own.
+    secrets = [s.strip() for s in settings.STRIPE_WEBHOOK_SECRET.split(",") if s.strip()]
     signature = request.headers.get("Stripe-Signature", "")
-    if not secret or not signature:
+    if not secrets or not signature:
         return JsonResponse({"error": "missing Stripe-Signature (or no STRIPE_WEBHOOK_SECRET configured)"}, status=400)
+    if not any(_verified(request.body, signature, secret) for secret in secrets):
+        return JsonResponse({"error": "bad signature"}, status=400)
     try:
-        stripe.WebhookSignature.verify_header(request.body.decode("utf-8"), signature, secret)
         payload = json.loads(request.body)
-    except (stripe.SignatureVerificationError, ValueError, UnicodeDecodeError):
-        return JsonResponse({"error": "bad signature or payload"}, status=400)
+    except ValueError:
+        return JsonResponse({"error": "bad payload"}, status=400)
     if not isinstance(payload, dict) or not payload.get("id"):
         return JsonResponse({"error": "not an event"}, status=400)
     event, created = webhook_event_store(provider="stripe", payload=payload)

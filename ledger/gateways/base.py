@@ -50,6 +50,10 @@ class PaymentGateway:
     def refund_create(self, request: RefundRequest) -> ProviderRefund:
         raise NotImplementedError
 
+    def refund_get(self, *, provider_ref: str, account: str = "") -> ProviderRefund | None:
+        """The provider's record of one refund, or None if it has none."""
+        raise NotImplementedError
+
     def refund_find(self, *, payment_ref: str, metadata_key: str, metadata_value: str, account: str = "") -> ProviderRefund | None:
         """The refund on that payment whose metadata[key] is value, or None."""
         raise NotImplementedError

@@ -12,6 +12,9 @@ class ManualGateway(PaymentGateway):
         return ProviderRefund(provider_ref="", status="succeeded", amount=request.amount, currency=request.currency,
                               payment_ref=request.payment_ref, metadata=dict(request.metadata))
 
+    def refund_get(self, **kwargs):
+        return None
+
     def refund_find(self, **kwargs):
         return None
 

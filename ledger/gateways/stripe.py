@@ -131,6 +131,17 @@ class StripeGateway(PaymentGateway):
         except stripe.StripeError as exc:
             raise PaymentProviderUnavailable(f"Stripe: {type(exc).__name__}: {exc}") from exc
 
+    def refund_get(self, *, provider_ref: str, account: str = "") -> ProviderRefund | None:
+        try:
+            refund = self.client.v1.refunds.retrieve(provider_ref, options=self._options(account))
+        except stripe.InvalidRequestError as exc:
+            if exc.http_status == 404:
+                return None
+            raise PaymentProviderUnavailable(f"Stripe: {type(exc).__name__}: {exc}") from exc
+        except stripe.StripeError as exc:
+            raise PaymentProviderUnavailable(f"Stripe: {type(exc).__name__}: {exc}") from exc
+        return provider_refund_from_stripe(refund, account=account)
+
     def refunds_for_payment(self, *, payment_ref: str, account: str = "") -> list[ProviderRefund]:
         return [provider_refund_from_stripe(r, account=account)
                 for r in self._list({payment_field(payment_ref): payment_ref}, account)]

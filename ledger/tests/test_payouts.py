@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from ledger.exceptions import PaymentProviderUnavailable
 from ledger.models import PaymentMethod, RefundEntry, RefundEntryEvent
-from ledger.payouts import ledger_refund_payout
+from ledger.payouts import ledger_refund_payout, refund_entry_provider_record
 from ledger.selectors import order_refund_position
 from ledger.services import ledger_refund_issue
 from ledger.signals import refund_entry_status_changed
@@ -201,3 +201,19 @@ def test_the_database_refuses_a_status_that_is_not_the_newest_event(make_order, 
         cursor.execute("UPDATE ledger_refundentryevent SET to_status = 'failed' WHERE entry_id = %s", [entry.pk])
     entry.refresh_from_db()
     assert entry.status == "pending"
+
+
+def test_the_providers_record_of_a_paid_refund_is_readable_for_the_evaluator(fake_stripe, make_order, settings):
+    # given a refund paid through Stripe, and one paid by hand
+    paid = ledger_refund_payout(entry_id=issue(make_order("100.00", payment_ref="pi_rec")).pk)
+    settings.PAYMENT_GATEWAY = "manual"
+    by_hand = issue(make_order("100.00"), key="approval-key-hand")
+    # when the evaluator asks the provider
+    record = refund_entry_provider_record(entry_id=paid.pk)
+    # then Stripe's record matches the ledger, and a refund paid by hand has no provider record
+    assert (record.provider_ref, record.status, record.amount, record.currency) == (
+        paid.provider_ref, "succeeded", Decimal("30.00"), "USD")
+    assert record.metadata["ledger_entry"] == str(paid.pk)
+    assert refund_entry_provider_record(entry_id=by_hand.pk) is None
+    fake_stripe.refunds.clear()
+    assert refund_entry_provider_record(entry_id=paid.pk) is None

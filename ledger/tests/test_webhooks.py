@@ -130,3 +130,14 @@ def test_an_event_of_no_interest_is_stored_and_ignored(fake_stripe, deliver, db)
     response = deliver(event("customer.created", {"id": "cus_1", "object": "customer"}))
     assert response.status_code == 200
     assert WebhookEvent.objects.get().result == "ignored"
+
+
+def test_each_configured_secret_is_accepted(fake_stripe, make_order, deliver, settings):
+    # given a platform endpoint and a Connect endpoint, each with its own signing secret
+    settings.STRIPE_WEBHOOK_SECRET = f"whsec_platform, {SECRET}"
+    make_order("100.00", payment_ref="pi_two")
+    refund = fake_stripe.public(fake_stripe.add_refund(payment_intent="pi_two", amount=100))
+    assert deliver(event("refund.created", refund), secret="whsec_platform").status_code == 200
+    assert deliver(event("refund.created", refund)).status_code == 200
+    assert deliver(event("refund.created", refund), secret="whsec_other").status_code == 400
+    assert WebhookEvent.objects.count() == 2
