@@ -8,11 +8,11 @@ import pytest
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from ledger.exceptions import PaymentProviderUnavailable
+from ledger.exceptions import PaymentProviderUnavailable, RefundRefused
 from ledger.models import PaymentMethod, RefundEntry, RefundEntryEvent
 from ledger.payouts import ledger_refund_payout, refund_entry_provider_record
 from ledger.selectors import order_refund_position
-from ledger.services import ledger_refund_issue
+from ledger.services import ledger_refund_correct, ledger_refund_issue
 from ledger.signals import refund_entry_status_changed
 
 
@@ -217,3 +217,20 @@ def test_the_providers_record_of_a_paid_refund_is_readable_for_the_evaluator(fak
     assert refund_entry_provider_record(entry_id=by_hand.pk) is None
     fake_stripe.refunds.clear()
     assert refund_entry_provider_record(entry_id=paid.pk) is None
+
+
+def test_a_failed_item_refund_frees_the_item_and_cannot_be_corrected(fake_stripe, make_order):
+    # given an item refund that Stripe declined
+    order = make_order("100.00", items=[("ITEM-1", "60.00", 1), ("ITEM-2", "40.00", 1)], payment_ref="pi_items")
+    fake_stripe.fail_next("402")
+    failed = ledger_refund_payout(entry_id=issue(order, "60.00", item_ids=["ITEM-1"]).pk)
+    assert failed.status == "failed"
+    # then the item is refundable again (in Python and in the database's cap trigger)
+    again = issue(order, "60.00", key="approval-key-2", approval="8", item_ids=["ITEM-1"])
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
+    assert ledger_refund_payout(entry_id=again.pk).status == "succeeded"
+    # and the failed entry cannot be corrected: it moved no money
+    with pytest.raises(RefundRefused, match="failed"):
+        ledger_refund_correct(entry=failed, new_amount="10.00", reason="fee")
