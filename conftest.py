@@ -129,7 +129,8 @@ def make_order(tenant, customer, card):
 
     counter = iter(range(1, 10_000))
 
-    def make(total="100.00", *, items=(), currency="USD", external_id=None, days_old=5, status=Order.Status.DELIVERED):
+    def make(total="100.00", *, items=(), currency="USD", external_id=None, days_old=5, status=Order.Status.DELIVERED,
+             payment_ref="pi_test"):
         order = Order.objects.create(
             tenant=tenant,
             customer=customer,
@@ -145,7 +146,7 @@ def make_order(tenant, customer, card):
             )
         Payment.objects.create(
             order=order, payment_method=card, method="card", card_brand="visa", card_last4="4242",
-            payment_ref="pi_test", amount=Decimal(total), currency=currency,
+            payment_ref=payment_ref, amount=Decimal(total), currency=currency,
         )
         return order
 

@@ -19,11 +19,16 @@ from .models import (
     OrderItem,
     Payment,
     PaymentMethod,
+    ReconciliationFinding,
+    ReconciliationRun,
     RefundEntry,
+    RefundEntryEvent,
     RefundEntryItem,
     RefundRevision,
     Tenant,
+    WebhookEvent,
 )
+from .reconciliation import reconciliation_findings_resolve
 from .tenancy import api_tokens_revoke
 
 
@@ -218,14 +223,68 @@ class RefundRevisionInline(ReadOnlyInline):
     fields = ("old_amount", "new_amount", "reason", "created_by", "created_at")
 
 
+class RefundEntryEventInline(ReadOnlyInline):
+    model = RefundEntryEvent
+    fields = ("from_status", "to_status", "provider_ref", "reason", "source", "event_ref", "created_at")
+
+
 @admin.register(RefundEntry)
 class RefundEntryAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ("id", "order", "amount", "currency", "source", "destination_kind", "approval_ref", "created_at")
-    list_filter = ("source", "currency", "tenant")
-    search_fields = ("=id", "order__external_id", "idempotency_key", "approval_ref")
+    list_display = ("id", "order", "amount", "currency", "status", "gateway", "source", "destination_kind",
+                    "approval_ref", "needs_review", "created_at")
+    list_filter = ("status", "gateway", "needs_review", "source", "currency", "tenant")
+    search_fields = ("=id", "order__external_id", "idempotency_key", "approval_ref", "provider_ref")
     list_select_related = ("order",)
     date_hierarchy = "created_at"
-    inlines = (RefundEntryItemInline, RefundRevisionInline)
+    inlines = (RefundEntryItemInline, RefundRevisionInline, RefundEntryEventInline)
+
+
+@admin.register(RefundEntryEvent)
+class RefundEntryEventAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+    tenant_field = "entry__tenant"
+    list_display = ("entry", "from_status", "to_status", "provider_ref", "source", "reason", "created_at")
+    list_filter = ("to_status", "source", "entry__tenant")
+    search_fields = ("entry__order__external_id", "provider_ref", "event_ref")
+    list_select_related = ("entry",)
+
+
+@admin.register(WebhookEvent)
+class WebhookEventAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ("event_id", "type", "provider", "account", "tenant", "received_at", "processed_at", "result")
+    list_filter = ("provider", "type", ("processed_at", admin.EmptyFieldListFilter), "tenant")
+    search_fields = ("event_id", "type", "result")
+
+
+@admin.register(ReconciliationRun)
+class ReconciliationRunAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ("id", "gateway", "tenant", "since", "started_at", "finished_at", "provider_refunds",
+                    "ledger_entries", "findings_count")
+    list_filter = ("gateway", "tenant")
+    search_fields = ("note",)
+
+
+@admin.register(ReconciliationFinding)
+class ReconciliationFindingAdmin(TenantScopedAdminMixin, NoDeleteAdminMixin, admin.ModelAdmin):
+    """Finance reviews differences here. Read-only, except marking them resolved (who and when kept)."""
+
+    list_display = ("id", "kind", "tenant", "entry", "provider_ref", "ledger_amount", "provider_amount", "currency",
+                    "ledger_status", "provider_status", "created_at", "resolved_at", "resolved_by")
+    list_filter = ("kind", ("resolved_at", admin.EmptyFieldListFilter), "tenant")
+    search_fields = ("provider_ref", "entry__order__external_id", "detail")
+    list_select_related = ("tenant", "entry", "resolved_by")
+    actions = ("resolve",)
+
+    def get_readonly_fields(self, request, obj=None):
+        return [f.name for f in self.model._meta.fields]
+
+    def has_add_permission(self, request):
+        return False
+
+    @admin.action(description="Mark the selected findings resolved", permissions=["change"])
+    def resolve(self, request, queryset):
+        count = reconciliation_findings_resolve(queryset=queryset, user=request.user,
+                                                note=f"Resolved in the admin by {request.user.get_username()}.")
+        self.message_user(request, f"{count} finding(s) resolved.")
 
 
 @admin.register(RefundEntryItem)

@@ -26,7 +26,11 @@ def order_ledger_serialize(order) -> dict:
                 "amount": entry.effective_amount,
                 "original_amount": entry.amount,
                 "currency": entry.currency,
-                "status": "corrected" if revisions else "issued",
+                # API.md (Payments): pending, succeeded, failed, canceled or external.
+                "status": entry.status,
+                "corrected": bool(revisions),
+                "provider_ref": entry.provider_ref or None,
+                "needs_review": entry.needs_review,
                 "idempotency_key": entry.idempotency_key,
                 "approval": entry.approval_ref or None,
                 "destination": str(entry.destination) if entry.destination_id else entry.destination_kind or None,

@@ -48,3 +48,15 @@ class IdempotencyConflict(Conflict):
 
 class ImportRefused(InvalidInput):
     code = "import_refused"
+
+
+class PaymentProviderUnavailable(Exception):
+    """The payment provider could not be reached or answered 5xx/429/401 after the SDK's own
+    retries. Transient: NOT a DomainError, so the caller's task retries it (the same idempotency
+    key makes the same refund), and nothing is recorded as failed."""
+
+
+class EntryStatusConflict(Conflict):
+    """A refund entry's status may not move that way (or it moved under us)."""
+
+    code = "entry_status_conflict"

@@ -24,6 +24,9 @@ class LedgerEntryOut(Schema):
     original_amount: Money
     currency: str
     status: str
+    corrected: bool
+    provider_ref: str | None
+    needs_review: bool
     idempotency_key: str
     approval: str | None
     destination: str | None

@@ -8,7 +8,17 @@ from django.db.models import DecimalField, OuterRef, Subquery, Sum
 from django.db.models.functions import Coalesce
 
 from .exceptions import NotFound
-from .models import Customer, Order, OrderItem, RefundEntry, RefundEntryItem, RefundRevision, Tenant
+from .models import (
+    COUNTING_STATUSES,
+    Customer,
+    Order,
+    OrderItem,
+    ReconciliationFinding,
+    RefundEntry,
+    RefundEntryItem,
+    RefundRevision,
+    Tenant,
+)
 
 ZERO = Decimal("0.00")
 
@@ -47,7 +57,9 @@ def refund_entries_with_effective_amount(queryset=None):
 
 
 def order_refunded_total(order: Order) -> Decimal:
-    total = refund_entries_with_effective_amount(RefundEntry.objects.filter(order=order)).aggregate(
+    """What counts against the order: pending, succeeded and external entries (failed and
+    canceled refunds moved no money)."""
+    total = refund_entries_with_effective_amount(RefundEntry.objects.filter(order=order).counting()).aggregate(
         s=Sum("effective_amount")
     )["s"]
     return (total or ZERO).quantize(Decimal("0.01"))
@@ -117,7 +129,9 @@ def items_match(lines: list[LinePosition], item_ids: list[str]) -> ItemsMatch:
 
 def order_refund_position(order: Order) -> RefundPosition:
     # Each line with the units already refunded, in one query (two with the refunded total).
-    refunded_units = RefundEntryItem.objects.filter(order_item=OuterRef("pk")).values("order_item").annotate(
+    refunded_units = RefundEntryItem.objects.filter(
+        order_item=OuterRef("pk"), entry__status__in=COUNTING_STATUSES
+    ).values("order_item").annotate(
         q=Sum("quantity")
     ).values("q")
     lines = [
@@ -148,3 +162,9 @@ def order_ledger(order: Order):
     return refund_entries_with_effective_amount(
         RefundEntry.objects.filter(order=order).prefetch_related("revisions", "items__order_item")
     ).order_by("id")
+
+
+def reconciliation_findings_unresolved(*, tenant: Tenant | None = None):
+    """Findings finance has not resolved yet (for the finance queue's count, and the command)."""
+    findings = ReconciliationFinding.objects.unresolved()
+    return findings if tenant is None else findings.filter(tenant=tenant)

@@ -2,14 +2,32 @@
 
 import hashlib
 import json
+import logging
 from decimal import Decimal, InvalidOperation
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import F, Value
+from django.db.models.functions import Coalesce
+from django.utils import timezone
 
-from .exceptions import IdempotencyConflict, InvalidInput, RefundRefused
-from .models import Order, PaymentMethod, RefundEntry, RefundEntryItem, RefundRevision
+from .exceptions import EntryStatusConflict, IdempotencyConflict, InvalidInput, RefundRefused
+from .models import (
+    COUNTING_STATUSES,
+    STATUS_TRANSITIONS,
+    Order,
+    PaymentMethod,
+    RefundEntry,
+    RefundEntryEvent,
+    RefundEntryItem,
+    RefundRevision,
+    RefundStatus,
+)
+from .money import amount_check_representable
 from .selectors import order_refund_position
+from .signals import refund_entry_status_changed
+
+logger = logging.getLogger(__name__)
 
 CENT = Decimal("0.01")
 
@@ -52,10 +70,19 @@ def ledger_refund_issue(
 
     The same key with the same arguments returns the entry already written and writes
     nothing; the same key with other arguments raises IdempotencyConflict. The order row is
-    locked first, so the cap (order total minus what is already refunded, and for item
-    refunds the price of the items not yet refunded) is computed under the lock.
+    locked first, so the cap (order total minus what is already refunded, pending included, and
+    for item refunds the price of the items not yet refunded) is computed under the lock.
+
+    The entry's first status (appended as its first RefundEntryEvent too):
+    - an approved refund to the original payment method under `PAYMENT_GATEWAY=stripe`:
+      `pending` — it counts at once; `ledger.payouts.ledger_refund_payout` then calls the
+      provider, outside this transaction, and records its answer;
+    - to a gift card: store credit, `succeeded`, the card's balance grown in this transaction
+      (except for imports: the shop's balance already holds that credit);
+    - anything else (the `manual` gateway, imports, operator entries): `succeeded`, paid by hand.
     """
     amount = money(amount)
+    amount_check_representable(amount, currency)
     item_ids = list(item_ids or [])
     if not idempotency_key:
         raise InvalidInput("An idempotency key is required.", code="idempotency_key_required")
@@ -79,6 +106,7 @@ def ledger_refund_issue(
             if existing is not None:
                 return _replay(existing, request_hash)
             lines = _check_refund(locked, amount, currency, destination, item_ids)
+            gateway, status = _first_status(source=str(source), destination=destination, destination_kind=destination_kind)
             entry = RefundEntry.objects.create(
                 tenant_id=locked.tenant_id,
                 order=locked,
@@ -92,11 +120,21 @@ def ledger_refund_issue(
                 approval_ref=str(approval_ref),
                 reason=reason,
                 created_by=created_by,
+                gateway=gateway,
+                status=status,
+                status_changed_at=timezone.now(),
             )
+            RefundEntryEvent.objects.create(entry=entry, from_status="", to_status=status,
+                                            source=RefundEntryEvent.Source.ISSUE)
             RefundEntryItem.objects.bulk_create(
                 RefundEntryItem(entry=entry, order_item_id=item_pk, quantity=quantity, amount=value)
                 for item_pk, (quantity, value) in lines.items()
             )
+            if gateway == RefundEntry.Gateway.STORE_CREDIT and str(source) != RefundEntry.Source.IMPORT:
+                # Lock order: the order row is held; the gift card row second.
+                PaymentMethod.objects.filter(pk=destination.pk).update(
+                    balance=Coalesce(F("balance"), Value(Decimal("0.00"))) + amount
+                )
             return entry
     except IntegrityError:
         # Another transaction inserted the same key between our check and insert (possible
@@ -105,6 +143,15 @@ def ledger_refund_issue(
         if existing is None:
             raise
         return _replay(existing, request_hash)
+
+
+def _first_status(*, source: str, destination, destination_kind: str) -> tuple[str, str]:
+    """(gateway, status) of a new entry; see `ledger_refund_issue`."""
+    if destination_kind == "gift_card" and destination is not None and destination.kind == PaymentMethod.Kind.GIFT_CARD:
+        return RefundEntry.Gateway.STORE_CREDIT, RefundStatus.SUCCEEDED
+    if source == RefundEntry.Source.APPROVAL and settings.PAYMENT_GATEWAY == "stripe":
+        return RefundEntry.Gateway.STRIPE, RefundStatus.PENDING
+    return RefundEntry.Gateway.MANUAL, RefundStatus.SUCCEEDED
 
 
 def _replay(existing: RefundEntry, request_hash: str) -> RefundEntry:
@@ -163,6 +210,10 @@ def ledger_refund_correct(*, entry: RefundEntry, new_amount, reason: str, correc
         raise RefundRefused("A corrected amount cannot be negative.", code="refund_not_positive")
     with transaction.atomic():
         order = Order.objects.select_for_update().get(pk=entry.order_id)
+        status = RefundEntry.objects.filter(pk=entry.pk).values_list("status", flat=True).get()
+        if status not in COUNTING_STATUSES:
+            raise RefundRefused(f"Refund #{entry.pk} is {status}: there is nothing to correct.", code="entry_not_counting")
+        amount_check_representable(new_amount, order.currency)
         position = order_refund_position(order)
         last = entry.revisions.order_by("-id").first()
         old_amount = last.new_amount if last else entry.amount
@@ -174,6 +225,97 @@ def ledger_refund_correct(*, entry: RefundEntry, new_amount, reason: str, correc
         return RefundRevision.objects.create(
             entry=entry, old_amount=old_amount, new_amount=new_amount, reason=reason, created_by=corrected_by
         )
+
+
+def ledger_refund_record_outcome(
+    *,
+    entry_id: int,
+    status: str,
+    provider_ref: str = "",
+    reason: str = "",
+    source: str = RefundEntryEvent.Source.GATEWAY,
+    event_ref: str = "",
+) -> RefundEntry:
+    """Record what the provider says about a refund: append a status event, then move the
+    entry's status by compare-and-set. Safe to call any number of times, in any order:
+
+    - the same status again (a replay, a duplicate webhook) changes nothing; a pending entry
+      learning its provider_ref appends a pending → pending event that sets it;
+    - a move the ledger does not allow (succeeded → pending: an older event arriving late) is
+      ignored and logged; failed and canceled are final;
+    - a different provider_ref than the one already recorded raises EntryStatusConflict.
+
+    A real change sends `refund_entry_status_changed` inside the transaction, so a receiver
+    (the ticket going to `payment_failed`) commits with it. Returns the entry as it now is.
+    """
+    status = RefundStatus(status)
+    with transaction.atomic():
+        # Lock order: the order row first (as ledger_refund_issue), then the entry.
+        order_id = RefundEntry.objects.filter(pk=entry_id).values_list("order_id", flat=True).get()
+        Order.objects.select_for_update().filter(pk=order_id).values_list("pk", flat=True).get()
+        entry = RefundEntry.objects.get(pk=entry_id)
+        if provider_ref and entry.provider_ref and provider_ref != entry.provider_ref:
+            raise EntryStatusConflict(
+                f"Refund #{entry.pk} is {entry.provider_ref} at the provider, not {provider_ref}.",
+                details={"refund_id": entry.pk, "provider_ref": entry.provider_ref},
+            )
+        learns_ref = bool(provider_ref) and not entry.provider_ref
+        if status == entry.status and not learns_ref:
+            return entry
+        if status != entry.status and status not in STATUS_TRANSITIONS[RefundStatus(entry.status)]:
+            logger.info("refund #%s stays %s: %s from %s is not a move the ledger makes", entry.pk, entry.status,
+                        status, source)
+            return entry
+        from_status = entry.status
+        new_ref = provider_ref or entry.provider_ref
+        RefundEntryEvent.objects.create(entry=entry, from_status=from_status, to_status=status,
+                                        provider_ref=new_ref, reason=reason, source=source, event_ref=event_ref)
+        now = timezone.now()
+        updated = RefundEntry.objects.all()._status_compare_and_set(
+            pk=entry.pk, from_status=from_status, status=status, provider_ref=new_ref, status_changed_at=now
+        )
+        if updated != 1:  # unreachable while every writer holds the order lock; refuse rather than guess
+            raise EntryStatusConflict(f"Refund #{entry.pk} changed while its outcome was recorded.")
+        entry.refresh_from_db()
+        if from_status != status:
+            refund_entry_status_changed.send(sender=RefundEntry, entry=entry, from_status=from_status,
+                                             to_status=status, reason=reason)
+        return entry
+
+
+def ledger_refund_record_external(*, order: Order, amount: Decimal, currency: str, gateway: str, provider_ref: str,
+                                  reason: str = "", event_ref: str = "") -> RefundEntry | None:
+    """A refund made at the provider outside the product (by hand in the dashboard) is a fact:
+    the money left. Record it as an `external` entry that counts and is flagged for review.
+    Idempotent on the provider's refund id. Returns None when the ledger cannot hold it (above
+    what is refundable while other refunds are pending, or not representable): the caller keeps
+    a reconciliation finding instead."""
+    key = f"{gateway}:{provider_ref}"
+    with transaction.atomic():
+        locked = Order.objects.select_for_update().get(pk=order.pk)
+        existing = RefundEntry.objects.filter(idempotency_key=key).first()
+        if existing is not None:
+            return existing
+        try:
+            amount = money(amount)
+            amount_check_representable(amount, currency)
+            _check_refund(locked, amount, currency, None, [])
+        except InvalidInput as exc:
+            logger.warning("external refund %s on order %s not recorded: %s", provider_ref, locked.pk, exc.message)
+            return None
+        entry = RefundEntry.objects.create(
+            tenant_id=locked.tenant_id, order=locked, amount=amount, currency=currency, destination=None,
+            destination_kind="original", idempotency_key=key,
+            request_hash=canonical_hash({"external": key, "amount": str(amount), "currency": currency}),
+            source=RefundEntry.Source.EXTERNAL, reason=reason or "Refund made at the provider outside the product.",
+            gateway=gateway, status=RefundStatus.EXTERNAL, status_changed_at=timezone.now(), provider_ref=provider_ref,
+            needs_review=True,
+        )
+        RefundEntryEvent.objects.create(entry=entry, from_status="", to_status=RefundStatus.EXTERNAL,
+                                        provider_ref=provider_ref, reason=entry.reason,
+                                        source=RefundEntryEvent.Source.WEBHOOK if event_ref else
+                                        RefundEntryEvent.Source.RECONCILIATION, event_ref=event_ref)
+        return entry
 
 
 def currency_check(currency: str) -> str:

@@ -1,19 +1,35 @@
 """The system of record, one module per concept: tenancy (tenants, memberships, API tokens),
-orders (customers, payment methods, orders, payments) and refunds (the append-only ledger).
+orders (customers, payment methods, orders, payments), refunds (the append-only ledger and
+its status events) and payments (webhook events and reconciliation findings).
 Every name is re-exported here, so `from ledger.models import X` is the one import path."""
 
 from .orders import MONEY, Customer, Order, OrderItem, OrderQuerySet, Payment, PaymentMethod
+from .payments import ReconciliationFinding, ReconciliationFindingQuerySet, ReconciliationRun, WebhookEvent
 from .refunds import (
+    COUNTING_STATUSES,
+    STATUS_TRANSITIONS,
     AppendOnlyModel,
     AppendOnlyQuerySet,
     LedgerImmutable,
     RefundEntry,
+    RefundEntryEvent,
     RefundEntryItem,
+    RefundEntryQuerySet,
     RefundRevision,
+    RefundStatus,
 )
 from .tenancy import ApiToken, Membership, Tenant, TenantQuerySet
 
 __all__ = [
+    "COUNTING_STATUSES",
+    "STATUS_TRANSITIONS",
+    "RefundEntryEvent",
+    "RefundEntryQuerySet",
+    "RefundStatus",
+    "ReconciliationFinding",
+    "ReconciliationFindingQuerySet",
+    "ReconciliationRun",
+    "WebhookEvent",
     "MONEY",
     "ApiToken",
     "AppendOnlyModel",

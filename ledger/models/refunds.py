@@ -41,17 +41,59 @@ class AppendOnlyModel(models.Model):
         raise LedgerImmutable("Ledger history is append-only: nothing is ever deleted.")
 
 
+class RefundStatus(models.TextChoices):
+    PENDING = "pending", "Pending at the provider"
+    SUCCEEDED = "succeeded", "Succeeded"
+    FAILED = "failed", "Failed"
+    CANCELED = "canceled", "Canceled"
+    EXTERNAL = "external", "Made at the provider outside the product"
+
+
+# What still counts against the order's refundable amount (money out, or possibly out).
+COUNTING_STATUSES = (RefundStatus.PENDING, RefundStatus.SUCCEEDED, RefundStatus.EXTERNAL)
+# The only moves a status may make (the same table is in the trigger of migration 0003).
+# A refund the provider reported succeeded may still fail later (e.g. the card was closed).
+STATUS_TRANSITIONS = {
+    RefundStatus.PENDING: {RefundStatus.SUCCEEDED, RefundStatus.FAILED, RefundStatus.CANCELED},
+    RefundStatus.SUCCEEDED: {RefundStatus.FAILED},
+    RefundStatus.EXTERNAL: {RefundStatus.FAILED, RefundStatus.CANCELED},
+    RefundStatus.FAILED: set(),
+    RefundStatus.CANCELED: set(),
+}
+
+
+class RefundEntryQuerySet(AppendOnlyQuerySet):
+    def counting(self):
+        return self.filter(status__in=COUNTING_STATUSES)
+
+    def _status_compare_and_set(self, *, pk, from_status, **values) -> int:
+        """The one UPDATE the ledger allows (status, provider_ref, status_changed_at), used only by
+        `ledger.services.ledger_refund_record_outcome` after it appended the status event."""
+        return models.QuerySet.update(self.filter(pk=pk, status=from_status), **values)
+
+
 class RefundEntry(AppendOnlyModel):
-    """One refund, written only by `ledger.services.ledger_refund_issue`.
+    """One refund, written only by `ledger.services.ledger_refund_issue` (and, for refunds made
+    at the provider outside the product, `ledger.services.ledger_refund_record_external`).
 
     `amount` is the amount as issued; a correction appends a RefundRevision and the entry's
-    effective amount is the newest revision's `new_amount`.
+    effective amount is the newest revision's `new_amount`. `status` is the newest
+    RefundEntryEvent's `to_status`: the events are the history, the column is their index
+    (PostgreSQL refuses a status that is not the newest event's, migration 0003).
     """
+
+    Status = RefundStatus
 
     class Source(models.TextChoices):
         APPROVAL = "approval", "Approved refund"
         IMPORT = "import", "Imported from the shop"
         MANUAL = "manual", "Manual (operator)"
+        EXTERNAL = "external", "Made at the provider outside the product"
+
+    class Gateway(models.TextChoices):
+        MANUAL = "manual", "Paid out by hand"
+        STRIPE = "stripe", "Stripe"
+        STORE_CREDIT = "store_credit", "Store credit (gift card)"
 
     id = models.BigAutoField(primary_key=True)
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="refund_entries")
@@ -73,14 +115,41 @@ class RefundEntry(AppendOnlyModel):
     reason = models.TextField(blank=True)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
+    # Database defaults too: a row written by hand in SQL is a refund paid by hand (it counts).
+    status = models.CharField(
+        max_length=20, choices=RefundStatus.choices, default=RefundStatus.SUCCEEDED, db_default=RefundStatus.SUCCEEDED
+    )
+    status_changed_at = models.DateTimeField(null=True, blank=True)
+    gateway = models.CharField(max_length=20, choices=Gateway.choices, default=Gateway.MANUAL, db_default=Gateway.MANUAL)
+    provider_ref = models.CharField(
+        max_length=100, blank=True, default="", db_default="", help_text="The provider's refund id (re_…)."
+    )
+    needs_review = models.BooleanField(
+        default=False, db_default=False,
+        help_text="Made outside the product: finance reviews it (see its reconciliation finding).",
+    )
+
+    objects = RefundEntryQuerySet.as_manager()
 
     class Meta:
         ordering = ["id"]
         verbose_name_plural = "refund entries"
-        constraints = [models.CheckConstraint(condition=Q(amount__gt=0), name="refund_entry_amount_positive")]
+        constraints = [
+            models.CheckConstraint(condition=Q(amount__gt=0), name="refund_entry_amount_positive"),
+            models.UniqueConstraint(
+                fields=["gateway", "provider_ref"], condition=~Q(provider_ref=""), name="refund_entry_provider_ref_once"
+            ),
+        ]
+        indexes = [
+            models.Index(fields=["status"], condition=Q(status="pending"), name="refund_entry_pending"),
+        ]
 
     def __str__(self):
         return f"refund #{self.pk} {self.amount} {self.currency} on {self.order_id}"
+
+    @property
+    def counts(self) -> bool:
+        return self.status in COUNTING_STATUSES
 
 
 class RefundEntryItem(AppendOnlyModel):
@@ -115,3 +184,29 @@ class RefundRevision(AppendOnlyModel):
             models.CheckConstraint(condition=Q(new_amount__gte=0), name="refund_revision_new_amount_not_negative"),
             models.CheckConstraint(condition=~Q(reason=""), name="refund_revision_reason_required"),
         ]
+
+
+class RefundEntryEvent(AppendOnlyModel):
+    """One change of a refund entry's status, appended; never updated or deleted."""
+
+    class Source(models.TextChoices):
+        ISSUE = "issue", "Written by the ledger"
+        GATEWAY = "gateway", "The provider's answer"
+        WEBHOOK = "webhook", "Provider webhook"
+        RECONCILIATION = "reconciliation", "Reconciliation"
+        MIGRATION = "migration", "Existing entry (migration)"
+
+    entry = models.ForeignKey(RefundEntry, on_delete=models.PROTECT, related_name="events")
+    from_status = models.CharField(max_length=20, choices=RefundStatus.choices, blank=True)
+    to_status = models.CharField(max_length=20, choices=RefundStatus.choices)
+    provider_ref = models.CharField(max_length=100, blank=True)
+    reason = models.TextField(blank=True, help_text="The provider's reason (e.g. a decline code), or why.")
+    source = models.CharField(max_length=20, choices=Source.choices)
+    event_ref = models.CharField(max_length=100, blank=True, help_text="The webhook event id, when from a webhook.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["entry", "id"]
+
+    def __str__(self):
+        return f"#{self.entry_id} {self.from_status or '∅'} → {self.to_status}"

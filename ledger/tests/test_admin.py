@@ -6,7 +6,17 @@ from django.contrib import admin
 from django.test import Client, RequestFactory
 
 from ledger.admin import TenantScopedAdminMixin
-from ledger.models import ApiToken, Order, Payment, RefundEntry, RefundEntryItem, RefundRevision
+from ledger.models import (
+    ApiToken,
+    Order,
+    Payment,
+    ReconciliationFinding,
+    ReconciliationRun,
+    RefundEntry,
+    RefundEntryItem,
+    RefundRevision,
+    WebhookEvent,
+)
 from ledger.services import ledger_refund_correct, ledger_refund_issue
 from ledger.tenancy import api_token_create
 
@@ -22,6 +32,12 @@ def history(demo):
         )
         ledger_refund_correct(entry=entry, new_amount="15.00", reason="fee")
         entries.append(entry)
+        # Payments rows of each tenant: a processed webhook, a reconciliation run and its finding.
+        WebhookEvent.objects.create(event_id=f"evt_{order_id}", type="refund.updated", payload={"id": f"evt_{order_id}"},
+                                    tenant=order.tenant)
+        run = ReconciliationRun.objects.create(tenant=order.tenant, gateway="stripe", since=order.placed_at)
+        ReconciliationFinding.objects.create(run=run, tenant=order.tenant, kind="missing_at_provider", entry=entry,
+                                             detail=f"{order_id} not at the provider")
     return entries
 
 
@@ -148,3 +164,19 @@ def test_every_ledger_admin_page_renders(model, history, user):
 
     # then every page renders
     assert (listing.status_code, searched.status_code, page.status_code) == (200, 200, 200)
+
+
+def test_finance_resolves_a_finding_in_the_admin_and_nothing_else_changes(history, user):
+    # given an unresolved finding of acme and a staff member of acme
+    finding = ReconciliationFinding.objects.get(tenant__slug="acme")
+    staff = user("ops")
+    client = Client()
+    client.force_login(staff)
+    # when they try to edit it, and then use the resolve action
+    client.post(f"/admin/ledger/reconciliationfinding/{finding.pk}/change/", {"kind": "amount_differs"})
+    client.post("/admin/ledger/reconciliationfinding/", {"action": "resolve", "_selected_action": [finding.pk]})
+    # then only the resolution was recorded, with who and when
+    finding.refresh_from_db()
+    assert finding.kind == "missing_at_provider"
+    assert finding.resolved_at is not None and finding.resolved_by == staff
+    assert not admin.site._registry[ReconciliationFinding].has_delete_permission(None, finding)

@@ -233,3 +233,20 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": os.getenv("LOG_LEVEL", "WARNING")},
 }
+
+# --- Payments (ledger gateways, issue 9; see docs/payments.md) -----------------------------
+# Kept together at the end so the settings move (refundagent/config/settings.py) can lift it whole.
+PAYMENT_GATEWAY = os.getenv("PAYMENT_GATEWAY", "manual").strip().lower()
+if PAYMENT_GATEWAY not in {"manual", "stripe"}:
+    raise ImproperlyConfigured(f"PAYMENT_GATEWAY must be 'manual' or 'stripe', got {PAYMENT_GATEWAY!r}")
+STRIPE_API_KEY = os.getenv("STRIPE_API_KEY", "")
+if PAYMENT_GATEWAY == "stripe" and not STRIPE_API_KEY:
+    raise ImproperlyConfigured("STRIPE_API_KEY must be set when PAYMENT_GATEWAY=stripe")
+STRIPE_API_BASE = os.getenv("STRIPE_API_BASE", "")  # blank: Stripe's own (https://api.stripe.com)
+STRIPE_WEBHOOK_SECRET = os.getenv("STRIPE_WEBHOOK_SECRET", "")
+STRIPE_MAX_NETWORK_RETRIES = envint("STRIPE_MAX_NETWORK_RETRIES", "2")
+STRIPE_TIMEOUT_SECONDS = envint("STRIPE_TIMEOUT_SECONDS", "30")
+if STRIPE_MAX_NETWORK_RETRIES < 0 or STRIPE_TIMEOUT_SECONDS <= 0:
+    raise ImproperlyConfigured("STRIPE_MAX_NETWORK_RETRIES must be >= 0 and STRIPE_TIMEOUT_SECONDS > 0")
+# Daily reconciliation looks this far back (overlapping days, so a late refund is not missed).
+RECONCILE_LOOKBACK_DAYS = envint("RECONCILE_LOOKBACK_DAYS", "3")

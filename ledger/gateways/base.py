@@ -1,0 +1,66 @@
+"""What every payment gateway offers the ledger. The ledger talks to providers only through this."""
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+
+
+@dataclass(frozen=True)
+class RefundRequest:
+    payment_ref: str  # pi_… or ch_…
+    amount: Decimal
+    currency: str
+    idempotency_key: str
+    metadata: dict[str, str]
+    account: str = ""  # a connected account; blank: the platform's own
+
+
+@dataclass(frozen=True)
+class ProviderRefund:
+    """A refund as the provider knows it. `status` is already a ledger status
+    (pending / succeeded / failed / canceled)."""
+
+    provider_ref: str
+    status: str
+    amount: Decimal
+    currency: str
+    payment_ref: str = ""  # the PaymentIntent, else the Charge
+    charge: str = ""
+    reason: str = ""
+    metadata: dict[str, str] = field(default_factory=dict)
+    created: datetime | None = None
+    account: str = ""
+
+    @property
+    def payment_refs(self) -> list[str]:
+        return [ref for ref in (self.payment_ref, self.charge) if ref]
+
+
+class PaymentGateway:
+    """A provider that executes refunds. Implementations raise
+    `ledger.exceptions.PaymentProviderUnavailable` for anything transient, and return a
+    ProviderRefund with status `failed` (and the provider's reason) for a refusal."""
+
+    name: str = ""
+    # Past this age the provider may have forgotten an idempotency key: look the refund up first.
+    idempotency_window_seconds: int | None = None
+    # Whether refunds are executed by a provider at all (False: paid by hand, nothing to compare).
+    executes_refunds: bool = False
+
+    def refund_create(self, request: RefundRequest) -> ProviderRefund:
+        raise NotImplementedError
+
+    def refund_get(self, *, provider_ref: str, account: str = "") -> ProviderRefund | None:
+        """The provider's record of one refund, or None if it has none."""
+        raise NotImplementedError
+
+    def refund_find(self, *, payment_ref: str, metadata_key: str, metadata_value: str, account: str = "") -> ProviderRefund | None:
+        """The refund on that payment whose metadata[key] is value, or None."""
+        raise NotImplementedError
+
+    def refunds_for_payment(self, *, payment_ref: str, account: str = "") -> list[ProviderRefund]:
+        raise NotImplementedError
+
+    def refunds_list(self, *, since: datetime, account: str = ""):
+        """Every refund created since `since` (an iterator; pages are followed)."""
+        raise NotImplementedError

@@ -1,0 +1,99 @@
+"""Paying a refund out at the provider: the second half of moving money.
+
+`ledger_refund_issue` wrote the entry `pending` under the order lock (so it already counts);
+`ledger_refund_payout` then calls the gateway with no transaction open and no row locked (the
+call may take seconds; a lock held across it would stall every refund of the order) and records
+the answer with `ledger_refund_record_outcome`. A process that dies between the provider's
+answer and our record is safe: the retry sends the same Idempotency-Key (the entry's, which is
+the approval's) and gets the same refund back; past the provider's idempotency window the
+refund is first looked up by its metadata, so a late retry never pays twice.
+"""
+
+import logging
+from datetime import timedelta
+
+from django.utils import timezone
+
+from .gateways import ProviderRefund, RefundRequest, gateway_for
+from .models import Payment, RefundEntry, RefundEntryEvent, RefundStatus
+from .services import ledger_refund_record_outcome
+
+logger = logging.getLogger(__name__)
+
+PROVIDER_PREFIXES = ("pi_", "ch_", "py_")
+
+
+def refund_entry_payment_ref(*, entry: RefundEntry) -> str:
+    """The provider payment the refund goes back to: the order's payment made with the entry's
+    destination method if there is one, else the order's first payment with a provider reference."""
+    payments = [p for p in Payment.objects.filter(order_id=entry.order_id).order_by("id")
+                if p.payment_ref.startswith(PROVIDER_PREFIXES)]
+    for payment in payments:
+        if entry.destination_id and payment.payment_method_id == entry.destination_id:
+            return payment.payment_ref
+    return payments[0].payment_ref if payments else ""
+
+
+def refund_entry_metadata(*, entry: RefundEntry, extra: dict | None = None) -> dict[str, str]:
+    """What the provider's refund carries, to find it again and to tell whose it is. Must be the
+    same on every attempt (the provider compares a retried request's parameters)."""
+    metadata = {"ledger_entry": str(entry.pk), "approval": entry.approval_ref, "tenant": entry.tenant.slug}
+    metadata.update({str(k): str(v) for k, v in (extra or {}).items()})
+    return metadata
+
+
+def ledger_refund_payout(*, entry_id: int, metadata: dict | None = None) -> RefundEntry:
+    """Execute a pending refund at its gateway, exactly once; returns the entry as recorded.
+
+    Call it with no transaction open (never under a row lock). An entry that is not pending
+    (already paid, failed, store credit, manual) is returned unchanged: calling again is safe.
+    `metadata` adds to what the refund carries (e.g. {"ticket": "42"}); pass the same each time.
+
+    Raises `ledger.exceptions.PaymentProviderUnavailable` (transient: the entry stays pending;
+    retry later, the same key makes the same refund). A refusal (card declined, charge already
+    refunded) is not raised: the entry is recorded `failed` with the provider's reason and
+    `refund_entry_status_changed` is sent.
+    """
+    entry = RefundEntry.objects.select_related("tenant").get(pk=entry_id)
+    if entry.status != RefundStatus.PENDING:
+        return entry
+    gateway = gateway_for(entry.gateway)
+    payment_ref = refund_entry_payment_ref(entry=entry)
+    if gateway.executes_refunds and not payment_ref:
+        return ledger_refund_record_outcome(
+            entry_id=entry.pk, status=RefundStatus.FAILED, source=RefundEntryEvent.Source.GATEWAY,
+            reason="no_payment_ref: the order has no provider payment (pi_… or ch_…) to refund.",
+        )
+    request = RefundRequest(
+        payment_ref=payment_ref, amount=entry.amount, currency=entry.currency, idempotency_key=entry.idempotency_key,
+        metadata=refund_entry_metadata(entry=entry, extra=metadata), account=entry.tenant.stripe_account,
+    )
+    result = None
+    window = gateway.idempotency_window_seconds
+    if window is not None and timezone.now() - entry.created_at > timedelta(seconds=window):
+        # The provider may have forgotten our key: a refund made by an earlier attempt is only
+        # found by its metadata.
+        result = gateway.refund_find(payment_ref=payment_ref, metadata_key="ledger_entry",
+                                     metadata_value=str(entry.pk), account=request.account)
+    if result is None:
+        result = gateway.refund_create(request)
+    logger.info("refund #%s at %s: %s %s", entry.pk, gateway.name, result.status, result.provider_ref)
+    return ledger_refund_record_outcome(entry_id=entry.pk, status=result.status, provider_ref=result.provider_ref,
+                                        reason=result.reason, source=RefundEntryEvent.Source.GATEWAY)
+
+
+def refund_entry_provider_record(*, entry_id: int) -> ProviderRefund | None:
+    """The provider's own record of an entry's refund (for the evaluator to compare with the
+    ledger), or None: not paid through a provider (manual, store credit), or not known there.
+    Raises PaymentProviderUnavailable when the provider cannot be asked."""
+    entry = RefundEntry.objects.select_related("tenant").get(pk=entry_id)
+    gateway = gateway_for(entry.gateway)
+    if not gateway.executes_refunds or not entry.provider_ref:
+        return None
+    return gateway.refund_get(provider_ref=entry.provider_ref, account=entry.tenant.stripe_account)
+
+
+def refund_entries_pending(*, older_than: timedelta = timedelta(0)):
+    """Pending entries written more than `older_than` ago: what a sweeper re-pays."""
+    return RefundEntry.objects.filter(status=RefundStatus.PENDING,
+                                      created_at__lte=timezone.now() - older_than).order_by("id")

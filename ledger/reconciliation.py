@@ -1,0 +1,214 @@
+"""The ledger and the provider, compared.
+
+`provider_refund_reconcile` applies one refund as the provider reports it (from a webhook or a
+listing) to the ledger: a known refund's status is recorded by compare-and-set (an old event
+arriving late changes nothing); a refund the ledger does not know, made by hand in the
+provider's dashboard, is a fact — it becomes an `external` entry that counts against the order,
+flagged for review, with a `missing_in_ledger` finding.
+
+`payments_reconcile` lists the provider's refunds of a period and stores a finding for every
+difference left: missing in the ledger, missing at the provider, amount differs, status differs.
+"""
+
+import logging
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from .gateways import ProviderRefund, gateway_get
+from .models import (
+    COUNTING_STATUSES,
+    Payment,
+    ReconciliationFinding,
+    ReconciliationRun,
+    RefundEntry,
+    RefundEntryEvent,
+    RefundStatus,
+    Tenant,
+)
+from .money import to_minor_units
+from .selectors import refund_entries_with_effective_amount
+from .services import ledger_refund_record_external, ledger_refund_record_outcome
+
+logger = logging.getLogger(__name__)
+
+Kind = ReconciliationFinding.Kind
+# A pending entry this young may still be on its way to the provider: not "missing" yet.
+IN_FLIGHT_GRACE = timedelta(minutes=15)
+# Which provider statuses agree with each ledger status.
+AGREES = {
+    RefundStatus.PENDING: {"pending"},
+    RefundStatus.SUCCEEDED: {"succeeded"},
+    RefundStatus.FAILED: {"failed"},
+    RefundStatus.CANCELED: {"canceled"},
+    RefundStatus.EXTERNAL: {"pending", "succeeded"},
+}
+
+
+def reconciliation_finding_record(*, kind: str, tenant: Tenant | None, run: ReconciliationRun | None = None,
+                                  entry: RefundEntry | None = None, provider_ref: str = "", **fields) -> ReconciliationFinding:
+    """Store a finding once: an unresolved finding of the same kind about the same refund is reused."""
+    existing = ReconciliationFinding.objects.unresolved().filter(kind=kind, entry=entry, provider_ref=provider_ref).first()
+    if existing is not None:
+        return existing
+    return ReconciliationFinding.objects.create(kind=kind, tenant=tenant, run=run, entry=entry,
+                                                provider_ref=provider_ref, **fields)
+
+
+def reconciliation_findings_resolve(*, queryset, user, note: str = "") -> int:
+    """Finance marks findings resolved (who and when are kept); returns how many changed."""
+    return queryset.filter(resolved_at__isnull=True).update(resolved_at=timezone.now(), resolved_by=user,
+                                                            resolution_note=note)
+
+
+def _entry_for(refund: ProviderRefund, gateway: str) -> RefundEntry | None:
+    entry = RefundEntry.objects.select_related("tenant").filter(gateway=gateway, provider_ref=refund.provider_ref).first()
+    if entry is not None or not refund.metadata.get("ledger_entry", "").isdigit():
+        return entry
+    # Our refund whose answer we never recorded (the response was lost): its metadata names the
+    # entry. Only an entry of the same shop, on the same account, still without a provider id.
+    entry = RefundEntry.objects.select_related("tenant").filter(
+        pk=int(refund.metadata["ledger_entry"]), gateway=gateway, provider_ref=""
+    ).first()
+    if entry is None or entry.tenant.slug != refund.metadata.get("tenant") or entry.tenant.stripe_account != refund.account:
+        return None
+    return entry
+
+
+def _payment_for(refund: ProviderRefund) -> Payment | None:
+    return (
+        Payment.objects.select_related("order", "order__tenant")
+        .filter(payment_ref__in=refund.payment_refs, order__tenant__stripe_account=refund.account)
+        .order_by("id")
+        .first()
+    ) if refund.payment_refs else None
+
+
+def provider_refund_reconcile(*, refund: ProviderRefund, gateway: str = "stripe", source: str = RefundEntryEvent.Source.WEBHOOK,
+                              event_ref: str = "", run: ReconciliationRun | None = None) -> tuple[RefundEntry | None, str]:
+    """Apply one provider refund to the ledger. Returns (the entry, what happened)."""
+    entry = _entry_for(refund, gateway)
+    if entry is not None:
+        if refund.status == entry.status or entry.status == RefundStatus.EXTERNAL and refund.status in AGREES[entry.status]:
+            if not entry.provider_ref:
+                entry = ledger_refund_record_outcome(entry_id=entry.pk, status=entry.status, source=source,
+                                                     provider_ref=refund.provider_ref, event_ref=event_ref)
+            return entry, "unchanged"
+        before = entry.status
+        entry = ledger_refund_record_outcome(entry_id=entry.pk, status=refund.status, provider_ref=refund.provider_ref,
+                                             reason=refund.reason, source=source, event_ref=event_ref)
+        return entry, "updated" if entry.status != before else "kept"
+    if refund.status in (RefundStatus.FAILED, RefundStatus.CANCELED):
+        return None, "ignored"  # an unknown refund that moved no money
+    payment = _payment_for(refund)
+    entry = None
+    if payment is not None:
+        entry = ledger_refund_record_external(order=payment.order, amount=refund.amount, currency=refund.currency,
+                                              gateway=gateway, provider_ref=refund.provider_ref, event_ref=event_ref)
+    detail = ("A refund made at the provider outside the product" + (
+        f": recorded as external entry #{entry.pk}, flagged for review." if entry is not None else
+        "; it could not be recorded (no order with that payment, or above what is refundable while refunds are pending)."))
+    reconciliation_finding_record(
+        kind=Kind.MISSING_IN_LEDGER, tenant=payment.order.tenant if payment else None, run=run, entry=entry,
+        provider_ref=refund.provider_ref, provider_amount=refund.amount, currency=refund.currency,
+        provider_status=refund.status, ledger_status=entry.status if entry else "", detail=detail,
+    )
+    return entry, "external" if entry is not None else "unrecorded"
+
+
+def _accounts(tenant: Tenant | None) -> dict[str, list[Tenant]]:
+    """The provider accounts to list, each with the shops it holds ("" is the platform's own)."""
+    tenants = [tenant] if tenant is not None else list(Tenant.objects.order_by("id"))
+    accounts: dict[str, list[Tenant]] = {}
+    for t in tenants:
+        accounts.setdefault(t.stripe_account, []).append(t)
+    return accounts
+
+
+def payments_reconcile(*, tenant: Tenant | None = None, since: datetime | None = None) -> ReconciliationRun:
+    """Compare the provider's refunds created since `since` with the ledger; store the differences.
+
+    The provider is listed first, with no transaction open (it may page for a while); then each
+    refund is applied and compared. Raises `PaymentProviderUnavailable` when the provider cannot
+    be listed (nothing is half-written: a run is only stored once the listing is complete)."""
+    since = since or timezone.now() - timedelta(days=settings.RECONCILE_LOOKBACK_DAYS)
+    gateway = gateway_get()
+    if not gateway.executes_refunds:
+        return ReconciliationRun.objects.create(
+            tenant=tenant, gateway=gateway.name, since=since, finished_at=timezone.now(),
+            note=f"The {gateway.name} gateway pays refunds by hand: there is no provider record to compare.",
+        )
+    accounts = _accounts(tenant)
+    listed = [(account, refund) for account in accounts for refund in gateway.refunds_list(since=since, account=account)]
+    with transaction.atomic():
+        run = ReconciliationRun.objects.create(tenant=tenant, gateway=gateway.name, since=since)
+        findings: set[int] = set()
+        seen_refs: set[str] = set()
+        for account, refund in listed:
+            entry, outcome = None, ""
+            in_scope = {t.pk for t in accounts[account]}
+            owner = _entry_for(refund, gateway.name) or _payment_for(refund)
+            owner_tenant = owner.tenant_id if isinstance(owner, RefundEntry) else owner.order.tenant_id if owner else None
+            if tenant is not None and owner_tenant not in in_scope:
+                continue  # another shop's refund on the shared platform account
+            seen_refs.add(refund.provider_ref)
+            entry, outcome = provider_refund_reconcile(refund=refund, gateway=gateway.name, run=run,
+                                                       source=RefundEntryEvent.Source.RECONCILIATION)
+            if outcome in ("external", "unrecorded"):
+                findings.add(ReconciliationFinding.objects.unresolved().filter(
+                    kind=Kind.MISSING_IN_LEDGER, provider_ref=refund.provider_ref).values_list("pk", flat=True).first())
+                continue
+            if entry is None:
+                continue
+            findings.update(_compare(entry=entry, refund=refund, run=run))
+        findings.update(_missing_at_provider(run=run, tenants=[t for ts in accounts.values() for t in ts],
+                                             since=since, seen_refs=seen_refs, gateway=gateway.name))
+        findings.discard(None)
+        run.provider_refunds = len(seen_refs)
+        run.ledger_entries = RefundEntry.objects.filter(
+            gateway=gateway.name, created_at__gte=since, tenant__in=[t for ts in accounts.values() for t in ts]
+        ).count()
+        run.findings_count = len(findings)
+        run.finished_at = timezone.now()
+        run.save()
+    return run
+
+
+def _compare(*, entry: RefundEntry, refund: ProviderRefund, run: ReconciliationRun) -> set[int]:
+    found = set()
+    effective = refund_entries_with_effective_amount(RefundEntry.objects.filter(pk=entry.pk)).get().effective_amount
+    common = {"tenant": entry.tenant, "run": run, "entry": entry, "provider_ref": refund.provider_ref,
+              "ledger_amount": effective, "provider_amount": refund.amount, "currency": entry.currency,
+              "ledger_status": entry.status, "provider_status": refund.status}
+    if (refund.currency != entry.currency
+            or to_minor_units(effective, entry.currency) != to_minor_units(refund.amount, refund.currency)):
+        found.add(reconciliation_finding_record(
+            kind=Kind.AMOUNT_DIFFERS, detail=f"Ledger {effective} {entry.currency}, provider {refund.amount} "
+                                             f"{refund.currency}.", **common).pk)
+    if refund.status not in AGREES[RefundStatus(entry.status)]:
+        found.add(reconciliation_finding_record(
+            kind=Kind.STATUS_DIFFERS, detail=f"Ledger {entry.status}, provider {refund.status} (a move the ledger "
+                                             "does not make by itself).", **common).pk)
+    return found
+
+
+def _missing_at_provider(*, run, tenants, since, seen_refs, gateway) -> set[int]:
+    """Entries that should be at the provider (paid through it, still counting) but are not."""
+    found = set()
+    entries = refund_entries_with_effective_amount(
+        RefundEntry.objects.select_related("tenant").filter(
+            gateway=gateway, status__in=COUNTING_STATUSES, tenant__in=tenants, created_at__gte=since,
+            created_at__lte=timezone.now() - IN_FLIGHT_GRACE,
+        )
+    )
+    for entry in entries:
+        if entry.provider_ref and entry.provider_ref in seen_refs:
+            continue
+        found.add(reconciliation_finding_record(
+            kind=Kind.MISSING_AT_PROVIDER, tenant=entry.tenant, run=run, entry=entry, provider_ref=entry.provider_ref,
+            ledger_amount=entry.effective_amount, currency=entry.currency, ledger_status=entry.status,
+            detail="The ledger counts this refund, but the provider lists no such refund for the period.",
+        ).pk)
+    return found

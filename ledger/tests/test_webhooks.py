@@ -1,0 +1,143 @@
+"""POST /webhooks/stripe: signature checked by the SDK, each event once, any order, external refunds recorded."""
+
+import json
+from decimal import Decimal
+
+import pytest
+from django.test import Client
+
+from ledger.exceptions import PaymentProviderUnavailable
+from ledger.models import ReconciliationFinding, RefundEntry, RefundEntryEvent, WebhookEvent
+from ledger.payouts import ledger_refund_payout
+from ledger.selectors import order_refund_position
+from ledger.services import ledger_refund_issue
+from ledger.tests.fake_stripe import sign_webhook
+
+SECRET = "whsec_test_secret"
+counter = iter(range(1, 1_000_000))
+
+
+def event(type_, obj, event_id=None):
+    return {"id": event_id or f"evt_{next(counter)}", "object": "event", "type": type_, "data": {"object": obj},
+            "api_version": "2025-01-01", "created": 1_700_000_000}
+
+
+def post(payload, secret=SECRET, signature=None):
+    body = json.dumps(payload).encode()
+    headers = {} if signature == "" else {"HTTP_STRIPE_SIGNATURE": signature or sign_webhook(body, secret)}
+    return Client().post("/webhooks/stripe", data=body, content_type="application/json", **headers)
+
+
+@pytest.fixture
+def deliver(django_capture_on_commit_callbacks):
+    """Post an event and run what its commit enqueues (the processing task, eagerly)."""
+    def send(payload, **kwargs):
+        with django_capture_on_commit_callbacks(execute=True):
+            return post(payload, **kwargs)
+    return send
+
+
+@pytest.mark.parametrize("signature", ["", "t=1,v1=deadbeef", None])
+def test_a_bad_or_missing_signature_answers_400_and_writes_nothing(fake_stripe, make_order, deliver, signature):
+    order = make_order("100.00", payment_ref="pi_sig")
+    refund = fake_stripe.add_refund(payment_intent="pi_sig", amount=1000)
+    payload = event("refund.created", fake_stripe.public(refund))
+    kwargs = {"secret": "whsec_someone_else"} if signature is None else {"signature": signature}
+    response = deliver(payload, **kwargs)
+    assert response.status_code == 400
+    assert not WebhookEvent.objects.exists() and not RefundEntry.objects.filter(order=order).exists()
+
+
+def test_a_refund_made_by_hand_becomes_an_external_entry_and_a_finding(fake_stripe, make_order, deliver, tenant):
+    # given an order, and a 40.00 refund someone made by hand in the Stripe dashboard
+    order = make_order("100.00", payment_ref="pi_hand")
+    refund = fake_stripe.add_refund(payment_intent="pi_hand", amount=4000)
+    # when Stripe tells us
+    response = deliver(event("refund.created", fake_stripe.public(refund)))
+    # then the ledger holds it as external, counting, flagged for review
+    assert response.status_code == 200
+    entry = RefundEntry.objects.get(order=order)
+    assert (entry.status, entry.amount, entry.provider_ref, entry.needs_review, entry.source) == (
+        "external", Decimal("40.00"), refund["id"], True, "external")
+    assert order_refund_position(order).refundable == Decimal("60.00")
+    # and finance has a finding to review
+    finding = ReconciliationFinding.objects.get()
+    assert (finding.kind, finding.entry, finding.tenant, finding.resolved_at) == ("missing_in_ledger", entry, tenant, None)
+    assert WebhookEvent.objects.get().processed_at is not None
+
+
+def test_a_replayed_event_is_a_no_op(fake_stripe, make_order, deliver):
+    order = make_order("100.00", payment_ref="pi_replay")
+    refund = fake_stripe.add_refund(payment_intent="pi_replay", amount=1500)
+    payload = event("refund.created", fake_stripe.public(refund))
+    assert deliver(payload).json() == {"received": True, "duplicate": False}
+    # when the same event arrives again
+    response = deliver(payload)
+    # then it answers 200 and nothing more is written
+    assert response.status_code == 200 and response.json()["duplicate"] is True
+    assert WebhookEvent.objects.count() == 1
+    assert RefundEntry.objects.filter(order=order).count() == 1
+    assert RefundEntryEvent.objects.filter(entry__order=order).count() == 1
+    assert ReconciliationFinding.objects.count() == 1
+
+
+def test_events_out_of_order_never_move_an_entry_back(fake_stripe, make_order, deliver, settings):
+    # given our refund was made at Stripe but its answer was lost: the entry is pending, no provider id
+    settings.STRIPE_MAX_NETWORK_RETRIES = 0
+    order = make_order("100.00", payment_ref="pi_order")
+    entry = ledger_refund_issue(order=order, amount="30.00", currency="USD", idempotency_key="k-order",
+                                source="approval", approval_ref="5")
+    fake_stripe.fail_next("drop")
+    with pytest.raises(PaymentProviderUnavailable):
+        ledger_refund_payout(entry_id=entry.pk)
+    [refund] = fake_stripe.refunds.values()
+    succeeded = fake_stripe.public(refund)
+    pending = dict(succeeded, status="pending")
+    # when refund.updated (succeeded) arrives before refund.created (pending)
+    deliver(event("refund.updated", succeeded))
+    deliver(event("refund.created", pending))
+    # then the entry is succeeded, found by its metadata, and the late event changed nothing
+    entry.refresh_from_db()
+    assert (entry.status, entry.provider_ref) == ("succeeded", refund["id"])
+    assert [(e.from_status, e.to_status, e.source) for e in entry.events.all()] == [
+        ("", "pending", "issue"), ("pending", "succeeded", "webhook")]
+    assert not ReconciliationFinding.objects.exists()
+    # and a later failure at Stripe is recorded: the amount is refundable again
+    deliver(event("refund.failed", dict(succeeded, status="failed", failure_reason="expired_or_canceled_card")))
+    entry.refresh_from_db()
+    assert entry.status == "failed" and "expired_or_canceled_card" in entry.events.last().reason
+    assert order_refund_position(order).refundable == Decimal("100.00")
+
+
+def test_an_external_refund_reported_twice_out_of_order_is_one_entry(fake_stripe, make_order, deliver):
+    order = make_order("100.00", payment_ref="pi_twice")
+    refund = fake_stripe.public(fake_stripe.add_refund(payment_intent="pi_twice", amount=2000))
+    deliver(event("refund.updated", refund))
+    deliver(event("refund.created", dict(refund, status="pending")))
+    assert list(RefundEntry.objects.filter(order=order).values_list("status", flat=True)) == ["external"]
+    assert ReconciliationFinding.objects.count() == 1
+
+
+def test_charge_refunded_without_embedded_refunds_asks_the_provider(fake_stripe, make_order, deliver):
+    order = make_order("100.00", payment_ref="ch_abc")
+    fake_stripe.add_refund(charge="ch_abc", amount=2500)
+    deliver(event("charge.refunded", {"id": "ch_abc", "object": "charge", "amount_refunded": 2500}))
+    assert RefundEntry.objects.get(order=order).amount == Decimal("25.00")
+    assert [c["params"].get("charge") for c in fake_stripe.calls] == ["ch_abc"]
+
+
+def test_an_event_of_no_interest_is_stored_and_ignored(fake_stripe, deliver, db):
+    response = deliver(event("customer.created", {"id": "cus_1", "object": "customer"}))
+    assert response.status_code == 200
+    assert WebhookEvent.objects.get().result == "ignored"
+
+
+def test_each_configured_secret_is_accepted(fake_stripe, make_order, deliver, settings):
+    # given a platform endpoint and a Connect endpoint, each with its own signing secret
+    settings.STRIPE_WEBHOOK_SECRET = f"whsec_platform, {SECRET}"
+    make_order("100.00", payment_ref="pi_two")
+    refund = fake_stripe.public(fake_stripe.add_refund(payment_intent="pi_two", amount=100))
+    assert deliver(event("refund.created", refund), secret="whsec_platform").status_code == 200
+    assert deliver(event("refund.created", refund)).status_code == 200
+    assert deliver(event("refund.created", refund), secret="whsec_other").status_code == 400
+    assert WebhookEvent.objects.count() == 2

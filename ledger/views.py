@@ -1,0 +1,57 @@
+"""POST /webhooks/stripe: Stripe's events, signature checked by the SDK, each event id once."""
+
+import json
+import logging
+
+import stripe
+from django.conf import settings
+from django.db import transaction
+from django.http import JsonResponse
+from django.views.decorators.csrf import csrf_exempt
+from django.views.decorators.http import require_POST
+
+from .tasks import webhook_event_process_task
+from .webhooks import webhook_event_store
+
+logger = logging.getLogger(__name__)
+
+
+def _publish(webhook_event_id: int) -> None:
+    # After commit, best effort: a lost publish leaves the event unprocessed, and Stripe's own
+    # redelivery (or a sweep of webhook_events_unprocessed) enqueues it again.
+    try:
+        webhook_event_process_task.delay(webhook_event_id)
+    except Exception:  # noqa: BLE001 - the event is stored; the broker being down must not answer 500
+        logger.exception("webhook event %s stored but not enqueued", webhook_event_id)
+
+
+def _verified(body: bytes, signature: str, secret: str) -> bool:
+    try:
+        return stripe.WebhookSignature.verify_header(body.decode("utf-8"), signature, secret)
+    except (stripe.SignatureVerificationError, UnicodeDecodeError):
+        return False
+
+
+@csrf_exempt
+@require_POST
+def stripe_webhook(request):
+    # Several secrets may be configured, comma separated: the platform's endpoint and a Connect
+    # endpoint each have their own.
+    secrets = [s.strip() for s in settings.STRIPE_WEBHOOK_SECRET.split(",") if s.strip()]
+    signature = request.headers.get("Stripe-Signature", "")
+    if not secrets or not signature:
+        return JsonResponse({"error": "missing Stripe-Signature (or no STRIPE_WEBHOOK_SECRET configured)"}, status=400)
+    if not any(_verified(request.body, signature, secret) for secret in secrets):
+        return JsonResponse({"error": "bad signature"}, status=400)
+    try:
+        payload = json.loads(request.body)
+    except ValueError:
+        return JsonResponse({"error": "bad payload"}, status=400)
+    if not isinstance(payload, dict) or not payload.get("id"):
+        return JsonResponse({"error": "not an event"}, status=400)
+    event, created = webhook_event_store(provider="stripe", payload=payload)
+    if created or event.processed_at is None:
+        # A redelivery of an event never processed (its publish was lost) is enqueued again:
+        # processing is idempotent, so this is still at most one effect.
+        transaction.on_commit(lambda: _publish(event.pk))
+    return JsonResponse({"received": True, "duplicate": not created})
