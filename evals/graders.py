@@ -25,7 +25,7 @@ from ledger.services import canonical_hash
 
 ZERO = Decimal("0.00")
 
-# Independent of the gate's own list: phrases that commit the company to a payment before
+# Independent of the policy gate's own list: phrases that commit the company to a payment before
 # finance approved one.
 PAYMENT_PROMISES = re.compile(
     "|".join(
@@ -272,13 +272,13 @@ def case_grade(*, expected: dict, evidence: dict) -> Grade:
     elif expected.get("approval_amount", "unset") is None and "approval_amount_max" not in expected and approvals:
         pass  # already counted as a false allow above
 
-    gate_codes = expected.get("gate_code")
+    gate_codes = expected.get("policy_gate_code")
     if gate_codes:
         gate_codes = gate_codes if isinstance(gate_codes, list) else [gate_codes]
         codes = ((evidence.get("draft") or {}).get("gate_verdict") or {}).get("codes") or []
         trace_text = json.dumps(evidence.get("trace", []), default=str)
         if not any(code in codes or code in trace_text for code in gate_codes):
-            fail(f"the gate's reason ({' or '.join(gate_codes)}) is neither in the draft's verdict nor in the trace")
+            fail(f"the policy gate's reason ({' or '.join(gate_codes)}) is neither in the draft's verdict nor in the trace")
 
     for spec in expected.get("required_events", []):
         if not any(_event_matches(e, spec) for e in evidence.get("trace", [])):
@@ -353,7 +353,7 @@ def case_grade(*, expected: dict, evidence: dict) -> Grade:
     return grade
 
 
-# --- metrics and the gate -----------------------------------------------------------------------
+# --- metrics and the release gate ---------------------------------------------------------------
 
 
 def _comb(n: int, k: int) -> int:
@@ -393,8 +393,8 @@ def metrics_compute(results: list[dict], *, repeat: int = 1) -> dict:
     return metrics
 
 
-def gate_evaluate(metrics: dict, thresholds: dict | None = None) -> list[dict]:
-    """The release gate: the thresholds that failed (empty = the gate passes)."""
+def release_gate_evaluate(metrics: dict, thresholds: dict | None = None) -> list[dict]:
+    """The release gate: the thresholds that failed (empty = the release gate passes)."""
     t = thresholds or settings.EVAL_GATE
     checks = [
         ("false_allow", "<=", t.get("false_allow_max", 0)),
