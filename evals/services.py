@@ -72,12 +72,14 @@ def eval_cases_select(suite: str):
 def suites_without_cases(suites: list[Suite], cases: list[EvalCase], empty: dict[str, str]) -> list[dict]:
     """A release gate failure for each suite that has no case to run, saying what is missing."""
     present = {case.suite for case in cases}
-    return [
-        {"metric": "cases", "value": 0, "threshold": "> 0", "suite": suite.name,
-         "why": empty.get(suite.name) or f"suite {suite.name}: no cases: no enabled EvalCase rows"}
-        for suite in suites
-        if suite.name not in present
-    ]
+    failures = []
+    for suite in suites:
+        if suite.name in present:
+            continue
+        why = empty.get(suite.name) or (
+            f"suite {suite.name}: no cases: no enabled EvalCase rows (switched off in the admin, or never synced)")
+        failures.append({"metric": "cases", "value": 0, "threshold": "> 0", "suite": suite.name, "why": why})
+    return failures
 
 
 def eval_run_execute(

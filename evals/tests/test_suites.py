@@ -113,3 +113,20 @@ def test_run_evals_without_a_suite_or_with_all_runs_tau_cases(suite_args, capsys
     assert sorted(run.results.values_list("case__suite", flat=True)) == ["release_gate", "tau_retail"]
     out = capsys.readouterr().out
     assert tau in out and "gate=passed" in out
+
+
+@pytest.mark.django_db
+def test_a_suite_whose_cases_are_all_switched_off_fails_the_release_gate():
+    from evals.services import eval_run_execute, evals_cases_sync
+
+    # given every release_gate case switched off by an operator
+    evals_cases_sync(suites=suites_select("release_gate"))
+    EvalCase.objects.filter(suite="release_gate").update(enabled=False)
+
+    # when the suite runs
+    run = eval_run_execute(suite="release_gate", trigger=EvalRun.Trigger.TEST)
+
+    # then nothing ran and the run failed, saying why
+    assert run.total == 0 and run.passed is False
+    assert [f["why"] for f in run.gate_failures] == [
+        "suite release_gate: no cases: no enabled EvalCase rows (switched off in the admin, or never synced)"]
