@@ -130,3 +130,19 @@ def test_a_suite_whose_cases_are_all_switched_off_fails_the_release_gate():
     assert run.total == 0 and run.passed is False
     assert [f["why"] for f in run.gate_failures] == [
         "suite release_gate: no cases: no enabled EvalCase rows (switched off in the admin, or never synced)"]
+
+
+@pytest.mark.django_db
+def test_a_suite_whose_data_went_missing_is_not_run_from_rows_an_earlier_sync_left(tmp_path, monkeypatch):
+    from evals.services import eval_run_execute, evals_cases_sync
+
+    # given the τ-bench cases synced once, and then its data gone
+    evals_cases_sync(suites=suites_select("tau_retail"))
+    monkeypatch.setitem(SUITES, "tau_retail", dataclasses.replace(SUITES["tau_retail"], data_dir=tmp_path))
+
+    # when the suite runs
+    run = eval_run_execute(suite="tau_retail", trigger=EvalRun.Trigger.TEST)
+
+    # then none of the stale rows ran and the run failed, naming what is missing
+    assert run.total == 0 and run.passed is False
+    assert run.gate_failures[0]["why"].startswith(f"suite tau_retail: no cases: {tmp_path / 'users.json'}")
