@@ -66,18 +66,18 @@ class EvalResultInline(ReadOnlyAdminMixin, admin.TabularInline):
 
 @admin.register(EvalRun)
 class EvalRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ("id", "started_at", "suite", "trigger", "provider", "gate", "pass_rate", "false_allow",
+    list_display = ("id", "started_at", "suite", "trigger", "provider", "release_gate", "pass_rate", "false_allow",
                     "total", "failed_count", "duration_s", "code_version_short")
     list_filter = ("suite", "passed", "trigger", "provider")
     date_hierarchy = "started_at"
     inlines = [EvalResultInline]
-    fields = ("suite", "trigger", "provider", "model", "code_version", "repeat", "gate", "gate_failures_pretty",
+    fields = ("suite", "trigger", "provider", "model", "code_version", "repeat", "release_gate", "gate_failures_pretty",
               "metrics_pretty", "total", "passed_count", "failed_count", "error", "started_at", "finished_at",
               "duration_ms")
     readonly_fields = fields
 
-    @admin.display(description="gate", ordering="passed")
-    def gate(self, obj):
+    @admin.display(description="release gate", ordering="passed")
+    def release_gate(self, obj):
         if obj.passed is None:
             return "running" if not obj.error else "crashed"
         if obj.passed:
@@ -100,13 +100,14 @@ class EvalRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     def code_version_short(self, obj):
         return obj.code_version[:10]
 
-    @admin.display(description="gate failures")
+    @admin.display(description="release gate failures")
     def gate_failures_pretty(self, obj):
         if not obj.gate_failures:
             return "none"
         return format_html_join(
-            "", "<div style='color:#cf222e'>{} = {} (needs {})</div>",
-            ((f["metric"], f["value"], f["threshold"]) for f in obj.gate_failures),
+            "", "<div style='color:#cf222e'>{} = {} (needs {}){}</div>",
+            ((f["metric"], f["value"], f["threshold"], f": {f['why']}" if f.get("why") else "")
+             for f in obj.gate_failures),
         )
 
     @admin.display(description="metrics")

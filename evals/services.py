@@ -13,24 +13,30 @@ from django.utils import timezone
 from ledger.tenancy import roles_sync
 
 from . import graders
+from .cases import SUITES, Suite, SuiteEmptyError, suites_select
 from .models import EvalCase, EvalResult, EvalRun
 from .runner import case_execute
 
 logger = logging.getLogger(__name__)
 
-SUITES = ("release_gate", "tau_retail")
-SUITE_CHOICES = (*SUITES, "all")
 PROVIDERS = ("offline", "anthropic")
 
 
-def evals_cases_sync(*, cases: list[dict] | None = None) -> dict:
+def evals_cases_sync(*, cases: list[dict] | None = None, suites: list[Suite] | None = None) -> dict:
     """Write the case definitions (evals.cases) into EvalCase rows: new ones are created,
     changed ones updated, unchanged ones left alone. Cases are then data, visible in the admin;
-    a case an operator disabled there stays disabled."""
-    if cases is None:
-        from .cases import cases_all
+    a case an operator disabled there stays disabled.
 
-        cases = cases_all()
+    Without `cases`, the cases of `suites` (every suite by default); a suite that has none is
+    skipped and named under "empty" with what is missing, for the caller to fail loudly."""
+    empty = {}
+    if cases is None:
+        cases = []
+        for suite in SUITES.values() if suites is None else suites:
+            try:
+                cases += suite.cases()
+            except SuiteEmptyError as exc:
+                empty[suite.name] = str(exc)
     fields = ("suite", "tags", "description", "ticket_input", "fixture", "provider_script", "expected")
     existing = {c.name: c for c in EvalCase.objects.filter(name__in=[c["name"] for c in cases])}
     created = updated = 0
@@ -44,7 +50,7 @@ def evals_cases_sync(*, cases: list[dict] | None = None) -> dict:
             elif any(getattr(row, f) != values[f] for f in fields):
                 EvalCase.objects.filter(pk=row.pk).update(updated_at=timezone.now(), **values)
                 updated += 1
-    return {"created": created, "updated": updated, "total": len(cases)}
+    return {"created": created, "updated": updated, "total": len(cases), "empty": empty}
 
 
 def code_version() -> str:
@@ -61,10 +67,21 @@ def code_version() -> str:
 
 
 def eval_cases_select(suite: str):
-    cases = EvalCase.objects.filter(enabled=True)
-    if suite != "all":
-        cases = cases.filter(suite=suite)
-    return cases.order_by("suite", "name")
+    return EvalCase.objects.filter(enabled=True, suite__in=[s.name for s in suites_select(suite)]).order_by(
+        "suite", "name")
+
+
+def suites_without_cases(suites: list[Suite], cases: list[EvalCase], empty: dict[str, str]) -> list[dict]:
+    """A release gate failure for each suite that has no case to run, saying what is missing."""
+    present = {case.suite for case in cases}
+    failures = []
+    for suite in suites:
+        if suite.name in present:
+            continue
+        why = empty.get(suite.name) or (
+            f"suite {suite.name}: no cases: no enabled EvalCase rows (switched off in the admin, or never synced)")
+        failures.append({"metric": "cases", "value": 0, "threshold": "> 0", "suite": suite.name, "why": why})
+    return failures
 
 
 def eval_run_execute(
@@ -78,17 +95,17 @@ def eval_run_execute(
     names: list[str] | None = None,
 ) -> EvalRun:
     """Run a suite (every enabled case, `repeat` times each), store the run, its results, the
-    metrics and the gate verdict. The gate's failures are logged at ERROR."""
-    if suite not in SUITE_CHOICES:
-        raise ValueError(f"Unknown suite {suite!r}; one of {', '.join(SUITE_CHOICES)}.")
+    metrics and the release gate's verdict, which fails when a suite has no case to run. The
+    release gate's failures are logged at ERROR."""
+    suites = suites_select(suite)
     if repeat < 1:
         raise ValueError("repeat must be at least 1")
-    if sync:
-        evals_cases_sync()
+    empty = evals_cases_sync(suites=suites)["empty"] if sync else {}
     # The role groups are global configuration (migrate makes them), not tenant data: synced
     # once here, so each case's sandbox does not rebuild them (and roll them back) again.
     roles_sync()
-    cases = list(eval_cases_select(suite))
+    # A suite whose definitions cannot be built is not run from rows an earlier sync left behind.
+    cases = [c for c in eval_cases_select(suite) if c.suite not in empty]
     if names is not None:
         cases = [c for c in cases if c.name in set(names)]
     judge = None
@@ -135,8 +152,10 @@ def eval_run_execute(
         logger.error("eval run #%s (%s) did not finish: %s", run.pk, suite, run.error)
         raise
     metrics = graders.metrics_compute(rows, repeat=repeat)
-    failures = graders.gate_evaluate(metrics)
-    if not rows:
+    failures = graders.release_gate_evaluate(metrics)
+    if names is None:
+        failures += suites_without_cases(suites, cases, empty)
+    if not rows and not any(f["metric"] == "cases" for f in failures):
         failures.append({"metric": "cases", "value": 0, "threshold": "> 0"})
     run.metrics = metrics
     run.gate_failures = failures
@@ -151,6 +170,6 @@ def eval_run_execute(
     if failures:
         logger.error(
             "eval run #%s (%s, %s, trigger %s): the release gate FAILED: %s", run.pk, suite, provider, trigger,
-            "; ".join(f"{f['metric']}={f['value']} (needs {f['threshold']})" for f in failures),
+            "; ".join(f.get("why") or f"{f['metric']}={f['value']} (needs {f['threshold']})" for f in failures),
         )
     return run

@@ -49,10 +49,8 @@ def dec(value) -> Decimal:
     return Decimal(str(value)).quantize(CENT)
 
 
-def tau_data_dir() -> Path:
-    """The shared τ-bench data, next to the repository (../shared/data/tau-bench-retail)."""
-    configured = getattr(settings, "TAU_BENCH_DIR", None)
-    return Path(configured) if configured else Path(settings.BASE_DIR).parent / "shared" / "data" / "tau-bench-retail"
+# The vendored copy (MIT, see its LICENSE and ORIGIN.md), found from this module, not the cwd.
+TAU_DATA_DIR = Path(__file__).resolve().parent / "data" / "tau_bench_retail"
 
 
 @dataclass
@@ -72,7 +70,7 @@ class TauData:
 
 
 def tau_load(directory: Path | str | None = None) -> TauData:
-    directory = Path(directory) if directory else tau_data_dir()
+    directory = Path(directory) if directory else TAU_DATA_DIR
 
     def read(name, default=None):
         path = directory / name
@@ -178,7 +176,7 @@ def tau_convert(*, users: dict, orders: dict, order_ids: list[str] | None = None
 
 
 def tau_policy_publish(tenant: Tenant) -> RefundPolicy:
-    """tau-retail-policy-v1: the wiki's refund rules as data the gate reads."""
+    """tau-retail-policy-v1: the wiki's refund rules as data the policy gate reads."""
     policy, _ = RefundPolicy.objects.get_or_create(
         tenant=tenant,
         version=TAU_POLICY_VERSION,

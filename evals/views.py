@@ -5,9 +5,9 @@ from django.contrib.admin.views.decorators import staff_member_required
 from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, render
 
+from .cases import SUITE_CHOICES
 from .models import EvalResult
 from .selectors import eval_run_failures, eval_runs_recent
-from .services import SUITE_CHOICES
 
 WIDTH, HEIGHT, PAD_LEFT, PAD_RIGHT, PAD_TOP, PAD_BOTTOM = 720, 240, 48, 48, 16, 36
 
@@ -27,7 +27,7 @@ def trend_chart(runs) -> dict:
         fa = run.metrics.get("false_allow", 0) or 0
         bar_h = plot_h * fa / max_fa
         points.append({"x": round(x, 1), "y": round(y, 1), "run": run, "rate": round(rate * 100, 1),
-                       "failed_gate": run.passed is False})
+                       "failed_release_gate": run.passed is False})
         if fa:
             bars.append({"x": round(x - min(slot * 0.3, 10), 1), "y": round(PAD_TOP + plot_h - bar_h, 1),
                          "w": round(min(slot * 0.6, 20), 1), "h": round(bar_h, 1), "value": fa, "run": run})

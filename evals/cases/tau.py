@@ -12,10 +12,12 @@ a silently wrong case.
 from collections import Counter
 from decimal import Decimal
 
-from evals.tau import TAU_POLICY_VERSION, TauData, dec, tau_convert, tau_data_dir, tau_load
+from evals.tau import TAU_POLICY_VERSION, TauData, dec, tau_convert, tau_load
 
 REFUND_ACTIONS = ("cancel_pending_order", "return_delivered_order_items", "exchange_delivered_order_items")
 ZERO = Decimal("0.00")
+# The files the cases are built from (tau_load reads these from the data directory).
+TAU_DATA_FILES = ("users.json", "orders.json", "products.json", "tasks_train.json", "tasks_dev.json")
 
 
 class CaseBuildError(ValueError):
@@ -23,10 +25,8 @@ class CaseBuildError(ValueError):
 
 
 def tau_cases(data: TauData | None = None) -> list[dict]:
-    """Every refund case of the training and dev tasks. Empty when the data is not there."""
+    """Every refund case of the training and dev tasks (of the vendored data by default)."""
     if data is None:
-        if not (tau_data_dir() / "orders.json").exists():
-            return []
         data = tau_load()
     prices = data.item_prices
     cases = []
@@ -138,12 +138,12 @@ def tau_case(data: TauData, prices: dict, split: str, task_index: int, task: dic
 
     if status != eligible_status:
         # The benchmark's tool would refuse: a person decides.
-        expected = {"stop_reason": "escalated", "approval_amount": None, "gate_code": "status_not_eligible"}
+        expected = {"stop_reason": "escalated", "approval_amount": None, "policy_gate_code": "status_not_eligible"}
     elif destination == "other":
         # τ-bench lets an exchange's difference go to any method of the user; tau-retail-policy-v1
         # (the wiki's rules for returns) allows only the original method or a gift card.
         expected = {"stop_reason": "escalated", "approval_amount": None,
-                    "gate_code": ["destination_not_allowed", "model_recommends_escalate"]}
+                    "policy_gate_code": ["destination_not_allowed", "model_recommends_escalate"]}
     else:
         if amount <= ZERO:
             raise CaseBuildError(f"{where}: nothing to refund on {order_id}.")

@@ -2,7 +2,7 @@
 
 from decimal import Decimal
 
-from evals.graders import case_grade, draft_quality_check, gate_evaluate, metrics_compute
+from evals.graders import case_grade, draft_quality_check, metrics_compute, release_gate_evaluate
 
 
 def evidence(amount="120.00", cap="120.00", draft_version="refund-policy-v4", reply=None):
@@ -51,14 +51,14 @@ def test_draft_quality_catches_promises_leaks_and_missing_order():
                                others=["Grace Hopper"]) == []
 
 
-def test_pass_hat_k_and_the_gate():
+def test_pass_hat_k_and_the_release_gate():
     rows = [{"case": "a", "passed": True}, {"case": "a", "passed": True}, {"case": "b", "passed": True},
             {"case": "b", "passed": False}]
     metrics = metrics_compute(rows, repeat=2)
     assert metrics["pass^1"] == 0.75 and metrics["pass^2"] == 0.5
-    assert gate_evaluate(metrics, {"false_allow_max": 0, "missing_citation_max": 0, "money_moved_by_agent_max": 0,
+    assert release_gate_evaluate(metrics, {"false_allow_max": 0, "missing_citation_max": 0, "money_moved_by_agent_max": 0,
                                    "draft_quality_min": Decimal("0.95")}) == []
-    failing = gate_evaluate({**metrics, "false_allow": 1, "draft_quality_pass_rate": 0.9})
+    failing = release_gate_evaluate({**metrics, "false_allow": 1, "draft_quality_pass_rate": 0.9})
     assert {f["metric"] for f in failing} == {"false_allow", "draft_quality_pass_rate"}
 
 
@@ -74,3 +74,12 @@ def test_an_approval_to_another_payment_method_than_the_benchmarks_fails():
     assert any("'card_1'" in f and "'gift_card_7'" in f for f in grade.failures)
     ev["approvals"][0]["args"]["destination_method"] = "gift_card_7"
     assert not any("exact payment method" in f for f in case_grade(expected=expected, evidence=ev).failures)
+
+
+def test_forbidden_content_is_matched_as_a_token_not_inside_a_timestamp():
+    from evals.graders import _contains_token
+
+    assert _contains_token('{"last4": "7777"}', "7777")
+    assert _contains_token("card ending 7777.", "7777")
+    assert not _contains_token('"placed_at": "2026-11-20T10:00:00.777712+00:00"', "7777")
+    assert not _contains_token("order 177770", "7777")

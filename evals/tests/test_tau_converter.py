@@ -5,12 +5,12 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 from django.core.management import call_command
 
-from evals.tau import TAU_POLICY_VERSION, TAU_TENANT, tau_convert, tau_data_dir
+import evals
+from evals.tau import TAU_DATA_DIR, TAU_POLICY_VERSION, TAU_TENANT, tau_convert, tau_load
 
-SOURCE = Path(settings.BASE_DIR).parent / "shared" / "data" / "tau-bench-retail"
+SOURCE = Path(evals.__file__).resolve().parent / "data" / "tau_bench_retail"
 
 
 def _walk(value):
@@ -24,9 +24,16 @@ def _walk(value):
         yield value
 
 
-def test_the_data_dir_is_the_shared_one():
-    assert tau_data_dir() == SOURCE
+def test_the_data_dir_is_the_vendored_copy_with_its_license_wherever_the_cwd_is(tmp_path, monkeypatch):
+    # given a current directory with nothing in it
+    monkeypatch.chdir(tmp_path)
+
+    # then the data is the copy inside the repository, found from the package, not the cwd
+    assert TAU_DATA_DIR == SOURCE and TAU_DATA_DIR.is_absolute()
     assert (SOURCE / "orders.json").exists()
+    assert "MIT License" in (SOURCE / "LICENSE").read_text()
+    assert "sierra-research/tau-bench" in (SOURCE / "ORIGIN.md").read_text()
+    assert len(tau_load().orders) == 1000
 
 
 def test_every_amount_is_an_exact_decimal_string(tau_data):
@@ -92,7 +99,7 @@ def test_import_tau_bench_is_exact_and_safe_to_run_twice():
     from ledger.models import Customer, Order, RefundEntry, Tenant
     from ledger.selectors import order_refund_position
 
-    call_command("import_tau_bench", str(SOURCE))
+    call_command("import_tau_bench")  # no directory: the vendored copy
     tenant = Tenant.objects.get(slug=TAU_TENANT)
     counts = (Customer.objects.filter(tenant=tenant).count(), Order.objects.filter(tenant=tenant).count(),
               RefundEntry.objects.filter(tenant=tenant).count())

@@ -1,4 +1,5 @@
-"""manage.py import_tau_bench DIR: the τ-bench retail shop as tenant tau-retail (API.md)."""
+"""manage.py import_tau_bench [DIR]: the τ-bench retail shop as tenant tau-retail (API.md); without DIR,
+the copy vendored in evals/data/tau_bench_retail."""
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -10,7 +11,8 @@ class Command(BaseCommand):
     help = "Import the τ-bench retail shop (users.json, orders.json) as tenant tau-retail. Safe to run twice."
 
     def add_arguments(self, parser):
-        parser.add_argument("directory", help="e.g. ../shared/data/tau-bench-retail")
+        parser.add_argument("directory", nargs="?", default=None,
+                            help="a τ-bench retail data directory (default: the copy in evals/data/tau_bench_retail)")
 
     def handle(self, *args, directory, **options):
         try:

@@ -1,14 +1,15 @@
 """manage.py run_evals [--suite NAME] [--provider NAME] [--repeat K]: run the eval suites, print
-a result table and the gate metrics (name=value lines), store the run, exit 0 only when the
-release gate passes."""
+a result table and the metrics (name=value lines), store the run, exit 0 only when the release
+gate passes. A suite with no case to run fails the release gate and says what is missing."""
 
 import sys
 from collections import defaultdict
 
 from django.core.management.base import BaseCommand, CommandError
 
+from evals.cases import SUITE_CHOICES
 from evals.models import EvalRun
-from evals.services import PROVIDERS, SUITE_CHOICES, eval_run_execute
+from evals.services import PROVIDERS, eval_run_execute
 
 
 class ProgressBar:
@@ -33,7 +34,7 @@ class ProgressBar:
 
 
 class Command(BaseCommand):
-    help = "Run the eval suites and the release gate; exits non-zero when the gate fails."
+    help = "Run the eval suites and the release gate; exits non-zero when the release gate fails."
 
     def add_arguments(self, parser):
         parser.add_argument("--suite", default="all", choices=SUITE_CHOICES)
@@ -55,9 +56,13 @@ class Command(BaseCommand):
         self.stdout.write(f"run={run.pk} suite={run.suite} provider={run.provider} model={run.model or '-'} "
                           f"code_version={run.code_version or '-'}")
         if not run.passed:
+            # The "gate:" prefix and the metric lines are the output CI and users already read.
+            whys = []
             for failure in run.gate_failures:
-                self.stderr.write(f"gate: {failure['metric']}={failure['value']} (needs {failure['threshold']})")
-            raise CommandError(f"release gate FAILED (eval run #{run.pk})")
+                self.stderr.write(f"gate: {failure['metric']}={failure['value']} (needs {failure['threshold']})"
+                                  + (f" -- {failure['why']}" if failure.get("why") else ""))
+                whys += [failure["why"]] if failure.get("why") else []
+            raise CommandError(f"release gate FAILED (eval run #{run.pk})" + "".join(f"; {w}" for w in whys))
         self.stdout.write(self.style.SUCCESS(f"gate=passed (eval run #{run.pk})"))
 
     def _table(self, run, failures_only):
