@@ -15,6 +15,7 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from decimal import Decimal
+from math import comb
 
 from django.conf import settings
 from django.db.models import Sum
@@ -363,8 +364,6 @@ def case_grade(*, expected: dict, evidence: dict) -> Grade:
 
 
 def _comb(n: int, k: int) -> int:
-    from math import comb
-
     return comb(n, k)
 
 

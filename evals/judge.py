@@ -9,6 +9,9 @@ decides the release gate on its own: its pass rate is reported as `judge_pass_ra
 import json
 import logging
 
+from refundagent.agent.providers.base import ProviderError
+from refundagent.agent.providers.registry import provider_get
+
 logger = logging.getLogger(__name__)
 
 JUDGE_SYSTEM = """You grade a customer-service reply DRAFT written by a refund agent. A person
@@ -52,9 +55,6 @@ def judge_verdict_parse(text: str) -> dict:
 
 def judge_for_provider():
     """(judge callable, model name) for the anthropic provider."""
-    from refundagent.agent.providers import provider_get
-    from refundagent.agent.providers.base import ProviderError
-
     provider = provider_get("anthropic")
 
     def judge(evidence: dict) -> dict:

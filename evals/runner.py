@@ -19,15 +19,28 @@ from copy import deepcopy
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Group
 from django.db import transaction
 from django.utils import timezone
 
+from approvals import gate
+from approvals.decisions import approval_request_decide
+from approvals.execution import approval_execute
 from approvals.models import ApprovalRequest, Capability, RefundPolicy
 from approvals.policies import refund_policy_retire
 from ledger.exceptions import DomainError
-from ledger.models import Order, RefundEntry, Tenant
+from ledger.importing import orders_import
+from ledger.models import Membership, Order, RefundEntry, Tenant
 from ledger.selectors import order_refunded_total
 from ledger.tenancy import roles_sync
+from refundagent.agent.loop import agent_run_ticket
+from refundagent.agent.providers.registry import provider_get
+from refundagent.agent.providers.scripted import ScriptedProvider
+from refundagent.demo import policy_publish_demo
+from refundagent.models import Ticket
+from refundagent.services import ticket_create
+from refundagent.tracing import trace_export
 
 from . import graders
 from .tau import tau_policy_publish
@@ -89,8 +102,6 @@ def _import_format(fixture: dict, slug: str, now: datetime) -> dict:
 
 
 def _policy_install(tenant: Tenant, kind: str | None) -> RefundPolicy | None:
-    from refundagent.demo import policy_publish_demo
-
     if kind in (None, "none"):
         return None
     if kind == "tau":
@@ -108,11 +119,6 @@ SANDBOX_STAFF = (("support", ["support"]), ("finance", ["finance"]), ("finance2"
 def _sandbox_staff(tenant: Tenant) -> dict:
     """The case's support and finance users, made in a few bulk queries (this runs per case).
     The role groups are the product's own (ledger.tenancy.roles_sync), made if missing."""
-    from django.contrib.auth import get_user_model
-    from django.contrib.auth.models import Group
-
-    from ledger.models import Membership
-
     groups = {g.name: g for g in Group.objects.filter(name__in=["support", "finance"])}
     if len(groups) < 2:
         groups = {role: synced.group for role, synced in roles_sync().items()}
@@ -136,8 +142,6 @@ def _sandbox_staff(tenant: Tenant) -> dict:
 
 def sandbox_build(fixture: dict, *, now: datetime) -> dict:
     """The case's world: tenants, staff, policy, customers and orders (and switched-off capabilities)."""
-    from ledger.importing import orders_import
-
     tenant = Tenant.objects.create(slug=SANDBOX_TENANT, name="Eval sandbox")
     staff = _sandbox_staff(tenant)
     _policy_install(tenant, fixture.get("policy", "demo"))
@@ -163,11 +167,7 @@ def sandbox_build(fixture: dict, *, now: datetime) -> dict:
 
 
 def provider_for_case(spec: CaseSpec, provider_name: str):
-    from refundagent.agent.providers import provider_get
-
     if spec.provider_script is not None:
-        from refundagent.agent.providers.scripted import ScriptedProvider
-
         return ScriptedProvider.from_json(deepcopy(spec.provider_script))
     return provider_get(provider_name)
 
@@ -205,12 +205,6 @@ def case_execute(case, *, provider_name: str = "offline", judge=None) -> CaseOut
 
 
 def _case_in_sandbox(spec: CaseSpec, provider_name: str, box: dict, judge) -> None:
-    from approvals import gate
-    from refundagent.agent.loop import agent_run_ticket
-    from refundagent.models import Ticket
-    from refundagent.services import ticket_create
-    from refundagent.tracing import trace_export
-
     now = timezone.now()
     sandbox = sandbox_build(spec.fixture, now=now)
     tenant_ids = [t.pk for t in sandbox["tenants"]]
@@ -297,9 +291,6 @@ def _case_in_sandbox(spec: CaseSpec, provider_name: str, box: dict, judge) -> No
 def _approve_and_execute(request_id: int, order: Order, sandbox: dict, tenant_ids, entries_before) -> dict:
     """Finance approves (two people when the request needs two) and the runtime executes once,
     synchronously; executing a second time must write nothing (a redelivered task)."""
-    from approvals.decisions import approval_request_decide
-    from approvals.execution import approval_execute
-
     result: dict = {"refunded_before": str(order_refunded_total(order))}
     try:
         request = ApprovalRequest.objects.get(pk=request_id)

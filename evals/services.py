@@ -11,9 +11,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from ledger.tenancy import roles_sync
+from refundagent.agent.providers.offline import OfflineProvider
 
 from . import graders
 from .cases import SUITES, Suite, SuiteEmptyError, suites_select
+from .judge import judge_for_provider
 from .models import EvalCase, EvalResult, EvalRun
 from .runner import case_execute
 
@@ -111,12 +113,8 @@ def eval_run_execute(
     judge = None
     model = ""
     if provider == "anthropic":
-        from .judge import judge_for_provider
-
         judge, model = judge_for_provider()
     elif provider == "offline":
-        from refundagent.agent.providers.offline import OfflineProvider
-
         model = OfflineProvider.model
     run = EvalRun.objects.create(suite=suite, trigger=trigger, provider=provider, model=model,
                                  code_version=code_version(), repeat=repeat)

@@ -18,6 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals.models import RefundPolicy
+from ledger.importing import orders_import
 from ledger.models import Membership, Tenant
 from ledger.tenancy import roles_sync
 
@@ -219,8 +220,6 @@ def tau_users_ensure(tenant: Tenant, users=TAU_USERS, *, password: str | None = 
 def tau_bench_import(*, directory: Path | str | None = None):
     """Import the τ-bench shop as tenant tau-retail: staff, policy, customers and orders.
     Safe to run twice: the order import updates nothing a refund depends on and duplicates nothing."""
-    from ledger.importing import orders_import
-
     data = tau_load(directory)
     converted = tau_convert(users=data.users, orders=data.orders)
     with transaction.atomic():

@@ -45,8 +45,8 @@ from ..ticket_state import ticket_transition
 from ..tracing import trace_record
 from .decision import DraftDecision, agent_draft_decide
 from .prompts import NUDGE, SYSTEM_PROMPT, ticket_first_message
-from .providers import provider_get
 from .providers.base import ModelTurn, Provider, ProviderError, ToolCall
+from .providers.registry import provider_get
 from .tools import (
     CREATE_DRAFT,
     ToolFailed,

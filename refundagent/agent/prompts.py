@@ -4,6 +4,7 @@ untrusted data."""
 
 import json
 
+from approvals.gate import refund_destination_of
 from approvals.models import ApprovalRequest
 
 FACTS_PREFIX = "TICKET_FACTS: "
@@ -95,8 +96,6 @@ def ticket_destination_facts(ticket) -> dict:
     """Where the customer wants the money, as chosen on the filing form: the payment method's id
     and kind, and the destination to draft ('original', 'gift_card', or 'other': a method no
     policy lets a refund go to)."""
-    from approvals.gate import refund_destination_of
-
     method = ticket.refund_to
     if ticket.order_id:
         destination, _ = refund_destination_of(order=ticket.order, refund_to=method)
