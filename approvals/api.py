@@ -7,7 +7,8 @@ from ninja import Field, Query, Router, Schema
 from ninja.pagination import paginate
 
 from ledger.exceptions import NotFound
-from ledger.pagination import SerializedQuerySet
+from ledger.money import MoneyIn
+from ledger.pagination import LimitOffsetPage, SerializedQuerySet
 from ledger.tenancy import tenant_for_user, user_require_role
 
 from .models import ApprovalRequest, ApprovalVote
@@ -17,15 +18,20 @@ from .services import approval_request_decide
 router = Router(tags=["approvals"])
 
 
+# A Literal, not the model's TextChoices: pydantic names an enum's schema after its class, and
+# the ticket's enum is called `Status` too, so the two collided in the OpenAPI document.
+ApprovalStatus = Literal[tuple(ApprovalRequest.Status.values)]
+
+
 class ApprovalFilter(Schema):
-    status: ApprovalRequest.Status | None = None
+    status: ApprovalStatus | None = Field(None, description="One of the approval request's statuses.")
 
 
 class DecisionIn(Schema):
     decision: Literal["approve", "deny", "request_changes", "escalate"]
     args_hash: str = Field(..., min_length=1, max_length=64, description="The hash of the args you reviewed.")
     note: str = Field("", max_length=4000)
-    wanted_amount: str | None = Field(
+    wanted_amount: MoneyIn | None = Field(
         None, description="With request_changes: the amount finance wants instead, a decimal string."
     )
 
@@ -47,7 +53,7 @@ def approval_get(*, user, request_id: int) -> ApprovalRequest:
 
 
 @router.get("", response=list[ApprovalOut])
-@paginate
+@paginate(LimitOffsetPage)
 def approval_list(request, filters: Query[ApprovalFilter]):
     """The caller's tenant's approval requests, oldest first (`?status=pending` for the queue)."""
     queryset = approvals_for(request.user).order_by("created_at", "id")

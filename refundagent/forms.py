@@ -3,6 +3,7 @@
 from django import forms
 
 from ledger.exceptions import DomainError
+from ledger.money import MoneyFormField
 
 from .models import Ticket
 
@@ -19,11 +20,9 @@ class TicketForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 6, "placeholder": "Paste what the customer wrote."}),
         help_text="Untrusted text: the agent reads it, the policy gate decides.",
     )
-    requested_amount = forms.DecimalField(
+    requested_amount = MoneyFormField(
         label="Requested amount",
         required=False,
-        max_digits=12,
-        decimal_places=2,
         widget=forms.TextInput(attrs={"placeholder": "200.00", "inputmode": "decimal"}),
         help_text="What the customer asks for, in the order's currency.",
     )

@@ -11,7 +11,7 @@ from .refunds import (
     RefundEntryItem,
     RefundRevision,
 )
-from .tenancy import ApiToken, Membership, Tenant, TenantQuerySet
+from .tenancy import ApiToken, IdempotencyKey, Membership, Tenant, TenantQuerySet
 
 __all__ = [
     "MONEY",
@@ -19,6 +19,7 @@ __all__ = [
     "AppendOnlyModel",
     "AppendOnlyQuerySet",
     "Customer",
+    "IdempotencyKey",
     "LedgerImmutable",
     "Membership",
     "Order",

@@ -1,0 +1,97 @@
+"""The one strict money type of every input: the API's schemas (`MoneyIn`) and every form and
+admin form (`MoneyFormField`).
+
+An amount is ASCII digits with an optional single dot and at most the column's decimal places
+(2), below 10^10 (the column is max_digits=12, decimal_places=2). Nothing else is money:
+exponents ("1e3"), underscores ("1_0"), other scripts' digits ("１２０", "٣"), signs, spaces,
+NaN/Infinity, JSON numbers and booleans. `Decimal()` and `int()` accept most of those, which is
+why neither is called on raw input here before the pattern matched.
+
+A currency with fewer places (JPY: none) is checked by the ledger against the order's currency;
+the pattern is about the column.
+"""
+
+import re
+from decimal import Decimal
+from typing import Annotated, Any
+
+from django import forms
+from django.core.exceptions import ValidationError
+from django.db import models
+from pydantic import PlainValidator, WithJsonSchema
+
+MAX_DIGITS = 12
+DECIMAL_PLACES = 2
+
+
+def money_pattern(max_digits: int = MAX_DIGITS, decimal_places: int = DECIMAL_PLACES) -> str:
+    whole = max_digits - decimal_places
+    fraction = rf"(\.[0-9]{{1,{decimal_places}}})?" if decimal_places else ""
+    return rf"^[0-9]{{1,{whole}}}{fraction}$"
+
+
+MONEY_PATTERN = money_pattern()
+# re.ASCII is belt and braces: [0-9] is already ASCII-only, and `$` must not accept a trailing newline.
+_MONEY_RE = re.compile(MONEY_PATTERN.removesuffix("$") + r"\Z", re.ASCII)
+
+
+def money_parse(value: Any, *, pattern: re.Pattern = _MONEY_RE) -> Decimal:
+    """A strict amount string to a Decimal; anything else raises ValueError (says why)."""
+    if not isinstance(value, str):
+        # bool is an int in Python; JSON numbers are refused too: money travels as a string.
+        raise ValueError("an amount must be a string of ASCII digits, e.g. \"120.00\"")
+    if not pattern.match(value):
+        raise ValueError(
+            f"an amount is ASCII digits with an optional dot and at most {DECIMAL_PLACES} decimal places, "
+            f"below 10^{MAX_DIGITS - DECIMAL_PLACES}, e.g. \"120.00\""
+        )
+    return Decimal(value)
+
+
+MONEY_JSON_SCHEMA = {
+    "type": "string",
+    "pattern": MONEY_PATTERN,
+    "examples": ["120.00"],
+    "description": "An amount: ASCII digits, an optional dot, at most two decimal places.",
+}
+
+# For ninja/pydantic input schemas. A PlainValidator replaces pydantic's own Decimal parsing,
+# which would take 1e3, floats and other scripts' digits.
+MoneyIn = Annotated[Decimal, PlainValidator(money_parse), WithJsonSchema(MONEY_JSON_SCHEMA)]
+
+
+class MoneyFormField(forms.DecimalField):
+    """A forms.DecimalField that takes only the strict amount syntax (Django's own accepts
+    exponents and any Unicode digit). Admin forms get it through `StrictMoneyAdminMixin`."""
+
+    widget = forms.TextInput  # a number input would let the browser send "1e3"
+    default_error_messages = {
+        "invalid": "Enter an amount: digits with an optional dot and at most %(places)s decimal places.",
+    }
+
+    def __init__(self, *, max_digits=MAX_DIGITS, decimal_places=DECIMAL_PLACES, **kwargs):
+        super().__init__(max_digits=max_digits, decimal_places=decimal_places, **kwargs)
+        self._pattern = re.compile(money_pattern(max_digits, decimal_places).removesuffix("$") + r"\Z", re.ASCII)
+        self.widget.attrs.setdefault("pattern", money_pattern(max_digits, decimal_places).strip("^$"))
+
+    def to_python(self, value):
+        if value in self.empty_values:
+            return None
+        value = str(value).strip()
+        if not self._pattern.match(value):
+            raise ValidationError(
+                self.error_messages["invalid"], code="invalid", params={"places": self.decimal_places}
+            )
+        return Decimal(value)
+
+    def widget_attrs(self, widget):
+        attrs = super().widget_attrs(widget)
+        attrs.pop("step", None)
+        attrs.setdefault("inputmode", "decimal")
+        return attrs
+
+
+class StrictMoneyAdminMixin:
+    """Every DecimalField of an admin form parsed by MoneyFormField (with the column's digits)."""
+
+    formfield_overrides = {models.DecimalField: {"form_class": MoneyFormField}}
