@@ -7,6 +7,8 @@ RFC 9457 problem details (refundagent/config/problems.py).
 """
 
 import hashlib
+import re
+import threading
 
 from django.conf import settings
 from django.db import connection
@@ -46,11 +48,32 @@ class SessionCookie(APIKeyCookie):
         return user if user is not None and user.is_authenticated else None
 
 
+def _per_thread(name: str) -> property:
+    return property(lambda self: getattr(self._state, name, None), lambda self, value: setattr(self._state, name, value))
+
+
 class TokenRateThrottle(AuthRateThrottle):
     """API_THROTTLE_RATE per Bearer token (a session counts per user), in the default cache:
-    Redis in production, so every worker process counts the same requests."""
+    Redis in production, so every worker process counts the same requests.
+
+    ninja keeps one throttle object per API and stores the request's key and history on it;
+    under a threaded server two requests would mix them up, so that state is per thread here.
+    The rate is read from the settings on every request (a test or an operator may change it)."""
 
     scope = "token"
+
+    def __init__(self):
+        self._state = threading.local()
+        super().__init__(settings.API_THROTTLE_RATE)
+
+    key = _per_thread("key")
+    history = _per_thread("history")
+    now = _per_thread("now")
+
+    def allow_request(self, request):
+        self.rate = settings.API_THROTTLE_RATE
+        self.num_requests, self.duration = self.parse_rate(self.rate)
+        return super().allow_request(request)
 
     def get_cache_key(self, request):
         token = getattr(request, "api_token", None)
@@ -89,6 +112,16 @@ PROBLEM_SCHEMA = {
         "details": {"type": "object"},
     },
 }
+# Documented on the POSTs that honour it; the middleware does the work.
+IDEMPOTENT_PATHS = (re.compile(r"^/api/tickets/?$"), re.compile(r"^/api/approvals/\{[^}]+\}/decision/?$"))
+IDEMPOTENCY_KEY_PARAMETER = {
+    "in": "header",
+    "name": "Idempotency-Key",
+    "required": False,
+    "description": "Retry safely: the same key and body replay the first response; another body answers 409. "
+    "Keys are per user and expire after 24 hours.",
+    "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+}
 ERROR_DESCRIPTIONS = {
     400: "Bad request: a control character in the input, or a body that is not JSON.",
     401: "No valid Bearer token or session.",
@@ -123,6 +156,8 @@ class RefundagentAPI(NinjaAPI):
         problem_ref = {PROBLEM_CONTENT_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}}
         for path, operations in schema["paths"].items():
             for method, operation in operations.items():
+                if method == "post" and any(p.match(path) for p in IDEMPOTENT_PATHS):
+                    operation.setdefault("parameters", []).append(IDEMPOTENCY_KEY_PARAMETER)
                 responses = operation.setdefault("responses", {})
                 for code in sorted(operation_error_codes(path, method, operation)):
                     responses.setdefault(code, {"description": ERROR_DESCRIPTIONS[code], "content": problem_ref})
@@ -134,7 +169,7 @@ api = RefundagentAPI(
     version="1",
     description="Refund tickets investigated by an agent; money moves only after finance approves one exact action.",
     auth=[BearerToken(), SessionCookie()],
-    throttle=[TokenRateThrottle(settings.API_THROTTLE_RATE)],
+    throttle=[TokenRateThrottle()],
     urls_namespace="api",
 )
 
