@@ -7,8 +7,8 @@ exponents ("1e3"), underscores ("1_0"), other scripts' digits ("１２０", "٣"
 NaN/Infinity, JSON numbers and booleans. `Decimal()` and `int()` accept most of those, which is
 why neither is called on raw input here before the pattern matched.
 
-A currency with fewer places (JPY: none) is checked by the ledger against the order's currency;
-the pattern is about the column.
+A currency with fewer places (JPY: none) is checked with `money_check_currency` where the
+currency is known (the order's, the approval request's); the pattern is about the column.
 """
 
 import re
@@ -19,6 +19,8 @@ from django import forms
 from django.core.exceptions import ValidationError
 from django.db import models
 from pydantic import PlainValidator, WithJsonSchema
+
+from .exceptions import InvalidInput
 
 MAX_DIGITS = 12
 DECIMAL_PLACES = 2
@@ -46,6 +48,25 @@ def money_parse(value: Any, *, pattern: re.Pattern = _MONEY_RE) -> Decimal:
             f"below 10^{MAX_DIGITS - DECIMAL_PLACES}, e.g. \"120.00\""
         )
     return Decimal(value)
+
+
+# ISO 4217 minor units of the ledger's currencies where they are not 2.
+CURRENCY_DECIMAL_PLACES = {"JPY": 0}
+
+
+def currency_decimal_places(currency: str) -> int:
+    return CURRENCY_DECIMAL_PLACES.get(currency, DECIMAL_PLACES)
+
+
+def money_check_currency(*, amount: Decimal, currency: str, field: str) -> None:
+    """Refuse an amount with more decimal places than its currency has (422 naming the field)."""
+    places = currency_decimal_places(currency)
+    if amount != amount.quantize(Decimal(1).scaleb(-places)):
+        raise InvalidInput(
+            f"{field}: {currency} amounts have at most {places} decimal places, got {amount}.",
+            code="amount_precision",
+            details={"field": field},
+        )
 
 
 MONEY_JSON_SCHEMA = {

@@ -64,7 +64,7 @@ def _field_for(error: DomainError, data: dict) -> str | None:
         return "customer"
     if code.startswith("message"):
         return "message"
-    if code in {"amount_not_positive", "bad_amount", "float_amount"}:
+    if code in {"amount_not_positive", "amount_precision", "bad_amount", "float_amount"}:
         return "requested_amount"
     if code in {"item_not_on_order", "too_many_items", "items_need_order"}:
         return "items"

@@ -161,3 +161,14 @@ def test_concurrent_decisions_with_one_key_make_one_vote(approval_request_make, 
     assert len({r.content for r in responses}) == 1
     assert ApprovalVote.objects.filter(request=request).count() == 1
     assert ApprovalRequest.objects.get(pk=request.pk).status in {"approved", "executed"}
+
+
+def test_a_wanted_amount_finer_than_the_currency_is_a_422(approval_request_make, api_client):
+    request = approval_request_make(order="ORD-5001")
+    ApprovalRequest.objects.filter(pk=request.pk).update(currency="JPY")
+    before = written(request)
+    response = decide(api_client("acme-finance"), request, decision="request_changes", note="less",
+                      wanted_amount="60.50")
+    assert response.status_code == 422
+    assert response.json()["code"] == "amount_precision" and "wanted_amount" in response.json()["detail"]
+    assert written(request) == before

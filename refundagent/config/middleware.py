@@ -53,6 +53,10 @@ def _bad_input_where(request) -> str | None:
     if request.method in ("GET", "HEAD", "OPTIONS", "DELETE") and not request.META.get("CONTENT_LENGTH"):
         return None
     if content_type.startswith(_FORM_TYPES):
+        if _is_api(request):
+            # The API reads the raw body later; read it first, so the form is parsed from the
+            # cached bytes instead of consuming the stream (which would leave the API nothing).
+            request.body  # noqa: B018
         for key, values in request.POST.lists():
             if CONTROL_CHARS.search(key) or any(CONTROL_CHARS.search(v) for v in values):
                 return f"form field {key!r}"

@@ -266,3 +266,44 @@ def test_concurrent_requests_with_one_key_create_one_ticket(api_client, settings
     assert [r.status_code for r in responses] == [201] * 8
     assert len({r.content for r in responses}) == 1
     assert sum(r.has_header("Idempotent-Replayed") for r in responses) == 7
+
+
+def test_a_form_post_to_the_api_is_a_4xx_not_a_500(api_client):
+    # the API takes JSON; a multipart post is refused cleanly, with or without a NUL in it
+    client = api_client("acme-support")
+    before = written()
+    assert client.post("/api/tickets", {**BODY, "message": "a\x00b"}).status_code == 400
+    response = client.post("/api/tickets", BODY)
+    assert response.status_code == 400 and response["Content-Type"].startswith("application/problem+json")
+    assert written() == before
+
+
+def test_an_amount_finer_than_the_orders_currency_is_a_422(api_client, django_capture_on_commit_callbacks):
+    # given ORD-5001 in yen (no minor unit)
+    from ledger.models import Order
+
+    Order.objects.filter(external_id="ORD-5001").update(currency="JPY")
+    client = api_client("acme-support")
+    before = written()
+    # when a ticket asks for 120.50 yen, then 422 naming the field and nothing written
+    response = post(client, {**BODY, "requested_amount": "120.50"})
+    assert response.status_code == 422
+    assert response.json()["code"] == "amount_precision" and "requested_amount" in response.json()["detail"]
+    assert written() == before
+    # and whole yen are fine (written as "120.00" by the two-place column)
+    with django_capture_on_commit_callbacks(execute=False):
+        assert post(client, {**BODY, "requested_amount": "120"}).status_code == 201
+
+
+def test_purge_deletes_only_expired_keys(user):
+    from datetime import timedelta
+
+    from django.core.management import call_command
+    from django.utils import timezone
+
+    now = timezone.now()
+    IdempotencyKey.objects.create(user=user("acme-support"), key="old", request_hash="h", expires_at=now)
+    IdempotencyKey.objects.create(user=user("acme-support"), key="new", request_hash="h",
+                                  expires_at=now + timedelta(hours=1))
+    call_command("purge_idempotency_keys")
+    assert list(IdempotencyKey.objects.values_list("key", flat=True)) == ["new"]
