@@ -41,11 +41,11 @@ def money_parse(value: Any, *, pattern: re.Pattern = _MONEY_RE) -> Decimal:
     """A strict amount string to a Decimal; anything else raises ValueError (says why)."""
     if not isinstance(value, str):
         # bool is an int in Python; JSON numbers are refused too: money travels as a string.
-        raise ValueError("an amount must be a string of ASCII digits, e.g. \"120.00\"")
+        raise ValueError('an amount must be a string of ASCII digits, e.g. "120.00"')
     if not pattern.match(value):
         raise ValueError(
             f"an amount is ASCII digits with an optional dot and at most {DECIMAL_PLACES} decimal places, "
-            f"below 10^{MAX_DIGITS - DECIMAL_PLACES}, e.g. \"120.00\""
+            f'below 10^{MAX_DIGITS - DECIMAL_PLACES}, e.g. "120.00"'
         )
     return Decimal(value)
 

@@ -26,8 +26,9 @@ def login(user):
 
 def decide(client, request, *, headers=None, **body):
     body = {"decision": "approve", "args_hash": request.args_hash, **body}
-    return client.post(f"/api/approvals/{request.pk}/decision", body, content_type="application/json",
-                       headers=headers or {})
+    return client.post(
+        f"/api/approvals/{request.pk}/decision", body, content_type="application/json", headers=headers or {}
+    )
 
 
 def written(request):
@@ -35,15 +36,19 @@ def written(request):
     return request.status, ApprovalVote.objects.count(), RefundEntry.objects.count(), IdempotencyKey.objects.count()
 
 
-@pytest.mark.parametrize("amount", ["1e30", "10000000000.00", 10**30, "６０", "٣", "1e3", "1_0", True, 60, 60.5,
-                                    "-60.00", "NaN", "60.001"], ids=repr)
+@pytest.mark.parametrize(
+    "amount",
+    ["1e30", "10000000000.00", 10**30, "６０", "٣", "1e3", "1_0", True, 60, 60.5, "-60.00", "NaN", "60.001"],
+    ids=repr,
+)
 def test_a_bad_wanted_amount_is_a_422_and_nothing_is_decided(approval_request_make, api_client, amount):
     # given a pending request and finance
     request = approval_request_make(order="ORD-5001")
     before = written(request)
     # when finance asks for changes with that amount
-    response = decide(api_client("acme-finance"), request, decision="request_changes", note="less",
-                      wanted_amount=amount)
+    response = decide(
+        api_client("acme-finance"), request, decision="request_changes", note="less", wanted_amount=amount
+    )
     # then 422 naming wanted_amount; the request is still pending and nothing was written
     assert response.status_code == 422, response.content
     assert [e["field"] for e in response.json()["errors"]] == ["wanted_amount"]
@@ -63,8 +68,9 @@ def test_a_nul_in_a_decision_is_a_400_and_nothing_is_decided(approval_request_ma
     before = written(request)
     body = {"decision": "approve", "args_hash": request.args_hash, "note": "ok"}
     body[field] = body[field] + "\x00"
-    response = api_client("acme-finance").post(f"/api/approvals/{request.pk}/decision", body,
-                                               content_type="application/json")
+    response = api_client("acme-finance").post(
+        f"/api/approvals/{request.pk}/decision", body, content_type="application/json"
+    )
     assert response.status_code == 400
     assert response.json()["code"] == "control_character"
     assert written(request) == before
@@ -84,8 +90,10 @@ def test_a_nul_in_the_admin_decision_form_is_a_400(approval_request_make, login)
 def test_a_non_numeric_or_unknown_id_in_the_admin_decision_view_is_a_404(demo, login, object_id):
     finance = login("acme-finance")
     assert finance.get(f"/admin/approvals/approvalrequest/{object_id}/decide/approve/").status_code == 404
-    assert finance.post(f"/admin/approvals/approvalrequest/{object_id}/decide/approve/",
-                        {"args_hash": "x"}).status_code == 404
+    assert (
+        finance.post(f"/admin/approvals/approvalrequest/{object_id}/decide/approve/", {"args_hash": "x"}).status_code
+        == 404
+    )
 
 
 @pytest.mark.parametrize("amount", ["1e3", "６０", "10000000000.00", "1_0", "60.001"])
@@ -100,8 +108,9 @@ def test_the_admin_decision_form_refuses_a_bad_wanted_amount(approval_request_ma
     assert written(request)[:2] == ("pending", 0)
 
 
-@pytest.mark.parametrize("amount,valid", [("1e3", False), ("５００", False), ("10000000000.00", False),
-                                          ("500", True), ("500.00", True)])
+@pytest.mark.parametrize(
+    "amount,valid", [("1e3", False), ("５００", False), ("10000000000.00", False), ("500", True), ("500.00", True)]
+)
 def test_the_policy_admin_form_takes_only_strict_money(demo, user, amount, valid):
     # given the policy admin's form for a new (draft) version
     model_admin = admin.site._registry[RefundPolicy]
@@ -121,8 +130,9 @@ def test_the_policy_admin_form_takes_only_strict_money(demo, user, amount, valid
 # --- Idempotency-Key on decisions (item 11) -----------------------------------------------------------
 
 
-def test_a_decision_replayed_with_its_key_decides_once(approval_request_make, api_client,
-                                                       django_capture_on_commit_callbacks):
+def test_a_decision_replayed_with_its_key_decides_once(
+    approval_request_make, api_client, django_capture_on_commit_callbacks
+):
     request = approval_request_make(order="ORD-5001")
     finance = api_client("acme-finance")
     with django_capture_on_commit_callbacks(execute=True):
@@ -167,8 +177,9 @@ def test_a_wanted_amount_finer_than_the_currency_is_a_422(approval_request_make,
     request = approval_request_make(order="ORD-5001")
     ApprovalRequest.objects.filter(pk=request.pk).update(currency="JPY")
     before = written(request)
-    response = decide(api_client("acme-finance"), request, decision="request_changes", note="less",
-                      wanted_amount="60.50")
+    response = decide(
+        api_client("acme-finance"), request, decision="request_changes", note="less", wanted_amount="60.50"
+    )
     assert response.status_code == 422
     assert response.json()["code"] == "amount_precision" and "wanted_amount" in response.json()["detail"]
     assert written(request) == before

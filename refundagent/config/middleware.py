@@ -150,8 +150,9 @@ class IdempotencyMiddleware:
         except DomainError as exc:
             return problem_response(exc.status_code, detail=exc.message, code=exc.code)
         if stored is not None:
-            response = HttpResponse(bytes(stored.response_body), status=stored.status_code,
-                                    content_type=stored.content_type or None)
+            response = HttpResponse(
+                bytes(stored.response_body), status=stored.status_code, content_type=stored.content_type or None
+            )
             response["Idempotent-Replayed"] = "true"
             return response
         try:
@@ -162,6 +163,11 @@ class IdempotencyMiddleware:
         if response.status_code >= 500 or response.status_code == 429 or getattr(response, "streaming", False):
             idempotency_key_release(user=user, key=key)
         else:
-            idempotency_key_complete(user=user, key=key, status_code=response.status_code, body=response.content,
-                                     content_type=response.get("Content-Type", ""))
+            idempotency_key_complete(
+                user=user,
+                key=key,
+                status_code=response.status_code,
+                body=response.content,
+                content_type=response.get("Content-Type", ""),
+            )
         return response

@@ -42,8 +42,9 @@ def problem_body(status: int, *, detail: str, code: str | None = None, errors: l
     return body
 
 
-def problem_response(status: int, *, detail: str, code: str | None = None, errors: list | None = None,
-                     **extra) -> HttpResponse:
+def problem_response(
+    status: int, *, detail: str, code: str | None = None, errors: list | None = None, **extra
+) -> HttpResponse:
     body = problem_body(status, detail=detail, code=code, errors=errors, **extra)
     return HttpResponse(json.dumps(body, default=str), status=status, content_type=PROBLEM_CONTENT_TYPE)
 

@@ -133,8 +133,16 @@ def test_a_raw_nul_byte_in_the_body_is_a_400(api_client):
     assert written() == before
 
 
-@pytest.mark.parametrize("url", ["/api/tickets?status=%00", "/api/tickets?limit=1%00", "/api/tickets?x%00=1",
-                                 "/api/orders/ORD%005001/ledger", "/api/tickets/1%00"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "/api/tickets?status=%00",
+        "/api/tickets?limit=1%00",
+        "/api/tickets?x%00=1",
+        "/api/orders/ORD%005001/ledger",
+        "/api/tickets/1%00",
+    ],
+)
 def test_a_nul_in_the_query_string_or_the_path_is_a_400(api_client, url):
     response = api_client("acme-support").get(url)
     assert response.status_code == 400
@@ -162,8 +170,17 @@ def test_a_nul_in_an_admin_list_filter_is_a_400(client, user):
 
 @pytest.mark.parametrize(
     "query",
-    ["limit=100000000000000000000", "limit=101", "limit=0", "limit=-1", "limit=abc", "limit=1.5", "offset=-1",
-     "offset=100000000000000000000", "offset=abc"],
+    [
+        "limit=100000000000000000000",
+        "limit=101",
+        "limit=0",
+        "limit=-1",
+        "limit=abc",
+        "limit=1.5",
+        "offset=-1",
+        "offset=100000000000000000000",
+        "offset=abc",
+    ],
 )
 @pytest.mark.parametrize("path", ["/api/tickets", "/api/approvals"])
 def test_a_bad_page_is_a_422_naming_the_parameter(api_client, path, query):
@@ -303,7 +320,8 @@ def test_purge_deletes_only_expired_keys(user):
 
     now = timezone.now()
     IdempotencyKey.objects.create(user=user("acme-support"), key="old", request_hash="h", expires_at=now)
-    IdempotencyKey.objects.create(user=user("acme-support"), key="new", request_hash="h",
-                                  expires_at=now + timedelta(hours=1))
+    IdempotencyKey.objects.create(
+        user=user("acme-support"), key="new", request_hash="h", expires_at=now + timedelta(hours=1)
+    )
     call_command("purge_idempotency_keys")
     assert list(IdempotencyKey.objects.values_list("key", flat=True)) == ["new"]

@@ -41,11 +41,11 @@ def test_unauthenticated_forbidden_not_found_and_validation_are_problems(api_cli
     assert_problem(api_client("acme-support").get("/api/approvals"), 403, "role_required")
     body = assert_problem(api_client("acme-support").get("/api/orders/ORD-9999/ledger"), 404, "not_found")
     assert "ORD-9999" in body["detail"]
-    body = assert_problem(api_client("acme-support").post("/api/tickets", {}, content_type="application/json"),
-                          422, "invalid_input")
+    body = assert_problem(
+        api_client("acme-support").post("/api/tickets", {}, content_type="application/json"), 422, "invalid_input"
+    )
     assert {e["field"] for e in body["errors"]} >= {"customer", "message"}
-    assert_problem(api_client("acme-support").post("/api/tickets", b"{not json", content_type="application/json"),
-                   400)
+    assert_problem(api_client("acme-support").post("/api/tickets", b"{not json", content_type="application/json"), 400)
 
 
 def schema(client):
@@ -134,9 +134,19 @@ def test_the_cache_is_redis_when_configured():
     from pathlib import Path
 
     code = "from django.conf import settings; print(settings.CACHES['default']['BACKEND'])"
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "refundagent.config.settings", "CACHE_URL": "redis://127.0.0.1:6379/3"}
-    out = subprocess.run([sys.executable, "-c", f"import django; django.setup(); {code}"], env=env,
-                         cwd=Path(__file__).resolve().parents[3], capture_output=True, text=True, timeout=60)
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "refundagent.config.settings",
+        "CACHE_URL": "redis://127.0.0.1:6379/3",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", f"import django; django.setup(); {code}"],
+        env=env,
+        cwd=Path(__file__).resolve().parents[3],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.stdout.strip() == "django.core.cache.backends.redis.RedisCache", out.stderr
 
 
