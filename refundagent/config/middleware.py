@@ -115,6 +115,10 @@ class ApiProblemMiddleware:
         return response
 
 
+# Answers given before the operation ran (no credentials, CSRF, throttled) are not kept: the
+# client fixes the cause and retries with the same key (Stripe does the same).
+NOT_KEPT = {401, 403, 429}
+
 # The two POSTs that honour Idempotency-Key (API.md).
 IDEMPOTENT_PATHS = (re.compile(r"^/api/tickets/?$"), re.compile(r"^/api/approvals/\d+/decision/?$"))
 
@@ -130,8 +134,8 @@ def _caller(request):
 
 class IdempotencyMiddleware:
     """Stripe's Idempotency-Key on POST /api/tickets and POST /api/approvals/{id}/decision (see
-    ledger/idempotency.py). A replay carries `Idempotent-Replayed: true`. 5xx and 429 answers
-    are not kept: the key is released and a retry runs anew. A request without a caller is
+    ledger/idempotency.py). A replay carries `Idempotent-Replayed: true`. 5xx, 401, 403 and 429
+    answers are not kept: the key is released and a retry runs anew. A request without a caller is
     left to the API (401) and keeps nothing."""
 
     def __init__(self, get_response):
@@ -160,7 +164,7 @@ class IdempotencyMiddleware:
         except BaseException:
             idempotency_key_release(user=user, key=key)
             raise
-        if response.status_code >= 500 or response.status_code == 429 or getattr(response, "streaming", False):
+        if response.status_code in NOT_KEPT or response.status_code >= 500 or getattr(response, "streaming", False):
             idempotency_key_release(user=user, key=key)
         else:
             idempotency_key_complete(

@@ -325,3 +325,21 @@ def test_purge_deletes_only_expired_keys(user):
     )
     call_command("purge_idempotency_keys")
     assert list(IdempotencyKey.objects.values_list("key", flat=True)) == ["new"]
+
+
+def test_a_throttled_or_forbidden_answer_is_not_kept_under_the_key(
+    api_client, settings, django_capture_on_commit_callbacks
+):
+    # given finance (who may not file tickets) and a key
+    forbidden = post(api_client("acme-finance"), BODY, **{"Idempotency-Key": "k-403"})
+    assert forbidden.status_code == 403
+    # given support over the rate limit
+    settings.API_THROTTLE_RATE = "1/min"
+    client = api_client("acme-support")
+    client.get("/api/tickets")
+    assert post(client, BODY, **{"Idempotency-Key": "k-429"}).status_code == 429
+    # then neither key was kept: once the limit allows, the same key files the ticket
+    assert not IdempotencyKey.objects.exists()
+    settings.API_THROTTLE_RATE = "100/min"
+    with django_capture_on_commit_callbacks(execute=False):
+        assert post(client, BODY, **{"Idempotency-Key": "k-429"}).status_code == 201
