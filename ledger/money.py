@@ -81,13 +81,21 @@ MONEY_JSON_SCHEMA = {
 MoneyIn = Annotated[Decimal, PlainValidator(money_parse), WithJsonSchema(MONEY_JSON_SCHEMA)]
 
 
+# A number in the strict syntax except for a sign, too many places or too many digits: only to
+# say which of those it is.
+_PLAIN_NUMBER = re.compile(r"([-+]?)([0-9]+)(?:\.([0-9]+))?\Z", re.ASCII)
+
+
 class MoneyFormField(forms.DecimalField):
     """A forms.DecimalField that takes only the strict amount syntax (Django's own accepts
     exponents and any Unicode digit). Admin forms get it through `StrictMoneyAdminMixin`."""
 
     widget = forms.TextInput  # a number input would let the browser send "1e3"
+    # "invalid" stays Django's "Enter a number."; the others say what is wrong with a number.
     default_error_messages = {
-        "invalid": "Enter an amount: digits with an optional dot and at most %(places)s decimal places.",
+        "negative": "The amount must be positive.",
+        "max_decimal_places": "Ensure that there are no more than %(max)s decimal places.",
+        "max_whole_digits": "Ensure that there are no more than %(max)s digits before the decimal point.",
     }
 
     def __init__(self, *, max_digits=MAX_DIGITS, decimal_places=DECIMAL_PLACES, **kwargs):
@@ -99,11 +107,27 @@ class MoneyFormField(forms.DecimalField):
         if value in self.empty_values:
             return None
         value = str(value).strip()
-        if not self._pattern.match(value):
+        if self._pattern.match(value):
+            return Decimal(value)
+        number = _PLAIN_NUMBER.match(value)
+        if number is None:
+            raise ValidationError(self.error_messages["invalid"], code="invalid")
+        sign, whole, fraction = number.groups()
+        if sign == "-":
+            raise ValidationError(self.error_messages["negative"], code="negative")
+        if sign:
+            raise ValidationError(self.error_messages["invalid"], code="invalid")
+        if len(fraction or "") > self.decimal_places:
             raise ValidationError(
-                self.error_messages["invalid"], code="invalid", params={"places": self.decimal_places}
+                self.error_messages["max_decimal_places"],
+                code="max_decimal_places",
+                params={"max": self.decimal_places},
             )
-        return Decimal(value)
+        raise ValidationError(
+            self.error_messages["max_whole_digits"],
+            code="max_whole_digits",
+            params={"max": self.max_digits - self.decimal_places},
+        )
 
     def widget_attrs(self, widget):
         attrs = super().widget_attrs(widget)

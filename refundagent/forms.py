@@ -23,6 +23,7 @@ class TicketForm(forms.Form):
     requested_amount = MoneyFormField(
         label="Requested amount",
         required=False,
+        error_messages={"negative": "The requested amount must be positive."},
         widget=forms.TextInput(attrs={"placeholder": "200.00", "inputmode": "decimal"}),
         help_text="What the customer asks for, in the order's currency.",
     )

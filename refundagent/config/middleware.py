@@ -42,8 +42,12 @@ def _strings(value):
             yield from _strings(item)
 
 
+TOO_DEEP = "too_deep"
+
+
 def _bad_input_where(request) -> str | None:
-    """Where the request carries a control character (path, query, form, body), or None."""
+    """Where the request carries a control character (path, query, form, body), TOO_DEEP for a
+    JSON body nested beyond what Python parses (a RecursionError, a 500, otherwise), or None."""
     if CONTROL_CHARS.search(request.path_info):
         return "path"
     for key, values in request.GET.lists():
@@ -69,11 +73,12 @@ def _bad_input_where(request) -> str | None:
     if content_type == "application/json" or content_type.endswith("+json"):
         try:
             document = json.loads(body)
+            if any(CONTROL_CHARS.search(text) for text in _strings(document)):
+                return "body"
         except (ValueError, UnicodeDecodeError):
             return None  # not JSON: the view answers that
-        for text in _strings(document):
-            if CONTROL_CHARS.search(text):
-                return "body"
+        except RecursionError:
+            return TOO_DEEP
     return None
 
 
@@ -89,9 +94,13 @@ class BadInputMiddleware:
         where = _bad_input_where(request)
         if where is None:
             return self.get_response(request)
-        detail = f"The request's {where} contains a control character (NUL or another C0 character)."
+        if where == TOO_DEEP:
+            detail, code = "The request's JSON body is nested too deeply.", TOO_DEEP
+        else:
+            detail = f"The request's {where} contains a control character (NUL or another C0 character)."
+            code = "control_character"
         if _is_api(request):
-            return problem_response(400, detail=detail, code="control_character")
+            return problem_response(400, detail=detail, code=code)
         return HttpResponseBadRequest(detail, content_type="text/plain; charset=utf-8")
 
 

@@ -2,12 +2,15 @@
 characters, bounded pages and Idempotency-Key. Every refusal writes nothing."""
 
 import threading
+from datetime import timedelta
 
 import pytest
+from django.core.management import call_command
 from django.db import connection
 from django.urls import reverse
+from django.utils import timezone
 
-from ledger.models import IdempotencyKey
+from ledger.models import IdempotencyKey, Order
 from refundagent.models import Ticket, TraceEvent
 
 BODY = {"order": "ORD-5001", "customer": "CUST-1001", "message": "Broken headphones.", "requested_amount": "120.00"}
@@ -243,9 +246,6 @@ def test_a_refused_request_is_replayed_too_and_a_bad_key_is_refused(api_client):
 
 
 def test_an_expired_key_may_be_used_again(api_client, django_capture_on_commit_callbacks):
-    from datetime import timedelta
-
-    from django.utils import timezone
 
     client = api_client("acme-support")
     with django_capture_on_commit_callbacks(execute=False):
@@ -297,7 +297,6 @@ def test_a_form_post_to_the_api_is_a_4xx_not_a_500(api_client):
 
 def test_an_amount_finer_than_the_orders_currency_is_a_422(api_client, django_capture_on_commit_callbacks):
     # given ORD-5001 in yen (no minor unit)
-    from ledger.models import Order
 
     Order.objects.filter(external_id="ORD-5001").update(currency="JPY")
     client = api_client("acme-support")
@@ -313,10 +312,6 @@ def test_an_amount_finer_than_the_orders_currency_is_a_422(api_client, django_ca
 
 
 def test_purge_deletes_only_expired_keys(user):
-    from datetime import timedelta
-
-    from django.core.management import call_command
-    from django.utils import timezone
 
     now = timezone.now()
     IdempotencyKey.objects.create(user=user("acme-support"), key="old", request_hash="h", expires_at=now)
@@ -343,3 +338,11 @@ def test_a_throttled_or_forbidden_answer_is_not_kept_under_the_key(
     settings.API_THROTTLE_RATE = "100/min"
     with django_capture_on_commit_callbacks(execute=False):
         assert post(client, BODY, **{"Idempotency-Key": "k-429"}).status_code == 201
+
+
+def test_a_json_body_nested_too_deeply_is_a_400(api_client):
+    client = api_client("acme-support")
+    before = written()
+    response = client.post("/api/tickets", "[" * 100_000 + "]" * 100_000, content_type="application/json")
+    assert response.status_code == 400 and response.json()["code"] == "too_deep"
+    assert written() == before

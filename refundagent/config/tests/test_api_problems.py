@@ -1,9 +1,17 @@
 """Issue 10, items 12 and 13: one error shape (RFC 9457) under /api/, an OpenAPI document that
 matches behaviour, and a rate limit per token in the shared cache."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from django.core.cache import cache
 from django.test import Client
+
+from approvals.models import ApprovalRequest
+from refundagent.models import Ticket
 
 PROBLEM = "application/problem+json"
 PROBLEM_FIELDS = {"type", "title", "status", "detail", "code"}
@@ -53,8 +61,6 @@ def schema(client):
 
 
 def test_ticket_and_approval_statuses_are_documented_apart(client, db):
-    from approvals.models import ApprovalRequest
-    from refundagent.models import Ticket
 
     document = schema(client)
 
@@ -128,10 +134,6 @@ def test_the_counts_live_in_the_shared_cache(api_client, settings, fresh_cache):
 
 
 def test_the_cache_is_redis_when_configured():
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
 
     code = "from django.conf import settings; print(settings.CACHES['default']['BACKEND'])"
     env = {

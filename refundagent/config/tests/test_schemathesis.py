@@ -15,6 +15,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from ledger.tenancy import api_token_create
 from refundagent.config.api import api
 
 MAX_EXAMPLES = int(os.getenv("SCHEMATHESIS_MAX_EXAMPLES", "25"))
@@ -29,7 +30,6 @@ pytestmark = [pytest.mark.contract, pytest.mark.django_db(transaction=True)]
 def token(user, settings):
     """acme-lead (support and finance: every operation is theirs to call), a real API token and
     a rate limit that the run cannot reach."""
-    from ledger.tenancy import api_token_create
 
     settings.API_THROTTLE_RATE = "100000/min"
     return api_token_create(user=user("acme-lead"))
