@@ -30,6 +30,14 @@ def _fast_password_hashing(settings):
 
 
 @pytest.fixture(autouse=True)
+def _empty_cache():
+    """The API's rate-limit counts live in the cache: every test starts from none."""
+    from django.core.cache import cache
+
+    cache.clear()
+
+
+@pytest.fixture(autouse=True)
 def _capability_registry(request):
     """The capability registry is written by a data migration; a transactional or live-server
     test flushes the database afterwards and takes those rows with it, which would leave every

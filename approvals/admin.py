@@ -9,6 +9,7 @@ amount, finance requests changes and the agent drafts a new request with its own
 
 import json
 from datetime import timedelta
+from decimal import Decimal
 
 from django import forms
 from django.contrib import admin, messages
@@ -25,6 +26,7 @@ from django.utils.timesince import timesince, timeuntil
 
 from ledger.admin import NoDeleteAdminMixin, ReadOnlyAdminMixin, TenantScopedAdminMixin
 from ledger.exceptions import DomainError
+from ledger.money import MoneyFormField, StrictMoneyAdminMixin
 from ledger.selectors import order_ledger, order_refund_position
 
 from .decisions import DECISIONS, approval_request_decide, user_can_decide
@@ -83,8 +85,8 @@ class ExpiryFilter(admin.SimpleListFilter):
 class DecisionForm(forms.Form):
     args_hash = forms.CharField(widget=forms.HiddenInput, max_length=64)
     note = forms.CharField(widget=forms.Textarea(attrs={"rows": 4, "cols": 80}), required=False, max_length=4000)
-    wanted_amount = forms.DecimalField(
-        required=False, max_digits=12, decimal_places=2, min_value=0.01,
+    wanted_amount = MoneyFormField(
+        required=False, min_value=Decimal("0.01"),
         help_text="Optional: the amount you would approve instead. The agent drafts a new request.",
     )
 
@@ -242,7 +244,10 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
             raise Http404("Unknown decision.")
         if not user_can_decide(request.user):
             raise PermissionDenied("Deciding approval requests needs the finance role and permission.")
-        obj = self.get_queryset(request).select_related("order", "order__customer").filter(pk=object_id).first()
+        # The URL takes any text (admin's own object_id convention); a non-numeric id is no object.
+        if not object_id.isascii() or not object_id.isdigit():
+            raise Http404("No such approval request.")
+        obj = self.get_queryset(request).select_related("order", "order__customer").filter(pk=int(object_id)).first()
         if obj is None or not self.has_view_permission(request, obj):
             raise Http404("No such approval request.")
         change_url = reverse("admin:approvals_approvalrequest_change", args=[obj.pk])
@@ -292,7 +297,7 @@ class ApprovalVoteAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelA
 
 
 @admin.register(RefundPolicy)
-class RefundPolicyAdmin(TenantScopedAdminMixin, NoDeleteAdminMixin, admin.ModelAdmin):
+class RefundPolicyAdmin(StrictMoneyAdminMixin, TenantScopedAdminMixin, NoDeleteAdminMixin, admin.ModelAdmin):
     list_display = ("version", "tenant", "status", "window_days", "two_approver_threshold",
                     "approvals_above_threshold", "published_at", "retired_at")
     list_filter = ("status", "tenant")

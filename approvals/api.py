@@ -5,7 +5,8 @@ from typing import Literal
 from ninja import Field, Query, Router, Schema
 from ninja.pagination import paginate
 
-from ledger.pagination import SerializedQuerySet
+from ledger.money import MoneyIn, money_check_currency
+from ledger.pagination import LimitOffsetPage, SerializedQuerySet
 
 from .decisions import approval_request_decide
 from .models import ApprovalRequest
@@ -15,21 +16,26 @@ from .selectors import approval_get, approvals_for
 router = Router(tags=["approvals"])
 
 
+# A Literal, not the model's TextChoices: pydantic names an enum's schema after its class, and
+# the ticket's enum is called `Status` too, so the two collided in the OpenAPI document.
+ApprovalStatus = Literal[tuple(ApprovalRequest.Status.values)]
+
+
 class ApprovalFilter(Schema):
-    status: ApprovalRequest.Status | None = None
+    status: ApprovalStatus | None = Field(None, description="One of the approval request's statuses.")
 
 
 class DecisionIn(Schema):
     decision: Literal["approve", "deny", "request_changes", "escalate"]
     args_hash: str = Field(..., min_length=1, max_length=64, description="The hash of the args you reviewed.")
     note: str = Field("", max_length=4000)
-    wanted_amount: str | None = Field(
+    wanted_amount: MoneyIn | None = Field(
         None, description="With request_changes: the amount finance wants instead, a decimal string."
     )
 
 
 @router.get("", response=list[ApprovalOut])
-@paginate
+@paginate(LimitOffsetPage)
 def approval_list(request, filters: Query[ApprovalFilter]):
     """The caller's tenant's approval requests, oldest first (`?status=pending` for the queue)."""
     queryset = approvals_for(request.user).order_by("created_at", "id")
@@ -48,6 +54,9 @@ def approval_decision(request, request_id: int, body: DecisionIn):
     """Decide one exact action. `args_hash` must be the request's; wrong hash, expired or already
     decided answer 409; the filer of the ticket or a user without the finance role 403. Above the
     policy threshold the first approval answers 200 with the request still pending."""
+    if body.wanted_amount is not None:
+        currency = approval_get(user=request.user, request_id=request_id).currency
+        money_check_currency(amount=body.wanted_amount, currency=currency, field="wanted_amount")
     approval_request_decide(
         request_id=request_id,
         user=request.user,

@@ -14,6 +14,7 @@ from django.db.models import Q
 from .models import (
     ApiToken,
     Customer,
+    IdempotencyKey,
     Membership,
     Order,
     OrderItem,
@@ -149,6 +150,19 @@ class ApiTokenAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
 class PaymentMethodInline(ReadOnlyInline):
     model = PaymentMethod
     fields = ("external_id", "kind", "brand", "last4", "balance")
+
+
+@admin.register(IdempotencyKey)
+class IdempotencyKeyAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+    """The API's Idempotency-Keys: written by the middleware only; expired ones go with
+    `manage.py purge_idempotency_keys`. The stored response body is not shown."""
+
+    tenant_field = "user__membership__tenant"
+    list_display = ("key", "user", "status_code", "created_at", "expires_at")
+    list_filter = ("status_code",)
+    search_fields = ("key", "user__username")
+    list_select_related = ("user",)
+    fields = ("user", "key", "request_hash", "status_code", "content_type", "created_at", "expires_at")
 
 
 @admin.register(Customer)

@@ -4,7 +4,7 @@ selector, serialise."""
 from ninja import Query, Router, Status
 from ninja.pagination import paginate
 
-from ledger.pagination import SerializedQuerySet
+from ledger.pagination import LimitOffsetPage, SerializedQuerySet
 from ledger.tenancy import tenant_for_user, user_require_role
 
 from .schemas import TicketFilter, TicketIn, TicketOut, TicketSummaryOut, TraceOut
@@ -31,7 +31,7 @@ def ticket_file(request, payload: TicketIn):
 
 
 @router.get("", response=list[TicketSummaryOut])
-@paginate
+@paginate(LimitOffsetPage)
 def ticket_index(request, filters: Query[TicketFilter]):
     """The caller's tenant's tickets, newest first (`?status=escalated` to filter)."""
     user_require_role(request.user, "support", "finance")

@@ -3,6 +3,7 @@
 from django import forms
 
 from ledger.exceptions import DomainError
+from ledger.money import MoneyFormField
 
 from .models import Ticket
 
@@ -19,11 +20,10 @@ class TicketForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 6, "placeholder": "Paste what the customer wrote."}),
         help_text="Untrusted text: the agent reads it, the policy gate decides.",
     )
-    requested_amount = forms.DecimalField(
+    requested_amount = MoneyFormField(
         label="Requested amount",
         required=False,
-        max_digits=12,
-        decimal_places=2,
+        error_messages={"negative": "The requested amount must be positive."},
         widget=forms.TextInput(attrs={"placeholder": "200.00", "inputmode": "decimal"}),
         help_text="What the customer asks for, in the order's currency.",
     )
@@ -65,7 +65,7 @@ def _field_for(error: DomainError, data: dict) -> str | None:
         return "customer"
     if code.startswith("message"):
         return "message"
-    if code in {"amount_not_positive", "bad_amount", "float_amount"}:
+    if code in {"amount_not_positive", "amount_precision", "bad_amount", "float_amount"}:
         return "requested_amount"
     if code in {"item_not_on_order", "too_many_items", "items_need_order"}:
         return "items"

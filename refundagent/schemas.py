@@ -1,11 +1,13 @@
 """JSON shapes of the ticket endpoints (API.md). Money leaves as a two-place decimal string."""
 
 from datetime import datetime
+from typing import Literal
 from uuid import UUID
 
 from ninja import Field, Schema
 
 from approvals.schemas import ApprovalOut
+from ledger.money import MoneyIn
 from ledger.schemas import Money
 
 from .models import Ticket
@@ -18,7 +20,7 @@ class TicketIn(Schema):
     )
     customer: str = Field(..., min_length=1, max_length=100, description="The customer id, e.g. CUST-1001.")
     message: str = Field(..., min_length=1, max_length=20_000, description="The customer's words (untrusted).")
-    requested_amount: str | int | None = Field(None, description="A decimal string, e.g. \"200.00\".")
+    requested_amount: MoneyIn | None = Field(None, description="A decimal string, e.g. \"200.00\".")
     items: list[str] = Field(default_factory=list, max_length=100, description="Item ids the ticket is about.")
     refund_to: str | None = Field(
         None, max_length=100, description="Where the customer wants the refund: the id of one of their payment "
@@ -26,8 +28,13 @@ class TicketIn(Schema):
     )
 
 
+# A Literal, not the model's TextChoices (named `Status`, like the approval's: they collided in
+# the OpenAPI document).
+TicketStatus = Literal[tuple(Ticket.Status.values)]
+
+
 class TicketFilter(Schema):
-    status: Ticket.Status | None = None
+    status: TicketStatus | None = Field(None, description="One of the ticket's statuses.")
 
 
 class DraftOut(Schema):

@@ -7,6 +7,7 @@ from django.db import transaction
 
 from ledger.exceptions import InvalidInput
 from ledger.models import PaymentMethod
+from ledger.money import money_check_currency
 from ledger.selectors import customer_get, order_get
 from ledger.services import money
 from ledger.tenancy import tenant_for_user, user_require_role
@@ -62,6 +63,8 @@ def ticket_create(
         amount = money(requested_amount)
         if amount <= 0:
             raise InvalidInput("The requested amount must be positive.", code="amount_not_positive")
+        if found_order is not None:
+            money_check_currency(amount=amount, currency=found_order.currency, field="requested_amount")
     items = [str(i).strip() for i in (items or []) if str(i).strip()]
     if len(items) > MAX_ITEMS:
         raise InvalidInput(f"At most {MAX_ITEMS} items per ticket.", code="too_many_items")

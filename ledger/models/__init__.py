@@ -18,7 +18,7 @@ from .refunds import (
     RefundRevision,
     RefundStatus,
 )
-from .tenancy import ApiToken, Membership, Tenant, TenantQuerySet
+from .tenancy import ApiToken, IdempotencyKey, Membership, Tenant, TenantQuerySet
 
 __all__ = [
     "COUNTING_STATUSES",
@@ -35,6 +35,7 @@ __all__ = [
     "AppendOnlyModel",
     "AppendOnlyQuerySet",
     "Customer",
+    "IdempotencyKey",
     "LedgerImmutable",
     "Membership",
     "Order",

@@ -49,3 +49,25 @@ class TenantQuerySet(models.QuerySet):
 
     def for_tenant(self, tenant):
         return self.filter(**{self.tenant_path: tenant})
+
+
+class IdempotencyKey(models.Model):
+    """One `Idempotency-Key` of one user (Stripe's convention, API.md). The unique constraint on
+    (user, key) lets one request hold the key: the first insert wins, the others find its row.
+    `status_code` is null while that first request runs; then the response is kept to replay.
+    Keys expire (`expires_at`, IDEMPOTENCY_KEY_TTL_HOURS); an expired row is replaced."""
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="idempotency_keys")
+    key = models.CharField(max_length=255)
+    request_hash = models.CharField(max_length=64, help_text="SHA-256 of method, path and canonical body.")
+    status_code = models.PositiveSmallIntegerField(null=True, blank=True)
+    response_body = models.BinaryField(default=b"")
+    content_type = models.CharField(max_length=100, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["user", "key"], name="idempotency_key_unique_per_user")]
+
+    def __str__(self):
+        return f"{self.key} ({self.user})"

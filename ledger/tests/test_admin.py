@@ -1,13 +1,17 @@
 """The ledger admin: history is read-only, and staff see only their own tenant."""
 
+from datetime import timedelta
+
 import pytest
 from django.apps import apps
 from django.contrib import admin
 from django.test import Client, RequestFactory
+from django.utils import timezone
 
 from ledger.admin import TenantScopedAdminMixin
 from ledger.models import (
     ApiToken,
+    IdempotencyKey,
     Order,
     Payment,
     ReconciliationFinding,
@@ -19,6 +23,12 @@ from ledger.models import (
 )
 from ledger.services import ledger_refund_correct, ledger_refund_issue
 from ledger.tenancy import api_token_create
+
+
+def idempotency_key_make(owner):
+    """A row of the API's Idempotency-Key table (written by the API's middleware in real use)."""
+    IdempotencyKey.objects.create(user=owner, key="k-1", request_hash="0" * 64,
+                                  expires_at=timezone.now() + timedelta(hours=1))
 
 
 @pytest.fixture
@@ -108,6 +118,7 @@ def test_every_ledger_model_has_a_tenant_scoped_admin(model, history, user):
     # given every ledger model's admin, rows of both tenants, and an acme staff member
     for username in ("acme-finance", "globex-finance"):
         api_token_create(user=user(username))
+        idempotency_key_make(user(username))
     model_admin = admin.site._registry[model]
     request = RequestFactory().get("/admin/")
     request.user = user("acme-finance")
@@ -152,6 +163,7 @@ def test_tokens_show_no_secret_and_can_be_revoked(demo, user):
 def test_every_ledger_admin_page_renders(model, history, user):
     # given a superuser and a row of every ledger table
     api_token_create(user=user("acme-support"))
+    idempotency_key_make(user("acme-support"))
     client = Client()
     client.force_login(user("ops"))
     opts = model._meta

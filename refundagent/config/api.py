@@ -1,14 +1,23 @@
-"""The API root at /api/: authentication, error mapping and the routers of every app.
+"""The API root at /api/: authentication, rate limits, error mapping, the OpenAPI document's
+error responses and the routers of every app.
 
 Each app owns its router (`<app>/api.py`); this module mounts them, authenticates every call
-(Bearer token or the session cookie) and maps domain errors to HTTP once.
+(Bearer token or the session cookie), throttles it per token and maps errors to HTTP once, as
+RFC 9457 problem details (refundagent/config/problems.py).
 """
+
+import hashlib
+import re
+import threading
 
 from django.conf import settings
 from django.db import connection
-from ninja import NinjaAPI, Status
-from ninja.errors import AuthenticationError
+from django.http import Http404
+from ninja import NinjaAPI, Schema, Status
+from ninja.errors import AuthenticationError, HttpError, ValidationError
 from ninja.security import APIKeyCookie, HttpBearer
+from ninja.throttling import AuthRateThrottle
+from pydantic import ConfigDict, Field
 
 from approvals.api import router as approvals_router
 from ledger.api import router as ledger_router
@@ -17,6 +26,7 @@ from ledger.tenancy import api_token_authenticate
 from refundagent.api import router as tickets_router
 
 from .celery import app as celery_app
+from .problems import PROBLEM_CONTENT_TYPE, field_errors, problem_response, validation_detail
 
 
 class BearerToken(HttpBearer):
@@ -24,6 +34,7 @@ class BearerToken(HttpBearer):
         user = api_token_authenticate(token)
         if user is not None:
             request.user = user
+            request.api_token = token
         return user
 
 
@@ -37,31 +48,172 @@ class SessionCookie(APIKeyCookie):
         return user if user is not None and user.is_authenticated else None
 
 
-api = NinjaAPI(
+def _per_thread(name: str) -> property:
+    return property(lambda self: getattr(self._state, name, None), lambda self, value: setattr(self._state, name, value))
+
+
+class TokenRateThrottle(AuthRateThrottle):
+    """API_THROTTLE_RATE per Bearer token (a session counts per user), in the default cache:
+    Redis in production, so every worker process counts the same requests.
+
+    ninja keeps one throttle object per API and stores the request's key and history on it;
+    under a threaded server two requests would mix them up, so that state is per thread here.
+    The rate is read from the settings on every request (a test or an operator may change it)."""
+
+    scope = "token"
+
+    def __init__(self):
+        self._state = threading.local()
+        super().__init__(settings.API_THROTTLE_RATE)
+
+    key = _per_thread("key")
+    history = _per_thread("history")
+    now = _per_thread("now")
+
+    def allow_request(self, request):
+        self.rate = settings.API_THROTTLE_RATE
+        self.num_requests, self.duration = self.parse_rate(self.rate)
+        return super().allow_request(request)
+
+    def get_cache_key(self, request):
+        token = getattr(request, "api_token", None)
+        if token:
+            ident = "t:" + hashlib.sha256(token.encode()).hexdigest()
+        elif getattr(request, "auth", None) is not None:
+            ident = f"u:{request.auth.pk}"
+        else:
+            ident = "ip:" + (self.get_ident(request) or "")
+        return self.cache_format % {"scope": self.scope, "ident": ident}
+
+
+PROBLEM_SCHEMA = {
+    "type": "object",
+    "description": "RFC 9457 problem details.",
+    "required": ["type", "title", "status", "detail", "code"],
+    "properties": {
+        "type": {"type": "string"},
+        "title": {"type": "string"},
+        "status": {"type": "integer"},
+        "detail": {"type": "string"},
+        "code": {"type": "string", "description": "Stable, machine-readable: what went wrong."},
+        "errors": {
+            "type": "array",
+            "description": "Validation errors, one per field.",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "field": {"type": "string"},
+                    "message": {"type": "string"},
+                    "type": {"type": "string"},
+                    "loc": {"type": "array", "items": {"type": "string"}},
+                },
+            },
+        },
+        "details": {"type": "object"},
+    },
+}
+# Documented on the POSTs that honour it; the middleware does the work.
+IDEMPOTENT_PATHS = (re.compile(r"^/api/tickets/?$"), re.compile(r"^/api/approvals/\{[^}]+\}/decision/?$"))
+IDEMPOTENCY_KEY_PARAMETER = {
+    "in": "header",
+    "name": "Idempotency-Key",
+    "required": False,
+    "description": "Retry safely: the same key and body replay the first response; another body answers 409. "
+    "Keys are per user and expire after 24 hours.",
+    "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+}
+ERROR_DESCRIPTIONS = {
+    400: "Bad request: a control character in the input, or a body that is not JSON.",
+    401: "No valid Bearer token or session.",
+    403: "Not allowed: role, tenant or CSRF.",
+    404: "Not found (or another tenant's).",
+    409: "Conflict: the state changed, or an Idempotency-Key reused with another body.",
+    422: "Invalid input; `errors` names each field.",
+    429: "Too many requests for this token; see Retry-After.",
+}
+
+
+def operation_error_codes(path: str, method: str, operation: dict) -> set[int]:
+    """The 4xx an operation can answer, from what it takes: every operation may see a control
+    character (400); an authenticated one 401, 403 and 429; one with a path parameter, or that
+    looks an order or customer up, 404; one with parameters or a body 422; a POST 409."""
+    codes = {400}
+    if operation.get("security"):
+        codes |= {401, 403, 429}
+    if "{" in path:
+        codes.add(404)
+    if operation.get("parameters") or operation.get("requestBody"):
+        codes.add(422)
+    if method == "post":
+        codes |= {404, 409, 422}
+    return codes
+
+
+class RefundagentAPI(NinjaAPI):
+    def get_openapi_schema(self, *, path_prefix=None, path_params=None):
+        schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
+        schema.setdefault("components", {}).setdefault("schemas", {})["Problem"] = PROBLEM_SCHEMA
+        problem_ref = {PROBLEM_CONTENT_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}}
+        for path, operations in schema["paths"].items():
+            for method, operation in operations.items():
+                if method == "post" and any(p.match(path) for p in IDEMPOTENT_PATHS):
+                    operation.setdefault("parameters", []).append(IDEMPOTENCY_KEY_PARAMETER)
+                responses = operation.setdefault("responses", {})
+                for code in sorted(operation_error_codes(path, method, operation)):
+                    responses.setdefault(code, {"description": ERROR_DESCRIPTIONS[code], "content": problem_ref})
+        return schema
+
+
+api = RefundagentAPI(
     title="refundagent",
     version="1",
     description="Refund tickets investigated by an agent; money moves only after finance approves one exact action.",
     auth=[BearerToken(), SessionCookie()],
+    throttle=[TokenRateThrottle()],
     urls_namespace="api",
 )
 
 
 @api.exception_handler(DomainError)
 def domain_error(request, exc: DomainError):
-    body = {"detail": exc.message, "code": exc.code}
-    if exc.details:
-        body["details"] = exc.details
-    return api.create_response(request, body, status=exc.status_code)
+    extra = {"details": exc.details} if exc.details else {}
+    return problem_response(exc.status_code, detail=exc.message, code=exc.code, **extra)
 
 
 @api.exception_handler(AuthenticationError)
 def unauthenticated(request, exc):
-    return api.create_response(
-        request, {"detail": "Authentication required: a Bearer token or a session.", "code": "unauthenticated"}, status=401
-    )
+    return problem_response(401, detail="Authentication required: a Bearer token or a session.", code="unauthenticated")
 
 
-@api.get("/health", auth=None, tags=["ops"], response={200: dict, 503: dict})
+@api.exception_handler(ValidationError)
+def invalid_input(request, exc: ValidationError):
+    errors = field_errors(exc.errors)
+    return problem_response(422, detail=validation_detail(errors), code="invalid_input", errors=errors)
+
+
+@api.exception_handler(HttpError)
+def http_error(request, exc: HttpError):
+    # ninja's own: 429 (throttled), 400 (a body that is not JSON), 403 (CSRF), ...
+    return problem_response(exc.status_code, detail=str(exc))
+
+
+@api.exception_handler(Http404)
+def not_found(request, exc):
+    return problem_response(404, detail=str(exc) or "Not found.")
+
+
+class HealthOut(Schema):
+    """The checks' verdicts: "ok" (or "eager" for the broker without one) or "error: <kind>".
+    More checks may be added as more fields (the schema allows them)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    status: str = Field(description="ok, or error when any check failed (then 503).")
+    database: str
+    broker: str
+
+
+@api.get("/health", auth=None, throttle=[], tags=["ops"], response={200: HealthOut, 503: HealthOut})
 def health(request):
     """Is the database reachable, and the broker (or are tasks eager)?"""
     result = {"status": "ok", "database": "ok", "broker": "eager"}

@@ -68,6 +68,10 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # Every 4xx/5xx under /api/ as problem details, whoever answered it (so it sits outside the rest).
+    "refundagent.config.middleware.ApiProblemMiddleware",
+    # Control characters in any input answer 400 here, before anything reads them.
+    "refundagent.config.middleware.BadInputMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -75,6 +79,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # After authentication: keys belong to the session's user or the Bearer token's.
+    "refundagent.config.middleware.IdempotencyMiddleware",
 ]
 
 ROOT_URLCONF = "refundagent.config.urls"
@@ -149,6 +155,27 @@ if not DEBUG:
     X_FRAME_OPTIONS = "DENY"
 # Health checks come from the load balancer over plain HTTP.
 SECURE_REDIRECT_EXEMPT = [r"^api/health$"]
+
+# --- Cache: the API's rate limits live here, so every process counts the same requests ---------
+# CACHE_URL (or REDIS_URL), e.g. redis://127.0.0.1:6379/1, in production; unset, an in-process
+# cache (the embedded default: one process, one count).
+CACHE_URL = os.getenv("CACHE_URL") or os.getenv("REDIS_URL", "")
+if CACHE_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": CACHE_URL}}
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "refundagent"}}
+
+# --- The API's contract (API.md "Conventions added later") ----------------------------------
+# Requests per Bearer token (or session user) and period: "N/s", "N/min", "N/hour", "N/day".
+API_THROTTLE_RATE = os.getenv("API_THROTTLE_RATE", "1200/min")
+# An Idempotency-Key is remembered this long, then a new request may reuse it.
+IDEMPOTENCY_KEY_TTL_HOURS = envint("IDEMPOTENCY_KEY_TTL_HOURS", "24")
+# How long a request waits for a concurrent one with the same key before answering 409.
+IDEMPOTENCY_WAIT_SECONDS = envint("IDEMPOTENCY_WAIT_SECONDS", "30")
+# Pages of at most 100 rows (ledger.pagination); the bounded paginator is the default one.
+NINJA_PAGINATION_CLASS = "ledger.pagination.LimitOffsetPage"
+NINJA_PAGINATION_PER_PAGE = 100
+NINJA_PAGINATION_MAX_LIMIT = 100
 
 # --- Celery -----------------------------------------------------------------------------
 CELERY_BROKER_URL = os.getenv("CELERY_BROKER_URL", "")

@@ -1,0 +1,186 @@
+"""Request middleware of the wiring: bad characters refused in one place, problem details for
+every error under /api/, and Idempotency-Key on the API's two creating POSTs."""
+
+import json
+import re
+
+from django.http import HttpResponse, HttpResponseBadRequest
+
+from ledger.exceptions import DomainError
+from ledger.idempotency import (
+    idempotency_key_claim,
+    idempotency_key_complete,
+    idempotency_key_release,
+    idempotency_request_hash,
+)
+from ledger.tenancy import api_token_authenticate
+
+from .problems import PROBLEM_CONTENT_TYPE, problem_from_response, problem_response
+
+API_PREFIX = "/api/"
+
+# C0 control characters except tab, newline and carriage return. NUL breaks PostgreSQL text
+# columns (a 500 before); the others have no business in an id, an amount or a message.
+CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+_FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
+
+
+def _is_api(request) -> bool:
+    return request.path_info.startswith(API_PREFIX) or request.path_info == API_PREFIX.rstrip("/")
+
+
+def _strings(value):
+    """Every string in a JSON document, keys included."""
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield key
+            yield from _strings(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _strings(item)
+
+
+TOO_DEEP = "too_deep"
+
+
+def _bad_input_where(request) -> str | None:
+    """Where the request carries a control character (path, query, form, body), TOO_DEEP for a
+    JSON body nested beyond what Python parses (a RecursionError, a 500, otherwise), or None."""
+    if CONTROL_CHARS.search(request.path_info):
+        return "path"
+    for key, values in request.GET.lists():
+        if CONTROL_CHARS.search(key) or any(CONTROL_CHARS.search(v) for v in values):
+            return f"query parameter {key!r}"
+    content_type = request.content_type or ""
+    if request.method in ("GET", "HEAD", "OPTIONS", "DELETE") and not request.META.get("CONTENT_LENGTH"):
+        return None
+    if content_type.startswith(_FORM_TYPES):
+        if _is_api(request):
+            # The API reads the raw body later; read it first, so the form is parsed from the
+            # cached bytes instead of consuming the stream (which would leave the API nothing).
+            request.body  # noqa: B018
+        for key, values in request.POST.lists():
+            if CONTROL_CHARS.search(key) or any(CONTROL_CHARS.search(v) for v in values):
+                return f"form field {key!r}"
+        return None
+    body = request.body
+    if not body:
+        return None
+    if b"\x00" in body:
+        return "body"
+    if content_type == "application/json" or content_type.endswith("+json"):
+        try:
+            document = json.loads(body)
+            if any(CONTROL_CHARS.search(text) for text in _strings(document)):
+                return "body"
+        except (ValueError, UnicodeDecodeError):
+            return None  # not JSON: the view answers that
+        except RecursionError:
+            return TOO_DEEP
+    return None
+
+
+class BadInputMiddleware:
+    """NUL and other C0 control characters (tab, newline, CR allowed) in the path, the query
+    string, a form post or a JSON body (keys and values) answer 400 before any view runs: the
+    API, the web UI and the admin (its list filters are query parameters) alike."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        where = _bad_input_where(request)
+        if where is None:
+            return self.get_response(request)
+        if where == TOO_DEEP:
+            detail, code = "The request's JSON body is nested too deeply.", TOO_DEEP
+        else:
+            detail = f"The request's {where} contains a control character (NUL or another C0 character)."
+            code = "control_character"
+        if _is_api(request):
+            return problem_response(400, detail=detail, code=code)
+        return HttpResponseBadRequest(detail, content_type="text/plain; charset=utf-8")
+
+
+class ApiProblemMiddleware:
+    """Every 4xx/5xx under /api/ leaves as problem details: the API's own error handlers already
+    answer in that shape; this converts the rest (unknown paths, wrong methods, Django's 500)."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        response = self.get_response(request)
+        if (
+            response.status_code >= 400
+            and _is_api(request)
+            and not getattr(response, "streaming", False)
+            and not response.get("Content-Type", "").startswith(PROBLEM_CONTENT_TYPE)
+            and not (request.path_info.rstrip("/") == "/api/health" and response.status_code == 503)
+        ):
+            return problem_from_response(response)
+        return response
+
+
+# Answers given before the operation ran (no credentials, CSRF, throttled) are not kept: the
+# client fixes the cause and retries with the same key (Stripe does the same).
+NOT_KEPT = {401, 403, 429}
+
+# The two POSTs that honour Idempotency-Key (API.md).
+IDEMPOTENT_PATHS = (re.compile(r"^/api/tickets/?$"), re.compile(r"^/api/approvals/\d+/decision/?$"))
+
+
+def _caller(request):
+    """The user the API would authenticate (Bearer token, else the session), or None."""
+    header = request.headers.get("Authorization", "")
+    if header.lower().startswith("bearer "):
+        return api_token_authenticate(header[7:].strip())
+    user = getattr(request, "user", None)
+    return user if user is not None and user.is_authenticated else None
+
+
+class IdempotencyMiddleware:
+    """Stripe's Idempotency-Key on POST /api/tickets and POST /api/approvals/{id}/decision (see
+    ledger/idempotency.py). A replay carries `Idempotent-Replayed: true`. 5xx, 401, 403 and 429
+    answers are not kept: the key is released and a retry runs anew. A request without a caller is
+    left to the API (401) and keeps nothing."""
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        key = request.headers.get("Idempotency-Key")
+        if key is None or request.method != "POST" or not any(p.match(request.path_info) for p in IDEMPOTENT_PATHS):
+            return self.get_response(request)
+        user = _caller(request)
+        if user is None:
+            return self.get_response(request)
+        request_hash = idempotency_request_hash(method=request.method, path=request.path_info, body=request.body)
+        try:
+            stored = idempotency_key_claim(user=user, key=key, request_hash=request_hash)
+        except DomainError as exc:
+            return problem_response(exc.status_code, detail=exc.message, code=exc.code)
+        if stored is not None:
+            response = HttpResponse(
+                bytes(stored.response_body), status=stored.status_code, content_type=stored.content_type or None
+            )
+            response["Idempotent-Replayed"] = "true"
+            return response
+        try:
+            response = self.get_response(request)
+        except BaseException:
+            idempotency_key_release(user=user, key=key)
+            raise
+        if response.status_code in NOT_KEPT or response.status_code >= 500 or getattr(response, "streaming", False):
+            idempotency_key_release(user=user, key=key)
+        else:
+            idempotency_key_complete(
+                user=user,
+                key=key,
+                status_code=response.status_code,
+                body=response.content,
+                content_type=response.get("Content-Type", ""),
+            )
+        return response
