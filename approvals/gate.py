@@ -14,7 +14,7 @@ from ledger.models import Order, PaymentMethod
 from ledger.selectors import ZERO, order_refund_position
 
 from .models import RefundPolicy
-from .promises import reply_promises_payment  # noqa: F401 (the gate's check, imported from here too)
+from .promises import reply_promises_payment
 
 
 class Outcome:

@@ -4,7 +4,6 @@ approvals.execution."""
 
 import re
 from datetime import datetime
-
 from decimal import Decimal
 
 from django.conf import settings

@@ -114,8 +114,8 @@ def test_close_or_escalate_racing_an_approval_never_both_win(user, move):
             ticket.refresh_from_db()
         service = ticket_close if move == "close" else ticket_escalate
         # when the ticket move and finance's approval run at the same moment (tasks eager)
-        outcomes = _race(lambda: service(ticket=ticket, user=user("acme-support")),
-                         lambda: approve(user, request))
+        outcomes = _race(lambda s=service, t=ticket: s(ticket=t, user=user("acme-support")),
+                         lambda r=request: approve(user, r))
         # then exactly one wins
         assert sorted(outcomes).count("ok") == 1, outcomes
         ticket.refresh_from_db()
