@@ -19,6 +19,7 @@ from .exceptions import ApprovalConflict, Forbidden, MakerChecker
 from .invalidation import approval_facts_changed, approval_request_invalidate
 from .locks import approval_request_lock
 from .models import ApprovalRequest, ApprovalVote
+from .requests import approval_required_count
 from .signals import (
     approval_approved,
     approval_changes_requested,
@@ -67,7 +68,8 @@ def approval_request_decide(
     request is invalidated, a replacement is made if the refund is still eligible, and
     ApprovalConflict is raised after that has been committed: nothing is executed.
 
-    Above the policy's threshold a request needs several distinct approvers: each approval is
+    Above the policy's threshold (counting the order's other refunds and pending requests, as
+    they are at decision time) a request needs several distinct approvers: each approval is
     a vote, and the request stays pending until the last one is in; then the execution is
     enqueued on commit.
     """
@@ -100,7 +102,7 @@ def approval_request_decide(
         _decision_preconditions(request=request, user=user, decision=decision, args_hash=args_hash, now=now)
 
         if decision == ApprovalVote.Decision.APPROVE:
-            changed = approval_facts_changed(request=request, order=order)
+            changed = approval_facts_changed(request=request, order=order, now=now)
             if changed:
                 replacement = approval_request_invalidate(request=request, reason=changed, actor=user, now=now)
                 replaced_conflict = ApprovalConflict(
@@ -115,6 +117,7 @@ def approval_request_decide(
                     details={"replaced_by": replacement.pk if replacement else None, "changed": changed},
                 )
             else:
+                _approval_required_recount(request=request, order=order)
                 _approval_vote_approve(request=request, user=user, args_hash=args_hash, note=note, now=now)
         else:
             _approval_decide_other(
@@ -163,6 +166,17 @@ def _decision_preconditions(*, request, user, decision, args_hash, now) -> None:
             f"{request.required_approvals} distinct approvers.",
             code="already_voted",
         )
+
+
+def _approval_required_recount(*, request, order) -> None:
+    """Dual control counts the order's other refunds as they are now: a request made alone needs
+    a second approver once another request on the order would take it above the threshold. It
+    only ever goes up (under the order lock, so two decisions on one order see each other)."""
+    required = approval_required_count(order=order, policy=request.policy, amount=request.amount,
+                                       exclude_pk=request.pk)
+    if required > request.required_approvals:
+        ApprovalRequest.objects.filter(pk=request.pk).update(required_approvals=required)
+        request.required_approvals = required
 
 
 def _approval_vote_approve(*, request, user, args_hash, note, now) -> None:

@@ -6,7 +6,6 @@ amount, never raise it. Everything here is pure: no writes, so tests and evals c
 directly.
 """
 
-import re
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -15,6 +14,7 @@ from ledger.models import Order, PaymentMethod
 from ledger.selectors import ZERO, order_refund_position
 
 from .models import RefundPolicy
+from .promises import reply_promises_payment
 
 
 class Outcome:
@@ -58,22 +58,6 @@ class GateVerdict:
         for key in ("refundable", "allowed_amount"):
             data[key] = None if data[key] is None else str(data[key])
         return data
-
-
-# Phrases that promise the customer money or a completed refund. A draft reply is reviewed
-# by a person before anything is sent, and it must not commit the company in advance.
-_PAYMENT_PROMISES = [
-    r"\brefund (?:has|have|was|were|is) (?:been )?(?:processed|issued|sent|approved|completed|credited|initiated)\b",
-    r"\b(?:we(?:'ve| have)?|i(?:'ve| have)?) (?:already )?(?:refunded|issued (?:you )?(?:a|the|your) refund|credited)\b",
-    r"\byou(?:'ll| will| shall)? (?:now )?(?:receive|get|be (?:refunded|credited|paid))\b.{0,40}(?:[$€£]\s?\d|\d+(?:[.,]\d{2})?\s?(?:usd|eur|gbp|dollars?)|refund|money)",
-    r"\b(?:money|funds|payment) (?:is|are|has been|have been) (?:on (?:its|their) way|sent|returned)\b",
-    r"\bi (?:guarantee|promise)\b",
-]
-_PAYMENT_PROMISE_RE = re.compile("|".join(_PAYMENT_PROMISES), re.IGNORECASE)
-
-
-def reply_promises_payment(text: str) -> bool:
-    return bool(_PAYMENT_PROMISE_RE.search(text or ""))
 
 
 def policy_current(tenant) -> RefundPolicy | None:

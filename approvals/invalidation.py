@@ -2,6 +2,10 @@
 approving and before executing), and its invalidation with a replacement when the refund is
 still eligible."""
 
+from datetime import datetime
+
+from django.utils import timezone
+
 from ledger.exceptions import DomainError
 from ledger.models import Order
 from ledger.selectors import order_refund_position
@@ -14,8 +18,13 @@ from .requests import approval_request_create, approval_request_replacement_key
 from .signals import approval_invalidated, approval_replaced
 
 
-def approval_facts_changed(*, request: ApprovalRequest, order: Order) -> str:
-    """What changed since the request was made, in words, or '' if nothing did."""
+def approval_facts_changed(*, request: ApprovalRequest, order: Order, now: datetime | None = None) -> str:
+    """What changed since the request was made, in words, or '' if nothing did. Re-runs the
+    policy gate on the request's exact args against the current facts: the order's status and
+    window, the destination (still the customer's, still the one approved), the items still
+    refundable, the currency, the refundable amount and the current policy version. Called under
+    the order lock before approving and again before executing."""
+    now = now or timezone.now()
     changes = []
     position = order_refund_position(order)
     if position.refundable != request.refundable_at_request:
@@ -27,6 +36,29 @@ def approval_facts_changed(*, request: ApprovalRequest, order: Order) -> str:
     current_version = policy.version if policy else None
     if current_version != request.policy_version:
         changes.append(f"policy was {request.policy_version}, now {current_version or 'none'}")
+    if order.currency != request.currency:
+        changes.append(f"currency was {request.currency}, now {order.currency}")
+    args = request.args or {}
+    try:
+        refund_to, kind = approval_destination_resolve(request=request)
+    except DomainError as exc:
+        changes.append(f"destination: {exc.message}")
+        return "; ".join(changes)
+    proposal = Proposal(recommendation="refund", amount=request.amount, policy_version=request.policy_version,
+                        destination=kind)
+    verdict = policy_gate_evaluate(
+        order=order, policy=policy, proposal=proposal, requested_amount=request.amount,
+        requested_currency=request.currency, item_ids=list(args.get("items") or []),
+        refund_to=refund_to if kind != "original" else None, now=now,
+    )
+    if verdict.outcome != Outcome.APPROVAL_REQUIRED:
+        # The stale citation is already named above.
+        if verdict.codes != ["citation_stale"]:
+            changes.append(f"the policy gate now answers {verdict.outcome}: {verdict.reason}")
+    elif verdict.allowed_amount != request.amount:
+        changes.append(f"the gate now allows {verdict.allowed_amount}, not {request.amount} {request.currency}")
+    elif "destination_method" in args and verdict.destination_method != args["destination_method"]:
+        changes.append(f"destination was {args['destination_method']}, now {verdict.destination_method}")
     return "; ".join(changes)
 
 

@@ -137,6 +137,7 @@ class ApprovalRequest(models.Model):
         EXPIRED = "expired"
         INVALIDATED = "invalidated", "invalidated (facts changed)"
         FAILED = "failed", "execution or verification failed"
+        WITHDRAWN = "withdrawn", "withdrawn (ticket closed or escalated)"
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="approval_requests")
     action = models.CharField(max_length=100, default="refunds.issue_refund")

@@ -4,12 +4,15 @@ approvals.execution."""
 
 import re
 from datetime import datetime
+from decimal import Decimal
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import Q, Sum
 from django.utils import timezone
 
 from ledger.models import Order
+from ledger.selectors import ZERO, order_refunded_total
 from ledger.services import canonical_hash
 
 from .gate import GateVerdict, Outcome
@@ -61,9 +64,8 @@ def approval_request_create(
     # No look-up first: the unique key decides (a replay is the rare path, and the insert in a
     # savepoint costs the common path one query less).
     args = refund_args_canonical(order=order, verdict=verdict, ticket_ref=ticket_ref)
-    required = 1
-    if policy.two_approver_threshold is not None and verdict.allowed_amount > policy.two_approver_threshold:
-        required = policy.approvals_above_threshold
+    required = approval_required_count(order=order, policy=policy, amount=verdict.allowed_amount,
+                                       refunded=order.total - verdict.refundable)
     fields = dict(
         tenant_id=order.tenant_id,
         action=ISSUE_REFUND,
@@ -95,6 +97,40 @@ def approval_request_create(
         return existing, False
     return request, True
 
+
+
+def order_refund_exposure(*, order: Order, exclude_pk: int | None = None, refunded: Decimal | None = None) -> Decimal:
+    """Everything already refunded or on its way out of `order`: the ledger's refunds (executed
+    and external ones; `refunded` when the caller already knows it), approved requests not yet
+    in the ledger (being paid out), and other requests still pending approval. The two-approver
+    rule counts all of it, so splitting one refund into several requests does not split the
+    dual control."""
+    in_flight = ApprovalRequest.objects.filter(order=order).filter(
+        Q(status=ApprovalRequest.Status.PENDING)
+        | Q(status=ApprovalRequest.Status.APPROVED, ledger_entry__isnull=True)
+    )
+    if exclude_pk is not None:
+        in_flight = in_flight.exclude(pk=exclude_pk)
+    pending = in_flight.aggregate(s=Sum("amount"))["s"] or ZERO
+    return (order_refunded_total(order) if refunded is None else refunded) + pending
+
+
+def approval_required_count(
+    *, order: Order, policy: RefundPolicy, amount: Decimal, exclude_pk: int | None = None,
+    refunded: Decimal | None = None,
+) -> int:
+    """How many distinct approvers a refund of `amount` on `order` needs: the policy's count when
+    it would take the order's refunds (see order_refund_exposure) above the threshold, else one."""
+    threshold = policy.two_approver_threshold
+    # An order worth no more than the threshold can never move more than it: every request on it
+    # is re-checked against what is still refundable before it is approved and executed.
+    if threshold is None or order.total <= threshold:
+        return 1
+    if amount > threshold:
+        return policy.approvals_above_threshold
+    if order_refund_exposure(order=order, exclude_pk=exclude_pk, refunded=refunded) + amount > threshold:
+        return policy.approvals_above_threshold
+    return 1
 
 
 def approval_request_replacement_key(*, key: str) -> str:

@@ -1,9 +1,19 @@
 """Redaction of customer contact data and payment identifiers, applied to every trace event
 before it is stored. Known values (the ticket's customer, the order's payment references)
-are replaced exactly; patterns catch the rest (emails, card-like numbers, processor refs)."""
+are replaced exactly; patterns catch the rest (emails, card-like numbers, processor refs).
+
+Redaction cannot be turned against the audit trail (issue 10, item 5): the structured decision
+fields of an event (amounts, currency, policy version, decision, codes, hashes; STRUCTURED_KEYS)
+are never altered, and customer data is matched as whole values (the full name, the email, a
+payment reference) or, for the words of the name, as whole words that are not the runtime's own
+vocabulary (currency codes, decisions): a customer named "Mallory refund-policy-v4 USD 12.00
+approve" loses "Mallory" and the full name, never the amount, currency, version or decision.
+A card's last four digits are customer data too (item 6): traces keep brand and kind only."""
 
 import re
 from typing import Any
+
+from django.conf import settings
 
 from ledger.models import Payment
 
@@ -20,10 +30,43 @@ _PATTERNS = [
 ]
 
 
+# The runtime's own fields in trace data: written by the runtime from the ledger and the gate,
+# never customer text, and what an audit reads. Redaction leaves their values as they are.
+STRUCTURED_KEYS = frozenset({
+    "amount", "allowed_amount", "refundable", "requested_amount", "wanted_amount", "old_amount", "total",
+    "refunded_total", "currency", "policy_version", "decision", "outcome", "recommendation", "code", "codes",
+    "args_hash", "hash", "idempotency_key", "status", "approval", "approvals", "required_approvals",
+    "replaced_by", "replaces", "entry", "draft", "replayed", "destination", "destination_method_kind",
+})
+# Keys whose values came from the model or a tool: evidence, redacted throughout (their inner
+# keys are the model's, not the runtime's).
+EVIDENCE_KEYS = frozenset({"args", "input", "result"})
+
+# Words that are never taken for a part of a customer's name: what the runtime itself writes.
+_RUNTIME_WORDS = frozenset({
+    "approve", "approved", "approval", "deny", "denied", "escalate", "escalated", "refund", "refunded",
+    "request", "requested", "changes", "invalidate", "invalidated", "replace", "replaced", "expire",
+    "expired", "executed", "verified", "failed", "pending", "eligible", "policy", "order", "items",
+    "original", "gift", "card", "the", "and", "for",
+})
+
+
+def _name_words(name: str) -> list[str]:
+    """The words of a customer's name that are redacted on their own: alphabetic, 3+ letters,
+    and not a currency code or a word of the runtime's own vocabulary."""
+    currencies = {c.lower() for c in getattr(settings, "LEDGER_CURRENCIES", ())}
+    return [part for part in name.split()
+            if len(part) >= 3 and part.isalpha() and part.lower() not in currencies | _RUNTIME_WORDS]
+
+
 def redact_text(text: str, known: list[str] | tuple[str, ...] = ()) -> str:
-    for value in sorted((k for k in known if k and len(k) >= 3), key=len, reverse=True):
+    for value in sorted((k for k in known if k and (len(k) >= 3 or k.isdigit())), key=len, reverse=True):
         pattern = re.escape(value)
-        if value.isalpha():
+        if value.isdigit():
+            # Card last four (or another number): the whole number only, never inside a longer
+            # number or an amount ("4242.00").
+            pattern = rf"(?<!\d)(?<!\d[.,]){pattern}(?!\d)(?![.,]\d)"
+        elif value.isalpha():
             # A plain word (a part of the customer's name): whole words only, so that "Doe"
             # does not turn "does" into "[redacted]s". Identifiers are replaced anywhere.
             pattern = rf"(?<![^\W\d_]){pattern}(?![^\W\d_])"
@@ -33,14 +76,19 @@ def redact_text(text: str, known: list[str] | tuple[str, ...] = ()) -> str:
     return text
 
 
-def redact(value: Any, known: list[str] | tuple[str, ...] = ()) -> Any:
-    """Redact every string inside a JSON-like value (dict keys are kept)."""
+def redact(value: Any, known: list[str] | tuple[str, ...] = (), *, evidence: bool = False) -> Any:
+    """Redact every string inside a JSON-like value (dict keys are kept), except the values of
+    the runtime's structured fields (STRUCTURED_KEYS), which are never altered. Inside evidence
+    (the model's args, a tool's result) every string is redacted."""
     if isinstance(value, str):
         return redact_text(value, known)
     if isinstance(value, dict):
-        return {k: redact(v, known) for k, v in value.items()}
+        return {
+            k: v if (k in STRUCTURED_KEYS and not evidence) else redact(v, known, evidence=evidence or k in EVIDENCE_KEYS)
+            for k, v in value.items()
+        }
     if isinstance(value, (list, tuple)):
-        return [redact(v, known) for v in value]
+        return [redact(v, known, evidence=evidence) for v in value]
     return value
 
 
@@ -49,7 +97,7 @@ def sensitive_values_for_order(order) -> list[str]:
     order: callers with a customer-level ticket use sensitive_values_for_ticket)."""
     if order is None:
         return []
-    return _customer_values(order.customer, order.payments.values_list("payment_ref", flat=True))
+    return _customer_values(order.customer, order.payments.values_list("payment_ref", "card_last4"))
 
 
 def sensitive_values_for_ticket(ticket) -> list[str]:
@@ -59,13 +107,16 @@ def sensitive_values_for_ticket(ticket) -> list[str]:
     if ticket.order_id:
         return sensitive_values_for_order(ticket.order)
     customer = ticket.customer
-    return _customer_values(customer, Payment.objects.filter(order__customer=customer).values_list("payment_ref", flat=True))
+    return _customer_values(customer, Payment.objects.filter(order__customer=customer).values_list("payment_ref", "card_last4"))
 
 
-def _customer_values(customer, payment_refs) -> list[str]:
+def _customer_values(customer, payments) -> list[str]:
+    """`payments`: (payment_ref, card_last4) pairs of the relevant payments."""
     values = [customer.email, customer.name]
     if customer.name:
-        values.extend(part for part in customer.name.split() if len(part) >= 3)
-    values.extend(payment_refs)
-    values.extend(customer.payment_methods.values_list("external_id", flat=True))
-    return [v for v in values if v]
+        values.extend(_name_words(customer.name))
+    for payment_ref, last4 in payments:
+        values.extend((payment_ref, last4))
+    for external_id, last4 in customer.payment_methods.values_list("external_id", "last4"):
+        values.extend((external_id, last4))
+    return list(dict.fromkeys(v for v in values if v))

@@ -5,6 +5,8 @@ from decimal import Decimal
 
 from django.db import transaction
 
+from approvals.exceptions import ApprovalConflict
+from approvals.withdrawal import approval_requests_withdraw
 from ledger.exceptions import InvalidInput
 from ledger.models import PaymentMethod
 from ledger.money import money_check_currency
@@ -16,7 +18,7 @@ from .exceptions import TicketStateConflict
 from .models import Ticket
 from .redaction import sensitive_values_for_ticket
 from .tasks import agent_run_ticket_task
-from .ticket_state import ticket_transition
+from .ticket_state import ticket_transition, ticket_transition_allowed
 from .tracing import trace_record
 
 MAX_MESSAGE_LENGTH = 20_000
@@ -113,24 +115,45 @@ def ticket_run_enqueue(ticket_id: int) -> None:
 
 
 def ticket_escalate(*, ticket: Ticket, user, note: str = "") -> Ticket:
-    """Send a ticket to the human queue by hand (any ticket that is not settled)."""
+    """Send a ticket to the human queue by hand (any ticket that is not settled). A request of the
+    ticket still pending with finance is withdrawn in the same transaction: a person now owns
+    the ticket, and finance can no longer approve what it asked for (409)."""
     user_require_role(user, "support", "finance")
     detail = f"Escalated by {user.get_username()}" + (f": {note}" if note else ".")
     with transaction.atomic():
+        if not ticket_transition_allowed(ticket=ticket, to=Ticket.Status.ESCALATED):
+            raise TicketStateConflict(f"Ticket {ticket.pk} is {ticket.status}; it cannot be escalated.")
+        withdrawn = _withdraw_pending(ticket, user=user, reason=detail)
         if not ticket_transition(ticket=ticket, to=Ticket.Status.ESCALATED, detail=detail):
             raise TicketStateConflict(f"Ticket {ticket.pk} is {ticket.status}; it cannot be escalated.")
-        _trace(ticket, span="stop", status="escalated", decision="escalate", reason=ticket.stop_detail)
+        _trace(ticket, span="stop", status="escalated", decision="escalate", reason=ticket.stop_detail,
+               data={"withdrawn": withdrawn})
     return ticket
 
 
 def ticket_close(*, ticket: Ticket, user, note: str = "") -> Ticket:
     """Close a ticket (done, or nothing more to do). A ticket waiting for finance cannot be
-    closed from under the approval: decide the approval first. The ticket keeps the reason and
-    detail it stopped with; the note goes to the trace."""
+    closed from under the approval: decide the approval first (or escalate, which withdraws
+    it). Any request of the ticket still pending is withdrawn in the same transaction. The
+    ticket keeps the reason and detail it stopped with; the note goes to the trace."""
     user_require_role(user, "support", "finance")
+    reason = f"Closed by {user.get_username()}" + (f": {note}" if note else ".")
     with transaction.atomic():
-        if not ticket_transition(ticket=ticket, to=Ticket.Status.CLOSED):
+        if not ticket_transition_allowed(ticket=ticket, to=Ticket.Status.CLOSED):
             raise TicketStateConflict(f"Ticket {ticket.pk} is {ticket.status}; it cannot be closed now.")
-        _trace(ticket, span="stop", status="closed", decision="close",
-               reason=f"Closed by {user.get_username()}" + (f": {note}" if note else "."))
+        withdrawn = _withdraw_pending(ticket, user=user, reason=reason)
+        if not ticket_transition(ticket=ticket, to=Ticket.Status.CLOSED):
+            # e.g. finance approved in the same instant: the withdrawal rolls back with this.
+            raise TicketStateConflict(f"Ticket {ticket.pk} is {ticket.status}; it cannot be closed now.")
+        _trace(ticket, span="stop", status="closed", decision="close", reason=reason, data={"withdrawn": withdrawn})
     return ticket
+
+
+def _withdraw_pending(ticket: Ticket, *, user, reason: str) -> list[int]:
+    """Withdraw the ticket's pending approval requests first: they take the order lock before
+    the ticket row is written, the same order a racing approval takes them in."""
+    try:
+        withdrawn = approval_requests_withdraw(tenant=ticket.tenant, ticket_ref=ticket.pk, reason=reason, actor=user)
+    except ApprovalConflict as exc:
+        raise TicketStateConflict(exc.message, code=exc.code) from None
+    return [request.pk for request in withdrawn]

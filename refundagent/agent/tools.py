@@ -363,8 +363,8 @@ def order_lookup(*, ticket, order=None) -> dict:
 def payment_summary(*, ticket, order=None) -> dict:
     order = order or ticket.order
     payments = [
-        {"method": p.method, "brand": p.card_brand, "last4": p.card_last4, "amount": _money(p.amount),
-         "currency": p.currency}
+        # Brand and kind only: the card's last four stay in the ledger (issue 10, item 6).
+        {"method": p.method, "brand": p.card_brand, "amount": _money(p.amount), "currency": p.currency}
         for p in order.payments.all()
     ]
     return {"order": order.external_id, "payments": payments}

@@ -103,11 +103,12 @@ def test_order_ids_must_be_strings():
     assert problems[0]["field"] == "order_id"
 
 
-def test_payment_summary_shows_brand_and_last4_only(ticket):
+def test_payment_summary_shows_brand_and_kind_only(ticket):
+    # (issue 10, item 6: the card's last four are no longer given to the model nor traced)
     summary = payment_summary(ticket=ticket)
 
-    assert summary["payments"] == [{"method": "card", "brand": "visa", "last4": "4242", "amount": "120.00",
-                                    "currency": "USD"}]
+    assert summary["payments"] == [{"method": "card", "brand": "visa", "amount": "120.00", "currency": "USD"}]
+    assert "4242" not in json.dumps(summary)
     payment_ref = Order.objects.get(external_id="ORD-5001").payments.get().payment_ref
     assert payment_ref not in json.dumps(summary)
     assert "card_4242" not in json.dumps(summary)

@@ -242,15 +242,17 @@ def draft_from_evidence(facts: dict, results: dict) -> dict:
     age = order["age_days"]
 
     if cap <= ZERO:
-        what = "the items you named have" if items else "this order has"
+        what = "the items you named have" if items else "this order has"  # "... have no remaining balance"
         return {
             "recommendation": "deny",
             "policy_version": version,
             "rationale": f"Order {order_ref}: {order['refunded_total']} {currency} of {order['total']} {currency} already "
                          f"refunded; nothing is left to refund ({version}, rule 2).",
-            "customer_reply": f"{greeting} Our records show that {what} already been refunded in full "
-                              f"({order['refunded_total']} {currency}), so there is nothing left to refund. If you "
-                              "think this is a mistake, reply to this message and we will look into it.",
+            # No amount and no word of money moving (the gate's payment-promise rule): the
+            # runtime states outcomes itself.
+            "customer_reply": f"{greeting} Our records show that {what} no remaining balance that is eligible "
+                              "for a further refund. If you think this is a mistake, reply to this message and we "
+                              "will look into it.",
         }
     if order["status"] not in statuses:
         return {
@@ -297,10 +299,9 @@ def draft_from_evidence(facts: dict, results: dict) -> dict:
         + "Finance approves before anything is issued (rule 4)."
     )
     reply = (
-        f"{greeting} We have checked the order and passed a refund request for {amount} {currency} to our finance "
-        "team for review."
-        + (f" The most that can be refunded on this order is {cap} {currency}, which is less than the amount you "
-           "asked for." if capped else "")
+        f"{greeting} We have checked the order and passed a refund request to our finance team for review."
+        + (" Our team will also look at the amount you asked for, which is more than what is left on the order."
+           if capped else "")
         + " We will get back to you as soon as they have made a decision."
     )
     return {
