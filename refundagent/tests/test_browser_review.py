@@ -128,3 +128,25 @@ def test_the_review_page_fits_a_laptop_screen_and_offers_only_what_can_succeed(l
     expect(page.locator("#ra-confirm")).to_have_count(0)
     expect(page.locator("#ra-cannot")).to_contain_text("already approved")
     shot(page, "admin-confirm-refused-1280.png")
+
+
+def test_a_support_user_at_the_admin_is_sent_to_the_support_app(live_server, page, registry, demo):  # noqa: F811
+    from playwright.sync_api import expect
+
+    base = live_server.url
+    page.set_viewport_size(LAPTOP)
+    # Given a support user (not staff) who signs in to the admin
+    page.goto(f"{base}/admin/")
+    page.fill("#id_username", "acme-support")
+    page.fill("#id_password", "demo")
+    page.locator("#login-form [type=submit]").click()
+    # Then the login page tells them to use the support app, and its link takes them there
+    note = page.locator("#ra-use-support-app")
+    expect(note).to_contain_text("support app")
+    shot(page, "admin-login-support-user.png")
+    note.get_by_role("link").click()
+    page.wait_for_url(f"{base}/login/?next=/tickets/")
+    page.fill("#id_username", "acme-support")
+    page.fill("#id_password", "demo")
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(f"{base}/tickets/")
