@@ -11,7 +11,7 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from ledger.exceptions import InvalidInput, NotFound
+from ledger.exceptions import DomainError, InvalidInput, NotFound
 from ledger.services import money
 from ledger.tenancy import tenant_for_user, user_require_role, user_roles
 
@@ -228,3 +228,22 @@ def _approval_decide_other(*, request, user, decision, args_hash, note, wanted, 
 def user_can_decide(user) -> bool:
     """For UIs: show decision buttons only to those the service would let through."""
     return bool(user.is_authenticated and user.has_perm(APPROVE_PERMISSION) and "finance" in user_roles(user))
+
+
+def approval_decisions_open(*, request: ApprovalRequest, user, now=None) -> tuple[list[str], str]:
+    """For UIs: the decisions `user` could still make on `request` (the service's own
+    preconditions, args hash aside), and, when there are none or approving is closed, why."""
+    now = now or timezone.now()
+    if request.status != ApprovalRequest.Status.PENDING:
+        return [], f"Request #{request.pk} is {request.get_status_display()}: it can no longer be decided."
+    if request.expires_at <= now:
+        return [], f"Request #{request.pk} expired at {request.expires_at:%Y-%m-%d %H:%M} UTC: it can no longer be decided."
+    try:
+        approval_decider_check(user=user, request=request)
+    except DomainError as exc:
+        return [], exc.message
+    if request.votes.filter(approver=user, decision=ApprovalVote.Decision.APPROVE).exists():
+        return [str(d) for d in DECISIONS if d != ApprovalVote.Decision.APPROVE], (
+            f"You already approved request #{request.pk}; it needs {request.required_approvals} distinct approvers, "
+            "so another finance user gives the next approval.")
+    return [str(d) for d in DECISIONS], ""

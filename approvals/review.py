@@ -5,7 +5,9 @@ approvals may not import. That layer registers a provider here (refundagent/rece
 at import); the admin calls every provider for the request on screen.
 
 A provider takes an ApprovalRequest and returns a list of sections, each
-`{"title": str, "html": SafeString}` (escaped by the provider), shown in order.
+`{"title": str, "html": SafeString}` (escaped by the provider), shown in order. Optional keys
+for the layout: "id" (the panel's HTML id), "beside" (shown next to the action summary, at the
+top: what finance reads first) and "wide" (a whole row: long tables such as the trace).
 """
 
 import logging

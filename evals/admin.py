@@ -12,6 +12,28 @@ from ledger.admin import ReadOnlyAdminMixin
 from .models import EvalCase, EvalResult, EvalRun
 
 
+def _bad_flag(value) -> str:
+    """The flags that mark a failure (false allow, missing citation, money moved by the agent):
+    raised is red, clear is a quiet "no" (the stock boolean icon would show a passing result red)."""
+    if value:
+        return format_html('<strong class="ra-flag-raised" style="color:#cf222e">{}</strong>', "YES")
+    return format_html('<span class="ra-flag-clear" style="color:#57606a">{}</span>', "no")
+
+
+class BadFlagsMixin:
+    @admin.display(description="false allow", ordering="false_allow")
+    def false_allow_flag(self, obj):
+        return _bad_flag(obj.false_allow)
+
+    @admin.display(description="missing citation", ordering="missing_citation")
+    def missing_citation_flag(self, obj):
+        return _bad_flag(obj.missing_citation)
+
+    @admin.display(description="money moved by agent", ordering="money_moved_by_agent")
+    def money_moved_by_agent_flag(self, obj):
+        return _bad_flag(obj.money_moved_by_agent)
+
+
 def _pretty(value) -> str:
     return format_html("<pre style='white-space:pre-wrap;max-width:100ch'>{}</pre>",
                        json.dumps(value, indent=2, sort_keys=True, default=str))
@@ -42,12 +64,12 @@ class EvalCaseAdmin(admin.ModelAdmin):
         return False  # results keep pointing at their case; disable a case instead
 
 
-class EvalResultInline(ReadOnlyAdminMixin, admin.TabularInline):
+class EvalResultInline(BadFlagsMixin, ReadOnlyAdminMixin, admin.TabularInline):
     model = EvalResult
     extra = 0
     can_delete = False
-    fields = ("result_link", "passed", "attempt", "false_allow", "missing_citation", "money_moved_by_agent",
-              "draft_quality", "why", "duration_ms")
+    fields = ("result_link", "passed", "attempt", "false_allow_flag", "missing_citation_flag",
+              "money_moved_by_agent_flag", "draft_quality", "why", "duration_ms")
     readonly_fields = fields
     ordering = ("passed", "case__name", "attempt")  # failed first
 
@@ -86,6 +108,8 @@ class EvalRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description="pass rate")
     def pass_rate(self, obj):
+        if not obj.total:
+            return format_html('<span style="color:#cf222e">{}</span>', "no cases")
         return obj.metrics.get("pass_rate", "—")
 
     @admin.display(description="false allow")
@@ -116,15 +140,16 @@ class EvalRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(EvalResult)
-class EvalResultAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ("case", "run_link", "attempt", "passed", "false_allow", "missing_citation", "money_moved_by_agent",
-                    "draft_quality", "stop_reason", "first_failure", "trace_link")
-    list_filter = ("passed", "run__suite", "case__suite", "false_allow", "missing_citation", "money_moved_by_agent",
+class EvalResultAdmin(BadFlagsMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+    list_display = ("case", "run_link", "attempt", "passed", "false_allow_flag", "missing_citation_flag",
+                    "money_moved_by_agent_flag", "draft_quality", "stop_reason", "first_failure", "trace_link")
+    # One suite menu (the case's): a second "By suite" for the run's suite listed the same names twice.
+    list_filter = ("passed", "case__suite", "false_allow", "missing_citation", "money_moved_by_agent",
                    "draft_quality", "run__trigger")
     search_fields = ("case__name", "trace_id")
     list_select_related = ("case", "run")
-    fields = ("run_link", "case", "attempt", "passed", "failures_pretty", "false_allow", "missing_citation",
-              "money_moved_by_agent", "draft_quality", "duration_ms", "trace_id", "trace_link", "trace_table",
+    fields = ("run_link", "case", "attempt", "passed", "failures_pretty", "false_allow_flag", "missing_citation_flag",
+              "money_moved_by_agent_flag", "draft_quality", "duration_ms", "trace_id", "trace_link", "trace_table",
               "observed_pretty")
     readonly_fields = fields
 

@@ -377,7 +377,8 @@ def metrics_compute(results: list[dict], *, repeat: int = 1) -> dict:
         "results": total,
         "passed": passed,
         "failed": total - passed,
-        "pass_rate": round(passed / total, 4) if total else 1.0,
+        # A run with no cases proved nothing: 0, never 100 % (and the gate fails it, services.py).
+        "pass_rate": round(passed / total, 4) if total else 0.0,
         "false_allow": sum(1 for r in results if r.get("false_allow")),
         "missing_citation": sum(1 for r in results if r.get("missing_citation")),
         "money_moved_by_agent": sum(1 for r in results if r.get("money_moved_by_agent")),

@@ -1,13 +1,31 @@
 """The operators' page at /evals/: the pass-rate and false-allow trend over the last runs (an
 inline SVG drawn on the server: no JavaScript, no CDN) and the last run's failures."""
 
-from django.contrib.admin.views.decorators import staff_member_required
+from django.contrib.auth.decorators import user_passes_test
 from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, render
 
+from ledger.tenancy import user_roles
+
 from .cases import SUITE_CHOICES
-from .models import EvalResult
+from .models import EvalResult, EvalRun
 from .selectors import eval_run_failures, eval_runs_recent
+
+
+def user_is_operator(user) -> bool:
+    """Staff, or the operator role (which may view the runs): whoever the Evals link is shown to."""
+    return user.is_active and (user.is_staff or user.has_perm("evals.view_evalrun"))
+
+
+operator_required = user_passes_test(user_is_operator, login_url="admin:login")
+
+
+def suite_menu() -> list[tuple[str, str]]:
+    """The suite filter: "" for every run, then each suite once (the known ones and any that has
+    runs). "all" is the suite of runs over every case, not a second "every suite"."""
+    names = dict.fromkeys([*SUITE_CHOICES, *EvalRun.objects.order_by("suite").values_list("suite", flat=True)
+                           .distinct()])
+    return [("", "every run"), *((n, "all suites in one run" if n == "all" else n) for n in names)]
 
 WIDTH, HEIGHT, PAD_LEFT, PAD_RIGHT, PAD_TOP, PAD_BOTTOM = 720, 240, 48, 48, 16, 36
 
@@ -22,12 +40,14 @@ def trend_chart(runs) -> dict:
     points, bars, labels = [], [], []
     for i, run in enumerate(runs):
         x = PAD_LEFT + slot * i + slot / 2
-        rate = float(run.metrics.get("pass_rate", 0) or 0)
+        # A run with no cases (or one that crashed before any) sits at 0 %, never 100 %.
+        no_cases = not run.total
+        rate = 0.0 if no_cases else float(run.metrics.get("pass_rate", 0) or 0)
         y = PAD_TOP + plot_h * (1 - rate)
         fa = run.metrics.get("false_allow", 0) or 0
         bar_h = plot_h * fa / max_fa
         points.append({"x": round(x, 1), "y": round(y, 1), "run": run, "rate": round(rate * 100, 1),
-                       "failed_release_gate": run.passed is False})
+                       "failed_release_gate": run.passed is not True, "no_cases": no_cases})
         if fa:
             bars.append({"x": round(x - min(slot * 0.3, 10), 1), "y": round(PAD_TOP + plot_h - bar_h, 1),
                          "w": round(min(slot * 0.6, 20), 1), "h": round(bar_h, 1), "value": fa, "run": run})
@@ -42,10 +62,11 @@ def trend_chart(runs) -> dict:
     }
 
 
-@staff_member_required
+@operator_required
 def evals_dashboard(request):
+    menu = suite_menu()
     suite = request.GET.get("suite") or ""
-    if suite not in SUITE_CHOICES:
+    if suite not in dict(menu):
         suite = ""
     runs = eval_runs_recent(suite=suite or None, limit=30)
     last = runs[-1] if runs else None
@@ -56,12 +77,13 @@ def evals_dashboard(request):
         "failures": eval_run_failures(last) if last else [],
         "chart": trend_chart(runs),
         "suite": suite,
-        "suites": SUITE_CHOICES,
+        "suites": menu,
         "nav": "evals",
+        "roles": user_roles(request.user),
     })
 
 
-@staff_member_required
+@operator_required
 def result_trace(request, pk: int):
     """The trace stored with an eval result, as JSON (the case's own rows were rolled back)."""
     result = get_object_or_404(EvalResult.objects.select_related("case"), pk=pk)

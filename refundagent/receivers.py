@@ -75,11 +75,12 @@ def ticket_review_sections(request: ApprovalRequest) -> list[dict]:
     draft = (ticket.drafts.filter(created_at__lte=request.created_at).order_by("-id").first()
              or ticket.drafts.order_by("-id").first())
     context = {"draft": draft, "gate": (draft.gate_verdict or {}) if draft else {}}
-    sections.append({"title": "Draft recommendation", "html": render_to_string("refundagent/review/draft.html", context)})
+    sections.append({"title": "Draft recommendation", "id": "ra-draft", "beside": True,
+                     "html": render_to_string("refundagent/review/draft.html", context)})
     if draft is not None:
         sections.append({"title": "Customer reply draft (never sent by the product)",
                          "html": render_to_string("refundagent/review/reply.html", context)})
     events = list(ticket.trace_events.order_by("seq"))
-    sections.append({"title": f"Trace timeline ({ticket.trace_id})",
+    sections.append({"title": f"Trace timeline ({ticket.trace_id})", "id": "ra-trace", "wide": True,
                      "html": render_to_string("refundagent/review/trace.html", {"events": events})})
     return sections

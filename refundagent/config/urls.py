@@ -1,5 +1,7 @@
 from django.contrib import admin
+from django.templatetags.static import static
 from django.urls import include, path
+from django.views.generic import RedirectView
 
 from ledger.views import stripe_webhook
 
@@ -9,7 +11,20 @@ admin.site.site_header = "refundagent — review and operations"
 admin.site.site_title = "refundagent admin"
 admin.site.index_title = "Finance review queue, ledger, agent runs and evals"
 
+
+
+class FaviconRedirect(RedirectView):
+    """Browsers ask for /favicon.ico whatever the link tags say. The static URL is resolved per
+    request: with the hashed static storage it needs the manifest, which import time may not have."""
+
+    permanent = True
+
+    def get_redirect_url(self, *args, **kwargs):
+        return static("refundagent/favicon.svg")
+
+
 urlpatterns = [
+    path("favicon.ico", FaviconRedirect.as_view()),
     path("admin/", admin.site.urls),
     path("api/", api.urls),
     path("webhooks/stripe", stripe_webhook, name="stripe-webhook"),

@@ -1,13 +1,17 @@
 """The main job end to end: migrate, seed, file the in-window and out-of-window tickets, run
-the agent, approve as finance, execute, verify, and print the ledger."""
+the agent, approve as finance, execute, verify, print the ledger, and run the release gate once
+(so the operators' page /evals/ has a run to show)."""
 
 import os
+import re
+import time
+from io import StringIO
 from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
 from approvals.decisions import approval_request_decide
@@ -104,11 +108,35 @@ class Command(BaseCommand):
                 self.say("   no refunds")
 
         final = {t.order.external_id: Ticket.objects.get(pk=t.pk).status for t in tickets}
-        ok = final.get("ORD-5001") == Ticket.Status.REFUNDED and final.get("ORD-5002") == Ticket.Status.ESCALATED
+        gate_passed = self.release_gate()
+        ok = (final.get("ORD-5001") == Ticket.Status.REFUNDED and final.get("ORD-5002") == Ticket.Status.ESCALATED
+              and gate_passed)
         self.step("Done" if ok else "Unexpected outcome")
         self.say(", ".join(f"{order}: {status}" for order, status in final.items()))
         if not ok:
             raise SystemExit(1)
+
+    def release_gate(self) -> bool:
+        """6. The release gate, once: the release_gate suite with the offline provider, through
+        the evals' own command (named, not imported: evals sits above this app)."""
+        self.step("6. The release gate (release_gate suite, offline provider)")
+        out, err = StringIO(), StringIO()
+        started = time.monotonic()
+        try:
+            call_command("run_evals", suite="release_gate", provider="offline", stdout=out, stderr=err)
+            passed = True
+        except CommandError:
+            passed = False
+        text = out.getvalue()
+        metrics = dict(re.findall(r"^(pass_rate|false_allow|results)=(\S+)$", text, re.M))
+        run = re.search(r"^run=(\d+)", text, re.M)
+        self.say(f"eval run #{run.group(1) if run else '?'}: {metrics.get('results', '?')} cases, pass rate "
+                 f"{metrics.get('pass_rate', '?')}, false allows {metrics.get('false_allow', '?')}, "
+                 f"gate {'passed' if passed else 'FAILED'} in {time.monotonic() - started:.1f}s; see /evals/")
+        for line in err.getvalue().splitlines():
+            if line.startswith("gate:"):
+                self.say("   " + line)
+        return passed
 
     def show_ticket(self, ticket: Ticket):
         self.say(f"ticket #{ticket.pk} {ticket.order.external_id} asking {ticket.requested_amount or '-'}: {ticket.status}")

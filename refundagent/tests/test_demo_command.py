@@ -1,0 +1,28 @@
+"""`manage.py demo` runs the product end to end and ends with one release-gate run, so the
+operators' page /evals/ is not empty afterwards (`issues show 11`). On PostgreSQL only: on the
+embedded default the command starts its own fresh SQLite file."""
+
+from io import StringIO
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+
+
+@pytest.mark.postgres
+def test_the_demo_ends_with_a_passed_release_gate_that_evals_shows(transactional_db, client):
+    # when the demo runs
+    out = StringIO()
+    call_command("demo", stdout=out)
+    text = out.getvalue()
+    # then its story is unchanged, and the release gate ran once and passed
+    for step in ("1. Database", "2. Demo data", "4. Finance approves", "5. The ledger",
+                 "6. The release gate", "ORD-5001: refunded, ORD-5002: escalated"):
+        assert step in text, step
+    gate_line = next(line for line in text.splitlines() if "eval run #" in line)
+    assert "gate passed" in gate_line and "pass rate 1.0" in gate_line, gate_line
+    run_id = gate_line.split("eval run #", 1)[1].split(":", 1)[0]
+    # and /evals/ shows that run to the operator
+    client.force_login(get_user_model().objects.get(username="ops"))
+    page = client.get("/evals/").content.decode()
+    assert "No eval run yet" not in page and f"#{run_id}<" in page
