@@ -31,7 +31,7 @@ LABELS: dict[str, dict[str, str]] = {
         "draft_ready": "Draft ready",
         "approval_required": "Needs finance approval",
         "escalated": "Escalated to a person",
-        "denied": "Not eligible for a refund",
+        "denied": "Denied",
         "failed": "Something failed",
         "budget_exhausted": "The agent ran out of steps",
         "no_progress": "The agent made no progress",
