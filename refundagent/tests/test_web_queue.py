@@ -135,3 +135,24 @@ def test_a_refused_proposal_in_the_ui_shows_why_and_writes_nothing(queue, people
     assert not ApprovalRequest.objects.exists()
     ticket.refresh_from_db()
     assert ticket.status == "escalated" and not ticket.trace_events.exists()
+
+
+def test_the_admin_shows_the_queue_and_takes_tickets(queue, people, client):
+    # given the queue, and finance in the admin
+    client = login(client, people["finance"])
+    url = reverse("admin:refundagent_escalatedticket_changelist")
+    # when finance opens the escalation queue in the admin
+    html = client.get(url).content.decode()
+    # then the three queued tickets are listed oldest first with their reason in words, the refunded one is not
+    rows = [t.pk for t in (queue["escalated"], queue["failed"], queue["payment_failed"])]
+    assert all(f'value="{pk}"' in html for pk in rows) and f'value="{queue["refunded"].pk}"' not in html
+    assert html.index(f'value="{rows[0]}"') < html.index(f'value="{rows[1]}"') < html.index(f'value="{rows[2]}"')
+    assert "Failed: the run or the refund&#x27;s verification went wrong" in html
+    # when finance takes the failed ticket with the admin action
+    client.post(url, {"action": "take", "_selected_action": [queue["failed"].pk]})
+    # then it is theirs, traced, and the "mine" filter shows it alone
+    queue["failed"].refresh_from_db()
+    assert queue["failed"].owner == people["finance"]
+    assert queue["failed"].trace_events.get().decision == "take"
+    mine = client.get(url, {"owner": "me"}).content.decode()
+    assert f'value="{queue["failed"].pk}"' in mine and f'value="{rows[0]}"' not in mine
