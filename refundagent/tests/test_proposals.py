@@ -8,6 +8,7 @@ from decimal import Decimal
 import pytest
 
 from approvals.models import ApprovalRequest, ApprovalVote, RefundPolicy
+from approvals.review import review_sections
 from ledger.models import Customer, PaymentMethod, RefundEntry
 from refundagent.models import Ticket, TraceEvent
 
@@ -180,3 +181,18 @@ def test_assign_takes_and_hands_back_a_ticket_of_the_queue(people, make_order, e
     # then nobody owns it and the trace has both actions
     assert response.status_code == 200 and response.json()["owner"] is None
     assert list(ticket.trace_events.values_list("decision", flat=True)) == ["take", "hand_back"]
+
+
+def test_finance_reviews_a_proposal_with_who_proposed_it_why_and_what_it_waives(
+    people, make_order, escalated_ticket, api_client
+):
+    # given an exception proposed by support on an out-of-window order
+    ticket = escalated_ticket(make_order("120.00", days_old=60))
+    body = propose(api_client(people["support"]), ticket, amount="30.00", reason="Courier lost it.", exception=True).json()
+    # when finance opens its review page's sections
+    sections = review_sections(ApprovalRequest.objects.get(pk=body["id"]))
+    # then one says who proposed it, why, and which rules it waives with how many approvers
+    proposal = next(s for s in sections if s["title"] == "Proposed by a person (policy exception)")
+    html = str(proposal["html"])
+    assert "support" in html and "Courier lost it." in html
+    assert "The refund window" in html and "needs 2 distinct approvers" in html
