@@ -96,7 +96,7 @@ def test_ticket_page_shows_draft_reply_approval_and_ledger(login, ticket):
     assert 'id="reply-text"' in html and "we are reviewing your request" in html
     assert "passed to our team for review" in html  # the ticket's reply for its current outcome
     assert "Nothing is sent by refundagent" in html
-    assert 'id="approval-status" title="pending">Waiting for approval<' in html
+    assert 'id="approval-status" data-status="pending" title="pending">Waiting for approval<' in html
     assert "0 of 1" in html
     assert response.context["approval"]["id"] == request.pk
     assert response.context["approval"]["amount"] == Decimal("120.00")
