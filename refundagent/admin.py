@@ -7,10 +7,10 @@ import json
 
 from django.contrib import admin, messages
 from django.http import JsonResponse
-from django.utils.timesince import timesince
 from django.shortcuts import get_object_or_404
 from django.urls import path, reverse
 from django.utils.html import format_html
+from django.utils.timesince import timesince
 
 from ledger.admin import ReadOnlyAdminMixin, ReadOnlyInline, TenantScopedAdminMixin
 from ledger.exceptions import DomainError

@@ -4,11 +4,10 @@ selector, serialise."""
 from ninja import Query, Router, Status
 from ninja.pagination import paginate
 
-from ledger.pagination import SerializedQuerySet
-from ledger.tenancy import tenant_for_user, user_require_role
-
 from approvals.schemas import ApprovalOut, approval_serialize
 from approvals.selectors import approvals_for_tenant
+from ledger.pagination import SerializedQuerySet
+from ledger.tenancy import tenant_for_user, user_require_role
 
 from .schemas import AssignIn, ProposalIn, TicketFilter, TicketIn, TicketOut, TicketSummaryOut, TraceOut
 from .selectors import ticket_detail_serialize, ticket_get, ticket_list, ticket_summary_serialize

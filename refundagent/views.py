@@ -23,8 +23,8 @@ from ledger.selectors import order_refund_position
 from ledger.tenancy import tenant_for_user, user_require_role, user_roles
 
 from . import selectors
-from .labels import label
 from .forms import CloseForm, NoteForm, ProposalForm, QueueFilterForm, TicketFilterForm, TicketForm
+from .labels import label
 from .models import Ticket
 from .services import ticket_assign, ticket_close, ticket_create, ticket_escalate, ticket_refund_propose
 from .ticket_state import ticket_transition_allowed

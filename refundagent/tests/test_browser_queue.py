@@ -34,7 +34,8 @@ def escalated(order_id, username="acme-support", detail="The agent ran out of st
     )
 
 
-def test_support_takes_hands_back_proposes_and_closes_from_the_queue(live_server, page, registry, demo):
+@pytest.mark.usefixtures("registry")
+def test_support_takes_hands_back_proposes_and_closes_from_the_queue(live_server, page, demo):
     from playwright.sync_api import expect
 
     from approvals.models import ApprovalRequest
