@@ -95,11 +95,16 @@ def policy_gate_evaluate(
     item_ids: list[str] | None = None,
     refund_to: PaymentMethod | None = None,
     now: datetime,
+    waive: frozenset[str] = frozenset(),
 ) -> GateVerdict:
     """Decide what a draft may lead to. Pure: reads the ledger, writes nothing.
 
     `refund_to` is the payment method the ticket names (resolved by the caller, tenant-scoped);
-    None means the order's original payment method. The verdict names the exact method."""
+    None means the order's original payment method. The verdict names the exact method.
+
+    `waive` names policy rules a person's approved-by-two exception goes outside ('window',
+    'order_status'; approvals.proposals checks they are the policy's `waivable_rules`). The hard
+    limits (refundable amount, currency, the customer's own methods) are checked regardless."""
     position = order_refund_position(order)
     item_ids = list(item_ids or [])
     destination, method = refund_destination_of(order=order, refund_to=refund_to)
@@ -144,7 +149,7 @@ def policy_gate_evaluate(
             "The customer reply draft promises a payment before finance approved one.",
         )
 
-    eligible, code, reason = _eligibility(order, policy, position, item_ids, now)
+    eligible, code, reason = _eligibility(order, policy, position, item_ids, now, waive)
     if proposal.recommendation != "refund":
         if proposal.recommendation == "deny" and not eligible:
             return stop(Outcome.DENIED, code, reason)
@@ -198,17 +203,17 @@ def policy_gate_evaluate(
     return verdict
 
 
-def _eligibility(order, policy, position, item_ids, now) -> tuple[bool, str, str]:
+def _eligibility(order, policy, position, item_ids, now, waive=frozenset()) -> tuple[bool, str, str]:
     statuses = policy.item_refund_statuses if item_ids else policy.full_refund_statuses
     kind = "item refunds" if item_ids else "refunds"
-    if order.status not in statuses:
+    if order.status not in statuses and "order_status" not in waive:
         return (
             False,
             "status_not_eligible",
             f"Order {order.external_id} is {order.status}; {policy.version} allows {kind} only for "
             f"{', '.join(statuses) or 'no'} orders.",
         )
-    if policy.window_days is not None:
+    if policy.window_days is not None and "window" not in waive:
         age_days = (now - order.placed_at).days
         if age_days > policy.window_days:
             return (

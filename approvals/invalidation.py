@@ -89,6 +89,8 @@ def approval_request_invalidate(*, request, reason: str, actor=None, now, from_s
     verdict = policy_gate_evaluate(
         order=order, policy=policy, proposal=proposal, item_ids=request.args.get("items") or [],
         refund_to=refund_to if kind != "original" else None, now=now,
+        # A person's exception stays one: the same rules waived, the same dual control.
+        waive=frozenset(request.waived_rules or ()),
     )
     replacement = None
     if verdict.outcome == Outcome.APPROVAL_REQUIRED:
@@ -100,6 +102,10 @@ def approval_request_invalidate(*, request, reason: str, actor=None, now, from_s
             requested_by=request.requested_by,
             ticket_ref=request.ticket_ref,
             trace_id=request.trace_id,
+            origin=request.origin,
+            policy_exception=request.policy_exception,
+            waived_rules=request.waived_rules or (),
+            proposal_reason=request.proposal_reason,
         )
         ApprovalRequest.objects.filter(pk=request.pk).update(replaced_by=replacement)
     request.refresh_from_db()

@@ -27,6 +27,10 @@ class RefundPolicyQuerySet(TenantQuerySet):
         )
 
 
+def waivable_rules_default() -> list[str]:
+    return ["window", "order_status"]
+
+
 class RefundPolicy(models.Model):
     """One version of a tenant's refund policy. The rules are data; the gate reads them."""
 
@@ -47,6 +51,11 @@ class RefundPolicy(models.Model):
         **MONEY, null=True, blank=True, help_text="Refunds above this amount need more than one finance approver."
     )
     approvals_above_threshold = models.PositiveSmallIntegerField(default=2)
+    waivable_rules = models.JSONField(
+        default=waivable_rules_default, blank=True,
+        help_text="The rules a person's policy exception may waive: 'window' and/or 'order_status'. The hard "
+        "limits (refundable amount, currency, the customer's own methods) are never waivable.",
+    )
     text = models.TextField(help_text="The policy text that drafts cite.")
     published_at = models.DateTimeField(null=True, blank=True)
     retired_at = models.DateTimeField(null=True, blank=True)
@@ -127,6 +136,10 @@ class Capability(models.Model):
 class ApprovalRequest(models.Model):
     """One exact action waiting for finance: these args, this hash, this key, nothing else."""
 
+    class Origin(models.TextChoices):
+        AGENT = "agent"
+        HUMAN = "human", "proposed by a person"
+
     class Status(models.TextChoices):
         PENDING = "pending"
         APPROVED = "approved", "approved (executing)"
@@ -154,13 +167,21 @@ class ApprovalRequest(models.Model):
     )
     trace_id = models.CharField(max_length=64, blank=True)
     ticket_ref = models.PositiveBigIntegerField(null=True, blank=True, db_index=True, help_text="The ticket's id.")
+    origin = models.CharField(max_length=10, choices=Origin.choices, default=Origin.AGENT)
+    policy_exception = models.BooleanField(
+        default=False, help_text="A person's proposal outside the policy's waivable rules (two approvers, never "
+        "the proposer).",
+    )
+    waived_rules = models.JSONField(default=list, blank=True, help_text="The policy rules the exception waives.")
+    proposal_reason = models.TextField(blank=True, help_text="The proposer's written reason (human proposals).")
     approver_role = models.CharField(max_length=40, default="finance")
     required_approvals = models.PositiveSmallIntegerField(default=1)
     expires_at = models.DateTimeField()
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+",
-        help_text="Who filed the ticket (the maker). Never an approver of this request.",
+        help_text="The maker: who filed the ticket, or the person who proposed the refund. Never an approver "
+        "of this request.",
     )
     decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
     decided_at = models.DateTimeField(null=True, blank=True)

@@ -20,6 +20,8 @@ from .models import ApprovalRequest, RefundPolicy
 from .signals import approval_expired
 
 ISSUE_REFUND = "refunds.issue_refund"
+# A policy exception is decided by this many distinct approvers at least, whatever the amount.
+EXCEPTION_APPROVALS = 2
 
 
 def refund_args_canonical(*, order: Order, verdict: GateVerdict, ticket_ref: int | None) -> dict:
@@ -52,13 +54,20 @@ def approval_request_create(
     ticket_ref: int | None = None,
     trace_id: str = "",
     fresh_key: bool = False,
+    origin: str = ApprovalRequest.Origin.AGENT,
+    policy_exception: bool = False,
+    waived_rules: list[str] | tuple = (),
+    proposal_reason: str = "",
 ) -> tuple[ApprovalRequest, bool]:
     """Create the one approval request for an eligible refund. Keyed: calling it again with the
     same idempotency key (a resumed run) returns the request already made, and False.
 
     `fresh_key=True` is for a caller whose key cannot exist yet (the agent's decision derives it
     from the draft it inserted in the same transaction): no savepoint, and a duplicate would be
-    an IntegrityError that rolls the caller's transaction back."""
+    an IntegrityError that rolls the caller's transaction back.
+
+    `policy_exception` (a person's proposal outside the policy's `waived_rules`,
+    approvals.proposals) needs two distinct approvers at least, whatever the amount."""
     if verdict.outcome != Outcome.APPROVAL_REQUIRED or verdict.allowed_amount is None:
         raise ValueError("Only an eligible verdict becomes an approval request.")
     # No look-up first: the unique key decides (a replay is the rare path, and the insert in a
@@ -66,6 +75,8 @@ def approval_request_create(
     args = refund_args_canonical(order=order, verdict=verdict, ticket_ref=ticket_ref)
     required = approval_required_count(order=order, policy=policy, amount=verdict.allowed_amount,
                                        refunded=order.total - verdict.refundable)
+    if policy_exception:
+        required = max(required, EXCEPTION_APPROVALS)
     fields = dict(
         tenant_id=order.tenant_id,
         action=ISSUE_REFUND,
@@ -84,6 +95,10 @@ def approval_request_create(
         required_approvals=required,
         expires_at=timezone.now() + settings.APPROVAL_EXPIRY,
         requested_by=requested_by,
+        origin=origin,
+        policy_exception=policy_exception,
+        waived_rules=list(waived_rules),
+        proposal_reason=proposal_reason,
     )
     if fresh_key:
         return ApprovalRequest.objects.create(**fields), True

@@ -1,6 +1,6 @@
 from datetime import datetime
 
-from ninja import Schema
+from ninja import Field, Schema
 
 from ledger.schemas import Money
 
@@ -37,6 +37,10 @@ class ApprovalOut(Schema):
     decision_note: str
     ticket: int | None
     ledger_entry: int | None
+    origin: str = Field(description="agent: the agent's draft; human: proposed by a person (requested_by).")
+    policy_exception: bool
+    waived_rules: list[str]
+    proposal_reason: str
 
 
 def approval_serialize(request) -> dict:
@@ -69,4 +73,8 @@ def approval_serialize(request) -> dict:
         "decision_note": request.decision_note,
         "ticket": request.ticket_ref,
         "ledger_entry": request.ledger_entry_id,
+        "origin": request.origin,
+        "policy_exception": request.policy_exception,
+        "waived_rules": list(request.waived_rules or []),
+        "proposal_reason": request.proposal_reason,
     }

@@ -4,8 +4,8 @@ It trusts nothing the actor recorded about itself. It re-reads the ledger and th
 request was made under and checks that exactly the approved refund was recorded: one entry
 under the request's key, on that order, for exactly the approved amount and currency, to
 exactly the approved payment method, the order's refunds within its total, the order within the
-policy window when the request was made, and the approvals the policy asked for, none by the
-filer.
+policy window when the request was made (unless a person's policy exception waived the window
+as the policy allows), and the approvals the policy asked for, none by the filer.
 """
 
 import logging
@@ -80,7 +80,17 @@ def approval_verdict(*, request: ApprovalRequest) -> dict:
     checks.append(_check("order_refunds_within_total", refunded <= order.total, f"<= {order.total}", refunded))
 
     policy = request.policy
-    if policy.window_days is not None:
+    waived = set(request.waived_rules or ()) if request.policy_exception else set()
+    if request.policy_exception:
+        # A person's exception is legitimate only as the policy lets it be: rules the policy
+        # lists as waivable, a written reason, and at least two distinct approvers.
+        allowed = set(policy.waivable_rules or ())
+        checks.append(_check("exception_within_policy", waived <= allowed and bool(request.proposal_reason.strip())
+                             and request.required_approvals >= 2,
+                             f"waived within {sorted(allowed)}, a reason, >= 2 approvers",
+                             f"waived {sorted(waived)}, reason {'given' if request.proposal_reason.strip() else 'missing'}, "
+                             f"{request.required_approvals} approvers"))
+    if policy.window_days is not None and "window" not in waived:
         age_days = (request.created_at - order.placed_at).days
         checks.append(_check("within_policy_window", age_days <= policy.window_days,
                              f"<= {policy.window_days} days ({policy.version})", f"{age_days} days"))

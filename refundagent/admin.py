@@ -5,15 +5,20 @@ as JSON, from a ticket's page or as an action on selected tickets."""
 
 import json
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.http import JsonResponse
 from django.shortcuts import get_object_or_404
 from django.urls import path, reverse
 from django.utils.html import format_html
+from django.utils.timesince import timesince
 
 from ledger.admin import ReadOnlyAdminMixin, ReadOnlyInline, TenantScopedAdminMixin
+from ledger.exceptions import DomainError
 
-from .models import AgentRun, RefundDraft, Ticket, TraceEvent
+from .labels import label, when
+from .models import AgentRun, EscalatedTicket, RefundDraft, Ticket, TraceEvent
+from .selectors import QUEUE_STATUSES
+from .services import ticket_assign
 from .tracing import trace_export
 
 
@@ -43,13 +48,14 @@ class AgentRunInline(ReadOnlyInline):
 
 @admin.register(Ticket)
 class TicketAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ("id", "tenant", "order", "status", "stop_reason", "requested_amount", "currency", "created_at")
+    list_display = ("id", "tenant", "order", "status_label", "stop_reason_label", "owner", "requested_amount", "currency",
+                    "created")
     list_filter = ("status", "stop_reason")
     search_fields = ("order__external_id", "customer__external_id", "trace_id")
     list_select_related = ("tenant", "order")
     readonly_fields = ("tenant", "order", "customer", "message", "requested_amount", "currency", "items", "status",
-                       "stop_reason", "stop_detail", "trace_id", "trace_json", "created_by", "created_at",
-                       "updated_at")
+                       "stop_reason", "stop_detail", "owner", "customer_reply", "trace_id", "trace_json", "created_by",
+                       "created_at", "updated_at")
     fields = readonly_fields
     inlines = [AgentRunInline, RefundDraftInline, TraceEventInline]
     actions = ["export_traces"]
@@ -58,6 +64,18 @@ class TicketAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
         own = [path("<int:ticket_id>/trace.json", self.admin_site.admin_view(self.trace_json_view),
                     name="refundagent_ticket_trace_json")]
         return own + super().get_urls()
+
+    @admin.display(description="status", ordering="status")
+    def status_label(self, obj):
+        return label(obj.status, "ticket_status")
+
+    @admin.display(description="stop reason", ordering="stop_reason")
+    def stop_reason_label(self, obj):
+        return label(obj.stop_reason, "stop_reason")
+
+    @admin.display(description="created", ordering="created_at")
+    def created(self, obj):
+        return when(obj.created_at)
 
     @admin.display(description="trace")
     def trace_json(self, obj):
@@ -80,6 +98,80 @@ class TicketAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
                                 json_dumps_params={"indent": 2})
         response["Content-Disposition"] = 'attachment; filename="traces.json"'
         return response
+
+
+class QueueReasonFilter(admin.SimpleListFilter):
+    title = "reason"
+    parameter_name = "reason"
+
+    def lookups(self, request, model_admin):
+        return [(status, label(status, "queue_reason")) for status in QUEUE_STATUSES]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(status=self.value()) if self.value() else queryset
+
+
+class OwnerFilter(admin.SimpleListFilter):
+    title = "owner"
+    parameter_name = "owner"
+
+    def lookups(self, request, model_admin):
+        return [("me", "Mine"), ("none", "Nobody yet")]
+
+    def queryset(self, request, queryset):
+        if self.value() == "me":
+            return queryset.filter(owner=request.user)
+        if self.value() == "none":
+            return queryset.filter(owner__isnull=True)
+        return queryset
+
+
+@admin.register(EscalatedTicket)
+class EscalationQueueAdmin(TicketAdmin):
+    """The escalation queue: tickets a person must finish, oldest first, with the reason in plain
+    words, age and owner. Take and hand back are actions (traced, through ticket_assign); a
+    refund is proposed, or the ticket closed with a reply, on the ticket's page in the support app."""
+
+    list_display = ("id", "order", "reason", "age", "owner", "support_link")
+    list_filter = (QueueReasonFilter, OwnerFilter)
+    list_select_related = ("tenant", "order", "owner")
+    ordering = ("created_at", "id")
+    inlines = []
+    actions = ["take", "hand_back"]
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).filter(status__in=QUEUE_STATUSES)
+
+    @admin.display(description="reason")
+    def reason(self, obj):
+        detail = f" ({label(obj.stop_reason, 'stop_reason')})" if obj.stop_reason and obj.stop_reason != obj.status else ""
+        return label(obj.status, "queue_reason") + detail
+
+    @admin.display(description="age", ordering="created_at")
+    def age(self, obj):
+        return format_html('<span title="{}">{}</span>', when(obj.created_at), timesince(obj.created_at))
+
+    @admin.display(description="resolve")
+    def support_link(self, obj):
+        return format_html('<a href="{}">Open in the support app</a>', reverse("ticket", args=[obj.pk]))
+
+    def _assign(self, request, queryset, to_me: bool):
+        done = 0
+        for ticket in queryset:
+            try:
+                ticket_assign(ticket=ticket, user=request.user, to_me=to_me)
+                done += 1
+            except DomainError as exc:
+                self.message_user(request, exc.message, messages.WARNING)
+        self.message_user(request, f"{done} ticket(s) {'taken' if to_me else 'handed back'}.")
+
+    @admin.action(description="Take the selected tickets")
+    def take(self, request, queryset):
+        self._assign(request, queryset, True)
+
+    @admin.action(description="Hand the selected tickets back")
+    def hand_back(self, request, queryset):
+        self._assign(request, queryset, False)
 
 
 @admin.register(AgentRun)

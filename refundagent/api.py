@@ -4,12 +4,14 @@ selector, serialise."""
 from ninja import Query, Router, Status
 from ninja.pagination import paginate
 
+from approvals.schemas import ApprovalOut, approval_serialize
+from approvals.selectors import approvals_for_tenant
 from ledger.pagination import LimitOffsetPage, SerializedQuerySet
 from ledger.tenancy import tenant_for_user, user_require_role
 
-from .schemas import TicketFilter, TicketIn, TicketOut, TicketSummaryOut, TraceOut
+from .schemas import AssignIn, ProposalIn, TicketFilter, TicketIn, TicketOut, TicketSummaryOut, TraceOut
 from .selectors import ticket_detail_serialize, ticket_get, ticket_list, ticket_summary_serialize
-from .services import ticket_create
+from .services import ticket_assign, ticket_create, ticket_refund_propose
 from .tracing import trace_export
 
 router = Router(tags=["tickets"])
@@ -49,3 +51,29 @@ def ticket_trace(request, ticket_id: int):
     """The ticket's trace, in order, redacted (it was redacted before it was stored)."""
     user_require_role(request.user, "support", "finance")
     return trace_export(ticket_get(tenant=tenant_for_user(request.user), ticket_id=ticket_id))
+
+
+@router.post("/{int:ticket_id}/proposal", response={201: ApprovalOut})
+def ticket_proposal(request, ticket_id: int, payload: ProposalIn):
+    """A person proposes an exact refund on an escalated, failed or payment_failed ticket (support,
+    finance): 201 with the approval request (origin `human`). The gate's hard limits answer 422 and
+    nothing is written; a ticket not in the queue 409."""
+    user_require_role(request.user, "support", "finance")
+    tenant = tenant_for_user(request.user)
+    ticket = ticket_get(tenant=tenant, ticket_id=ticket_id)
+    made = ticket_refund_propose(
+        ticket=ticket, user=request.user, amount=payload.amount, reason=payload.reason, exception=payload.exception,
+        items=payload.items, refund_to=payload.refund_to, currency=payload.currency,
+    )
+    # Read back by tenant: a support proposer may not have the finance role approval_get asks for.
+    return Status(201, approval_serialize(approvals_for_tenant(tenant).get(pk=made.pk)))
+
+
+@router.post("/{int:ticket_id}/assign", response=TicketOut)
+def ticket_assign_endpoint(request, ticket_id: int, payload: AssignIn):
+    """Take a ticket of the escalation queue (`{"to": "me"}`) or hand it back (`{"to": null}`)."""
+    user_require_role(request.user, "support", "finance")
+    tenant = tenant_for_user(request.user)
+    ticket_assign(ticket=ticket_get(tenant=tenant, ticket_id=ticket_id), user=request.user,
+                  to_me=payload.to == "me")
+    return ticket_detail_serialize(ticket_get(tenant=tenant, ticket_id=ticket_id))

@@ -6,10 +6,12 @@ class RefundagentConfig(AppConfig):
     verbose_name = "Refund agent"
     # What each role may do with the agent's models (see ledger/tenancy.py, roles_sync).
     role_permissions = {
-        "support": ["refundagent.view_ticket"],
-        "finance": ["refundagent.view_ticket", "refundagent.view_traceevent", "refundagent.view_refunddraft"],
+        "support": ["refundagent.view_ticket", "refundagent.view_escalatedticket"],
+        "finance": ["refundagent.view_ticket", "refundagent.view_escalatedticket", "refundagent.view_traceevent",
+                    "refundagent.view_refunddraft"],
         "operator": [
             "refundagent.view_ticket",
+            "refundagent.view_escalatedticket",
             "refundagent.view_agentrun",
             "refundagent.view_traceevent",
             "refundagent.view_refunddraft",

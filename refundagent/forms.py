@@ -90,3 +90,53 @@ class TicketFilterForm(forms.Form):
 
 class NoteForm(forms.Form):
     note = forms.CharField(required=False, max_length=500, widget=forms.TextInput(attrs={"placeholder": "Note (optional)"}))
+
+
+class CloseForm(forms.Form):
+    """Closing a ticket: an internal note (to the trace) and, optionally, the reply to send."""
+
+    note = forms.CharField(required=False, max_length=500, widget=forms.TextInput(attrs={"placeholder": "Note (optional)"}))
+    reply = forms.CharField(
+        required=False, max_length=4000, label="Reply to the customer",
+        widget=forms.Textarea(attrs={"rows": 3, "placeholder": "What you tell the customer (becomes the ticket's reply)."}),
+    )
+
+
+class ProposalForm(forms.Form):
+    """A person's refund proposal on an escalated, failed or payment-failed ticket."""
+
+    amount = forms.DecimalField(
+        label="Amount", max_digits=12, decimal_places=2, min_value=0.01,
+        widget=forms.TextInput(attrs={"placeholder": "50.00", "inputmode": "decimal"}),
+    )
+    items = forms.CharField(
+        label="Items", required=False, widget=forms.TextInput(attrs={"placeholder": "ITEM-1, ITEM-2"}),
+        help_text="Comma separated; blank: the ticket's items, or the order.",
+    )
+    refund_to = forms.CharField(
+        label="Refund to", required=False, max_length=100, widget=forms.TextInput(attrs={"placeholder": "card_1"}),
+        help_text="One of the customer's payment methods; blank: the ticket's choice, else the original method.",
+    )
+    reason = forms.CharField(label="Reason", required=False, max_length=2000,
+                             widget=forms.Textarea(attrs={"rows": 2, "placeholder": "Why this refund."}))
+    exception = forms.BooleanField(
+        label="Policy exception", required=False,
+        help_text="Outside the policy's waivable rules (window, order status): needs a reason and two finance "
+        "approvers, never you.",
+    )
+
+    def clean_items(self):
+        return [part.strip() for part in self.cleaned_data["items"].split(",") if part.strip()]
+
+    def clean_refund_to(self):
+        return self.cleaned_data["refund_to"].strip()
+
+
+class QueueFilterForm(forms.Form):
+    reason = forms.ChoiceField(required=False, choices=[
+        ("", "All reasons"),
+        (Ticket.Status.ESCALATED, "Escalated"),
+        (Ticket.Status.FAILED, "Failed"),
+        (Ticket.Status.PAYMENT_FAILED, "Payment failed"),
+    ])
+    owner = forms.ChoiceField(required=False, choices=[("", "Anyone"), ("me", "Mine"), ("none", "Nobody yet")])

@@ -61,6 +61,14 @@ class Ticket(models.Model):
     stop_detail = models.TextField(blank=True)
     trace_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="filed_tickets")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="owned_tickets",
+        help_text="The person who took the ticket from the escalation queue (blank: nobody yet).",
+    )
+    customer_reply = models.TextField(
+        blank=True, help_text="The reply support may send now, written by the runtime from the ticket's current "
+        "outcome (the model's draft stays on the draft).",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -78,6 +86,15 @@ class Ticket(models.Model):
     def __str__(self):
         about = self.order if self.order_id else f"customer {self.customer}"
         return f"ticket #{self.pk} {about} ({self.status})"
+
+
+class EscalatedTicket(Ticket):
+    """The escalation queue in the admin: tickets a person must finish (a proxy, no table)."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "escalated ticket"
+        verbose_name_plural = "escalation queue"
 
 
 class AgentRun(models.Model):

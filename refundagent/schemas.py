@@ -37,6 +37,21 @@ class TicketFilter(Schema):
     status: TicketStatus | None = Field(None, description="One of the ticket's statuses.")
 
 
+class ProposalIn(Schema):
+    amount: MoneyIn = Field(..., description="The exact amount, e.g. \"50.00\".")
+    currency: str | None = Field(None, min_length=3, max_length=3, description="Must be the order's, if given.")
+    items: list[str] | None = Field(None, max_length=100, description="Omitted: the ticket's items (or the order).")
+    refund_to: str | None = Field(None, max_length=100, description="A payment method id of the order's customer; "
+                                  "omitted: the ticket's choice, else the original payment method.")
+    reason: str = Field("", max_length=2000, description="Why; required with exception.")
+    exception: bool = Field(False, description="Go outside the policy's waivable rules (window, order status): "
+                            "needs a reason and two distinct approvers, never the proposer.")
+
+
+class AssignIn(Schema):
+    to: Literal["me"] | None = Field(..., description="\"me\": take the ticket; null: hand it back.")
+
+
 class DraftOut(Schema):
     recommendation: str
     amount: Money | None
@@ -57,12 +72,15 @@ class TicketSummaryOut(Schema):
     customer: str
     requested_amount: Money | None
     currency: str
+    owner: str | None = Field(description="Who took the ticket from the escalation queue (null: nobody).")
     created_at: datetime
     updated_at: datetime
 
 
 class TicketOut(TicketSummaryOut):
     stop_detail: str
+    customer_reply: str = Field(description="The reply support may send now, written by the runtime from the "
+                                "ticket's current outcome (the model's draft stays under draft.customer_reply).")
     items: list[str]
     refund_to: str | None = Field(description="The chosen payment method's id; null = the original payment method.")
     refund_to_kind: str | None = Field(description="Its kind: card, paypal, gift_card (null with refund_to).")

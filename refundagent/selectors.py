@@ -9,10 +9,13 @@ from ledger.exceptions import NotFound
 
 from .models import RefundDraft, Ticket
 
+# The escalation queue: tickets the agent could not finish, waiting for a person.
+QUEUE_STATUSES = (Ticket.Status.ESCALATED, Ticket.Status.FAILED, Ticket.Status.PAYMENT_FAILED)
+
 
 def ticket_list(*, tenant, status: str | None = None) -> QuerySet:
     """The tenant's tickets, newest first."""
-    queryset = Ticket.objects.for_tenant(tenant).select_related("order", "customer").order_by("-created_at", "-id")
+    queryset = Ticket.objects.for_tenant(tenant).select_related("order", "customer", "owner").order_by("-created_at", "-id")
     if status:
         queryset = queryset.filter(status=status)
     return queryset
@@ -23,11 +26,29 @@ def ticket_get(*, tenant, ticket_id: int) -> Ticket:
     try:
         return (
             Ticket.objects.for_tenant(tenant)
-            .select_related("order", "customer", "created_by", "refund_to")
+            .select_related("order", "customer", "created_by", "refund_to", "owner")
             .get(pk=ticket_id)
         )
     except Ticket.DoesNotExist:
         raise NotFound(f"Ticket {ticket_id} not found.") from None
+
+
+def ticket_queue(*, tenant, reason: str | None = None, owner=None, unowned: bool = False) -> QuerySet:
+    """The escalation queue: escalated, failed and payment-failed tickets, oldest first.
+    `reason` narrows to one of those statuses; `owner` to one person's, `unowned` to nobody's."""
+    queryset = (
+        Ticket.objects.for_tenant(tenant)
+        .filter(status__in=QUEUE_STATUSES)
+        .select_related("order", "customer", "owner")
+        .order_by("created_at", "id")
+    )
+    if reason:
+        queryset = queryset.filter(status=reason)
+    if owner is not None:
+        queryset = queryset.filter(owner=owner)
+    elif unowned:
+        queryset = queryset.filter(owner__isnull=True)
+    return queryset
 
 
 def ticket_draft_latest(ticket: Ticket) -> RefundDraft | None:
@@ -49,6 +70,7 @@ def ticket_summary_serialize(ticket: Ticket) -> dict:
         "customer": ticket.customer.external_id,
         "requested_amount": ticket.requested_amount,
         "currency": ticket.currency,
+        "owner": ticket.owner.get_username() if ticket.owner_id else None,
         "created_at": ticket.created_at,
         "updated_at": ticket.updated_at,
     }
@@ -61,6 +83,7 @@ def ticket_detail_serialize(ticket: Ticket) -> dict:
     return {
         **ticket_summary_serialize(ticket),
         "stop_detail": ticket.stop_detail,
+        "customer_reply": ticket.customer_reply,
         "items": list(ticket.items or []),
         "refund_to": ticket.refund_to.external_id if ticket.refund_to_id else None,
         "refund_to_kind": ticket.refund_to.kind if ticket.refund_to_id else None,

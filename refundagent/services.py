@@ -6,6 +6,8 @@ from decimal import Decimal
 from django.db import transaction
 
 from approvals.exceptions import ApprovalConflict
+from approvals.models import ApprovalRequest
+from approvals.proposals import approval_proposal_create
 from approvals.withdrawal import approval_requests_withdraw
 from ledger.exceptions import InvalidInput
 from ledger.models import PaymentMethod
@@ -17,12 +19,14 @@ from ledger.tenancy import tenant_for_user, user_require_role
 from .exceptions import TicketStateConflict
 from .models import Ticket
 from .redaction import sensitive_values_for_ticket
+from .selectors import QUEUE_STATUSES
 from .tasks import agent_run_ticket_task
 from .ticket_state import ticket_transition, ticket_transition_allowed
 from .tracing import trace_record
 
 MAX_MESSAGE_LENGTH = 20_000
 MAX_ITEMS = 100
+MAX_REPLY_LENGTH = 4000
 
 
 def ticket_create(
@@ -131,21 +135,27 @@ def ticket_escalate(*, ticket: Ticket, user, note: str = "") -> Ticket:
     return ticket
 
 
-def ticket_close(*, ticket: Ticket, user, note: str = "") -> Ticket:
+def ticket_close(*, ticket: Ticket, user, note: str = "", reply: str = "") -> Ticket:
     """Close a ticket (done, or nothing more to do). A ticket waiting for finance cannot be
     closed from under the approval: decide the approval first (or escalate, which withdraws
     it). Any request of the ticket still pending is withdrawn in the same transaction. The
-    ticket keeps the reason and detail it stopped with; the note goes to the trace."""
+    ticket keeps the reason and detail it stopped with; the note goes to the trace. `reply`, if
+    given, becomes the ticket's customer reply (what support sends the customer)."""
     user_require_role(user, "support", "finance")
+    reply = (reply or "").strip()
+    if len(reply) > MAX_REPLY_LENGTH:
+        raise InvalidInput(f"The reply is longer than {MAX_REPLY_LENGTH} characters.", code="reply_too_long")
+    fields = {"customer_reply": reply} if reply else {}
     reason = f"Closed by {user.get_username()}" + (f": {note}" if note else ".")
     with transaction.atomic():
         if not ticket_transition_allowed(ticket=ticket, to=Ticket.Status.CLOSED):
             raise TicketStateConflict(f"Ticket {ticket.pk} is {ticket.status}; it cannot be closed now.")
         withdrawn = _withdraw_pending(ticket, user=user, reason=reason)
-        if not ticket_transition(ticket=ticket, to=Ticket.Status.CLOSED):
+        if not ticket_transition(ticket=ticket, to=Ticket.Status.CLOSED, **fields):
             # e.g. finance approved in the same instant: the withdrawal rolls back with this.
             raise TicketStateConflict(f"Ticket {ticket.pk} is {ticket.status}; it cannot be closed now.")
-        _trace(ticket, span="stop", status="closed", decision="close", reason=reason, data={"withdrawn": withdrawn})
+        _trace(ticket, span="stop", status="closed", decision="close", reason=reason,
+               data={"withdrawn": withdrawn, "by": user.get_username(), "note": note, "reply_written": bool(reply)})
     return ticket
 
 
@@ -157,3 +167,98 @@ def _withdraw_pending(ticket: Ticket, *, user, reason: str) -> list[int]:
     except ApprovalConflict as exc:
         raise TicketStateConflict(exc.message, code=exc.code) from None
     return [request.pk for request in withdrawn]
+
+
+def ticket_assign(*, ticket: Ticket, user, to_me: bool) -> Ticket:
+    """Take a ticket of the escalation queue (it becomes the caller's, visible to everyone) or
+    hand it back (`to_me=False`: nobody owns it). Compare-and-set: a ticket someone else took
+    in the meantime is a conflict, and only a ticket in the queue can be taken."""
+    user_require_role(user, "support", "finance")
+    who = user.get_username()
+    with transaction.atomic():
+        if to_me:
+            moved = Ticket.objects.filter(
+                pk=ticket.pk, status__in=QUEUE_STATUSES, owner__isnull=True
+            ).update(owner=user) == 1
+            if not moved:
+                current = Ticket.objects.select_related("owner").get(pk=ticket.pk)
+                if current.owner_id == user.pk:
+                    return current
+                raise TicketStateConflict(
+                    f"Ticket {ticket.pk} is {current.status}"
+                    + (f" and owned by {current.owner.get_username()}" if current.owner_id else "")
+                    + "; only an unowned ticket in the escalation queue can be taken."
+                )
+            ticket.owner = user
+            _trace(ticket, span="stop", status=ticket.status, decision="take", reason=f"Taken by {who}.",
+                   data={"owner": who})
+        else:
+            previous = Ticket.objects.select_related("owner").get(pk=ticket.pk).owner
+            if previous is None:
+                ticket.owner = None
+                return ticket
+            Ticket.objects.filter(pk=ticket.pk, owner=previous).update(owner=None)
+            ticket.owner = None
+            _trace(ticket, span="stop", status=ticket.status, decision="hand_back",
+                   reason=f"Handed back to the queue by {who}" + (
+                       f" (was {previous.get_username()})." if previous.pk != user.pk else "."),
+                   data={"by": who, "previous_owner": previous.get_username()})
+    return ticket
+
+
+def ticket_refund_propose(
+    *,
+    ticket: Ticket,
+    user,
+    amount,
+    reason: str = "",
+    exception: bool = False,
+    items: list[str] | None = None,
+    refund_to: str | None = None,
+    currency: str | None = None,
+) -> ApprovalRequest:
+    """A person proposes an exact refund on an escalated, failed or payment-failed ticket: an
+    approval request with origin `human` (approvals.proposals: the gate's hard limits, the
+    proposer never approves, an exception needs a reason and two approvers). The ticket moves to
+    approval_required in the same transaction; any refusal writes nothing."""
+    user_require_role(user, "support", "finance")
+    if ticket.status not in QUEUE_STATUSES:
+        raise TicketStateConflict(
+            f"Ticket {ticket.pk} is {ticket.status}; a person proposes a refund only on an escalated, failed or "
+            "payment-failed ticket."
+        )
+    if ticket.order_id is None:
+        raise InvalidInput("The ticket names no order yet: a refund needs its order.", code="order_required")
+    method = None
+    refund_to = (refund_to or "").strip()
+    if refund_to:
+        # Looked up among the tenant's methods; the proposal checks it is this customer's.
+        method = PaymentMethod.objects.filter(
+            customer__tenant_id=ticket.tenant_id, external_id=refund_to
+        ).select_related("customer").first()
+        if method is None:
+            raise InvalidInput(f"{refund_to} is not a payment method of this shop.", code="unknown_payment_method")
+    elif ticket.refund_to_id:
+        method = ticket.refund_to
+    with transaction.atomic():
+        request = approval_proposal_create(
+            user=user, order=ticket.order, amount=amount, reason=reason, exception=exception,
+            items=items if items is not None else list(ticket.items or []), refund_to=method, currency=currency,
+            ticket_ref=ticket.pk, trace_id=str(ticket.trace_id),
+        )
+        who = user.get_username()
+        kind = "a policy exception" if request.policy_exception else "a refund"
+        detail = (f"{who} proposed {kind} of {request.amount} {request.currency} (request #{request.pk}): "
+                  f"finance must approve" + (" (two distinct approvers)." if request.required_approvals > 1 else "."))
+        if not ticket_transition(ticket=ticket, to=Ticket.Status.APPROVAL_REQUIRED, detail=detail,
+                                 only_from=QUEUE_STATUSES):
+            raise TicketStateConflict(f"Ticket {ticket.pk} moved on while the refund was proposed; reload it.")
+        _trace(ticket, span="approval", status="pending", decision="human_proposal",
+               reason=f"{who} proposed {kind}: {request.amount} {request.currency} on {request.order.external_id}, "
+                      f"request #{request.pk}.",
+               data={"approval": request.pk, "amount": str(request.amount), "currency": request.currency,
+                     "args_hash": request.args_hash, "idempotency_key": request.idempotency_key,
+                     "policy_exception": request.policy_exception, "waived_rules": request.waived_rules,
+                     "reason": request.proposal_reason, "required_approvals": request.required_approvals,
+                     "by": who})
+    return request

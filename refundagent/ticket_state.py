@@ -17,6 +17,7 @@ handed to a person or closed, as before.
 from django.utils import timezone
 
 from .models import Ticket
+from .replies import ticket_reply_compose
 
 S = Ticket.Status
 R = Ticket.StopReason
@@ -71,8 +72,9 @@ STOP_REASON_FOR_STATUS: dict[str, str | None | _Keep] = {
     S.RUNNING: None,
     S.DRAFT_READY: R.DRAFT_READY,
     S.APPROVAL_REQUIRED: R.APPROVAL_REQUIRED,
-    S.APPROVED: R.APPROVAL_REQUIRED,
-    S.REFUNDED: R.APPROVAL_REQUIRED,
+    # Past finance's approval the ticket no longer waits for anything: no stop reason.
+    S.APPROVED: None,
+    S.REFUNDED: None,
     S.PAYMENT_FAILED: R.FAILED,
     S.ESCALATED: R.ESCALATED,
     S.DENIED: R.DENIED,
@@ -100,6 +102,9 @@ def ticket_transition(
     further (e.g. the loop only moves a ticket it holds as `running`). Other `fields` are
     written in the same UPDATE (`updated_at` too, to share one timestamp with other rows). On
     success the instance is updated in place; on failure it is left as it was.
+
+    The customer reply follows the outcome in the same UPDATE (refundagent.replies), unless
+    `customer_reply` is given (a person's closing reply).
     """
     allowed = TRANSITIONS[to]
     if only_from is not None:
@@ -111,6 +116,10 @@ def ticket_transition(
         values["stop_reason"] = stop_reason
     if detail is not None:
         values["stop_detail"] = detail
+    if "customer_reply" not in fields:
+        reply = ticket_reply_compose(ticket=ticket, to=to)
+        if reply is not None:
+            values["customer_reply"] = reply
     values.update(fields)
     moved = Ticket.objects.filter(pk=ticket.pk, status__in=allowed).update(**values) == 1
     if moved:

@@ -23,9 +23,10 @@ from ledger.selectors import order_refund_position
 from ledger.tenancy import tenant_for_user, user_require_role, user_roles
 
 from . import selectors
-from .forms import NoteForm, TicketFilterForm, TicketForm
+from .forms import CloseForm, NoteForm, ProposalForm, QueueFilterForm, TicketFilterForm, TicketForm
+from .labels import label
 from .models import Ticket
-from .services import ticket_close, ticket_create, ticket_escalate
+from .services import ticket_assign, ticket_close, ticket_create, ticket_escalate, ticket_refund_propose
 from .ticket_state import ticket_transition_allowed
 from .tracing import trace_export
 
@@ -67,7 +68,8 @@ def _status_payload(ticket: Ticket, since: int = 0) -> dict:
     return {
         "id": ticket.pk,
         "status": ticket.status,
-        "status_label": ticket.get_status_display().capitalize(),
+        "status_label": label(ticket.status, "ticket_status"),
+        "stop_reason_label": label(ticket.stop_reason, "stop_reason"),
         "stop_reason": ticket.stop_reason,
         "stop_detail": ticket.stop_detail,
         "active": ticket.status in ACTIVE,
@@ -143,8 +145,8 @@ def ticket_detail(request, pk: int):
         {
             "ticket": ticket,
             "draft": draft,
+            "draft_superseded": _draft_superseded(draft, approval),
             "verdict": draft.gate_verdict if draft else None,
-            "verdict_label": (draft.gate_verdict.get("outcome") or "").replace("_", " ").capitalize() if draft else "",
             "approval": approval_serialize(approval) if approval else None,
             "position": order_refund_position(order) if order is not None else None,
             "payments": payments,
@@ -156,6 +158,9 @@ def ticket_detail(request, pk: int):
             "can_escalate": ticket_transition_allowed(ticket=ticket, to=Ticket.Status.ESCALATED),
             "can_close": ticket_transition_allowed(ticket=ticket, to=Ticket.Status.CLOSED),
             "note_form": NoteForm(),
+            "close_form": CloseForm(),
+            "in_queue": ticket.status in selectors.QUEUE_STATUSES,
+            "proposal_form": ProposalForm(),
             "roles": request.roles,
             "review_queue_url": REVIEW_QUEUE_URL,
             "nav": "tickets",
@@ -173,6 +178,17 @@ def ticket_status(request, pk: int):
     except ValueError:
         since = 0
     return JsonResponse(_status_payload(ticket, since))
+
+
+def _draft_superseded(draft, approval) -> bool:
+    """Whether what came after the agent's draft replaces it on the page: finance asked for
+    changes or denied after it, or a person proposed the refund."""
+    if draft is None or approval is None:
+        return False
+    if approval.origin == "human" and approval.created_at >= draft.created_at:
+        return True
+    return bool(approval.status in ("changes_requested", "denied") and approval.decided_at
+                and approval.decided_at >= draft.created_at)
 
 
 def _ticket_action(request, pk: int, service, done: str):
@@ -197,4 +213,75 @@ def ticket_escalate_view(request, pk: int):
 @tenant_view
 @require_POST
 def ticket_close_view(request, pk: int):
-    return _ticket_action(request, pk, ticket_close, "Ticket #{pk} closed.")
+    ticket = _ticket_get(request, pk)
+    form = CloseForm(request.POST)
+    data = form.cleaned_data if form.is_valid() else {}
+    try:
+        ticket_close(ticket=ticket, user=request.user, note=data.get("note", ""), reply=data.get("reply", ""))
+    except DomainError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"Ticket #{ticket.pk} closed.")
+    return redirect(reverse("ticket", kwargs={"pk": ticket.pk}))
+
+
+@tenant_view
+@require_POST
+def ticket_assign_view(request, pk: int):
+    """Take the ticket (`to=me`) or hand it back (`to=` empty); back to where the button was."""
+    ticket = _ticket_get(request, pk)
+    to_me = request.POST.get("to") == "me"
+    try:
+        ticket_assign(ticket=ticket, user=request.user, to_me=to_me)
+    except DomainError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"Ticket #{ticket.pk} is yours." if to_me else f"Ticket #{ticket.pk} handed back.")
+    back = request.POST.get("next") or ""
+    if back.startswith("/") and not back.startswith("//"):
+        return redirect(back)
+    return redirect(reverse("ticket", kwargs={"pk": ticket.pk}))
+
+
+@tenant_view
+@require_POST
+def ticket_propose_view(request, pk: int):
+    ticket = _ticket_get(request, pk)
+    form = ProposalForm(request.POST)
+    if form.is_valid():
+        data = form.cleaned_data
+        try:
+            made = ticket_refund_propose(
+                ticket=ticket, user=request.user, amount=data["amount"], reason=data["reason"],
+                exception=data["exception"], items=data["items"] or None, refund_to=data["refund_to"],
+            )
+        except DomainError as exc:
+            messages.error(request, f"Not proposed: {exc.message}")
+        else:
+            messages.success(request, f"Refund of {made.amount} {made.currency} proposed (request #{made.pk}): "
+                                      "finance decides it in the review queue.")
+    else:
+        errors = "; ".join(f"{form.fields[f].label if f in form.fields else f}: {' '.join(e)}"
+                           for f, e in form.errors.items())
+        messages.error(request, f"Not proposed: {errors}")
+    return redirect(reverse("ticket", kwargs={"pk": ticket.pk}))
+
+
+@tenant_view
+@require_GET
+def ticket_queue(request):
+    """The escalation queue: tickets a person must finish, oldest first, filtered by reason and owner."""
+    filters = QueueFilterForm(request.GET or None)
+    wanted = filters.cleaned_data if filters.is_valid() else {}
+    owner = wanted.get("owner") or ""
+    tickets = selectors.ticket_queue(
+        tenant=request.tenant, reason=wanted.get("reason") or None,
+        owner=request.user if owner == "me" else None, unowned=owner == "none",
+    )
+    page = Paginator(tickets, PAGE_SIZE).get_page(request.GET.get("page"))
+    query = request.GET.copy()
+    query.pop("page", None)
+    return render(request, "refundagent/ticket_queue.html", {
+        "page": page, "filters": filters, "query": query.urlencode(), "roles": request.roles, "nav": "queue",
+        "here": request.get_full_path(),
+    })

@@ -17,4 +17,7 @@ urlpatterns = [
     path("tickets/<int:pk>/status.json", views.ticket_status, name="ticket_status"),
     path("tickets/<int:pk>/escalate/", views.ticket_escalate_view, name="ticket_escalate"),
     path("tickets/<int:pk>/close/", views.ticket_close_view, name="ticket_close"),
+    path("tickets/<int:pk>/assign/", views.ticket_assign_view, name="ticket_assign"),
+    path("tickets/<int:pk>/propose/", views.ticket_propose_view, name="ticket_propose"),
+    path("queue/", views.ticket_queue, name="ticket_queue"),
 ]

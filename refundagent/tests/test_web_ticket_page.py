@@ -12,6 +12,7 @@ from approvals.models import ApprovalRequest
 from approvals.requests import approval_request_create
 from refundagent.models import AgentRun, RefundDraft, Ticket
 from refundagent.services import ticket_create
+from refundagent.ticket_state import ticket_transition
 from refundagent.tracing import trace_record
 
 
@@ -51,10 +52,10 @@ def _stopped_for_approval(ticket: Ticket) -> ApprovalRequest:
         order=ticket.order, policy=policy, verdict=verdict, idempotency_key=f"web-test:{ticket.pk}",
         requested_by=ticket.created_by, ticket_ref=ticket.pk, trace_id=str(ticket.trace_id),
     )
-    Ticket.objects.filter(pk=ticket.pk).update(
-        status=Ticket.Status.APPROVAL_REQUIRED, stop_reason=Ticket.StopReason.APPROVAL_REQUIRED,
-        stop_detail="Finance must approve 120.00 USD.",
-    )
+    # The agent's path: queued -> running -> approval_required, through the transition table.
+    assert ticket_transition(ticket=ticket, to=Ticket.Status.RUNNING)
+    assert ticket_transition(ticket=ticket, to=Ticket.Status.APPROVAL_REQUIRED,
+                             detail="Finance must approve 120.00 USD.")
     return request
 
 
@@ -93,8 +94,9 @@ def test_ticket_page_shows_draft_reply_approval_and_ledger(login, ticket):
     assert "Within the 30-day window." in html
     assert "refund-policy-v4" in html
     assert 'id="reply-text"' in html and "we are reviewing your request" in html
+    assert "passed to our team for review" in html  # the ticket's reply for its current outcome
     assert "Nothing is sent by refundagent" in html
-    assert 'id="approval-status">pending<' in html
+    assert 'id="approval-status" data-status="pending" title="pending">Waiting for approval<' in html
     assert "0 of 1" in html
     assert response.context["approval"]["id"] == request.pk
     assert response.context["approval"]["amount"] == Decimal("120.00")

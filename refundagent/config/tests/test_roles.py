@@ -15,7 +15,8 @@ from ledger.models import Membership, Tenant
 from ledger.tenancy import api_token_create, roles_sync
 
 EXPECTED = {
-    "support": {"ledger.view_order", "ledger.view_customer", "ledger.view_refundentry", "refundagent.view_ticket"},
+    "support": {"ledger.view_order", "ledger.view_customer", "ledger.view_refundentry", "refundagent.view_ticket",
+                "refundagent.view_escalatedticket"},
     "finance": {
         "approvals.view_approvalrequest",
         "approvals.approve_approvalrequest",
@@ -27,6 +28,7 @@ EXPECTED = {
         "ledger.view_refundentry",
         "ledger.view_refundrevision",
         "refundagent.view_ticket",
+        "refundagent.view_escalatedticket",
         "refundagent.view_traceevent",
         "refundagent.view_refunddraft",
     },
@@ -34,6 +36,7 @@ EXPECTED = {
         "approvals.view_capability",
         "approvals.change_capability",
         "refundagent.view_ticket",
+        "refundagent.view_escalatedticket",
         "refundagent.view_agentrun",
         "refundagent.view_traceevent",
         "refundagent.view_refunddraft",
@@ -91,9 +94,9 @@ def test_setup_roles_repairs_the_roles_and_a_second_run_changes_nothing(db):
     assert "operator: created" in first
     assert "support: -ledger.view_payment" in first
     assert second.splitlines() == [
-        "finance: unchanged (12 permissions)",
-        "operator: unchanged (10 permissions)",
-        "support: unchanged (4 permissions)",
+        "finance: unchanged (13 permissions)",
+        "operator: unchanged (11 permissions)",
+        "support: unchanged (5 permissions)",
     ]
     assert dict(Group.objects.values_list("name", "pk")) == groups_after_first
     assert role_permissions() == EXPECTED

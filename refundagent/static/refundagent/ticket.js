@@ -40,6 +40,8 @@
       badge.textContent = data.status_label;
       badge.setAttribute("data-status", data.status);
     }
+    var reason = root.querySelector("#stop-reason");
+    if (reason) { reason.textContent = data.stop_reason_label ? "stop reason: " + data.stop_reason_label : ""; }
     var detail = root.querySelector("#stop-detail");
     if (detail) { detail.textContent = data.stop_detail || ""; detail.hidden = !data.stop_detail; }
   }

@@ -1,0 +1,130 @@
+"""Refunds proposed by a person (support or finance) on a ticket the agent could not finish.
+
+A proposal becomes an ApprovalRequest exactly like the agent's (approvals.requests): canonical
+args and hash, idempotency key, expiry, maker-checker (the proposer is `requested_by`, so
+approvals.decisions never lets them decide it), and the same execution, verification and ledger
+path. What differs is who proposes, and that a person may ask for a policy exception.
+
+The hard limits hold and cannot be waived: the amount must be within what is still refundable
+(on the named items), in the order's currency, to one of the order's customer's own payment
+methods. A refusal writes nothing (InvalidInput, 422). A policy exception waives the policy's
+`waivable_rules` only (policy data: by default the window and the order status), needs a written
+reason, and two distinct approvers, neither of them the proposer, whatever the amount.
+"""
+
+import uuid
+from datetime import datetime
+
+from django.db import transaction
+from django.utils import timezone
+
+from ledger.exceptions import InvalidInput
+from ledger.models import Order, PaymentMethod
+from ledger.selectors import order_refund_position
+from ledger.services import money
+from ledger.tenancy import user_require_role
+
+from .gate import Outcome, Proposal, policy_current, policy_gate_evaluate
+from .locks import order_lock
+from .models import ApprovalRequest
+from .requests import approval_request_create
+
+MAX_REASON_LENGTH = 2000
+# What a policy's `waivable_rules` may name: the gate's rules a person's exception can go outside.
+WAIVABLE = frozenset({"window", "order_status"})
+
+
+def approval_proposal_create(
+    *,
+    user,
+    order: Order,
+    amount,
+    reason: str,
+    exception: bool = False,
+    items: list[str] | None = None,
+    refund_to: PaymentMethod | None = None,
+    currency: str | None = None,
+    ticket_ref: int | None = None,
+    trace_id: str = "",
+    idempotency_key: str | None = None,
+    now: datetime | None = None,
+) -> ApprovalRequest:
+    """A person proposes an exact refund on `order`: a pending ApprovalRequest with origin
+    `human`, requested by `user`. Call inside the caller's transaction (the ticket's move goes
+    with it); the order row is locked first (approvals.locks), so what is refundable is read
+    under the lock the execution takes too.
+
+    `refund_to` None is the order's original payment method. InvalidInput (422) on any refusal:
+    above the refundable amount, another currency, a method that is not the customer's, an
+    exception without a reason, or a rule the policy does not let a person waive."""
+    user_require_role(user, "support", "finance")
+    now = now or timezone.now()
+    amount = money(amount)
+    if amount <= 0:
+        raise InvalidInput("The amount must be positive.", code="amount_not_positive")
+    reason = (reason or "").strip()
+    if len(reason) > MAX_REASON_LENGTH:
+        raise InvalidInput(f"The reason is longer than {MAX_REASON_LENGTH} characters.", code="reason_too_long")
+    if exception and not reason:
+        raise InvalidInput("A policy exception needs a written reason.", code="exception_reason_required")
+    items = [str(i).strip() for i in (items or []) if str(i).strip()]
+
+    with transaction.atomic():
+        order = order_lock(order_id=order.pk)
+        order = Order.objects.select_related("tenant", "customer").get(pk=order.pk)
+        if currency and currency.upper() != order.currency:
+            raise InvalidInput(f"The proposal is in {currency}, order {order.external_id} in {order.currency}.",
+                               code="currency_mismatch")
+        if refund_to is not None and refund_to.customer_id != order.customer_id:
+            raise InvalidInput(
+                f"Payment method {refund_to.external_id} is not one of customer {order.customer.external_id}'s.",
+                code="foreign_destination",
+            )
+        position = order_refund_position(order)
+        cap = position.refundable
+        if items:
+            match = position.items_match(items)
+            if match.unmatched:
+                raise InvalidInput(f"Items {', '.join(match.unmatched)} are not refundable on {order.external_id}.",
+                                   code="items_not_refundable")
+            cap = min(cap, match.value)
+        if amount > cap:
+            raise InvalidInput(
+                f"{amount} {order.currency} is more than the {cap} {order.currency} still refundable"
+                + (f" on items {', '.join(items)}" if items else f" on {order.external_id}") + ".",
+                code="amount_above_refundable",
+            )
+        policy = policy_current(order.tenant)
+        if policy is None:
+            raise InvalidInput("The tenant has no current refund policy.", code="policy_missing")
+        waive = frozenset(policy.waivable_rules or ()) & WAIVABLE if exception else frozenset()
+        verdict = policy_gate_evaluate(
+            order=order,
+            policy=policy,
+            proposal=Proposal(recommendation="refund", amount=amount, policy_version=policy.version),
+            requested_amount=amount,
+            item_ids=items,
+            refund_to=refund_to,
+            now=now,
+            waive=waive,
+        )
+        if verdict.outcome != Outcome.APPROVAL_REQUIRED or verdict.allowed_amount != amount:
+            hint = "" if exception else (
+                f" A policy exception may go outside: {', '.join(sorted(policy.waivable_rules)) or 'nothing'}."
+            )
+            raise InvalidInput(f"The policy gate refuses this refund: {verdict.reason}{hint}",
+                               code=(verdict.codes or ["not_eligible"])[0], details={"gate": verdict.as_dict()})
+        request, _ = approval_request_create(
+            order=order,
+            policy=policy,
+            verdict=verdict,
+            idempotency_key=idempotency_key or f"proposal:{order.tenant.slug}:{ticket_ref}:{uuid.uuid4().hex}",
+            requested_by=user,
+            ticket_ref=ticket_ref,
+            trace_id=trace_id,
+            origin=ApprovalRequest.Origin.HUMAN,
+            policy_exception=exception,
+            waived_rules=sorted(waive),
+            proposal_reason=reason,
+        )
+    return request

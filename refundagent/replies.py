@@ -1,0 +1,92 @@
+"""The customer reply that follows the outcome: the words support may send now, one template per
+outcome. `ticket_transition` writes it in the same UPDATE that moves the ticket, so the reply can
+never lag behind the status. The model's own draft stays on its RefundDraft (the history).
+
+Before finance approves, no template names an amount as granted: the neutral texts only say who
+is looking at the request.
+"""
+
+from approvals.models import ApprovalRequest
+from approvals.selectors import approval_latest_for_ticket
+
+from .models import Ticket
+
+S = Ticket.Status
+
+REPLIES: dict[str, str] = {
+    "approval_required": (
+        "Hello, thank you for your patience. Your refund request{about} has been passed to our team for review. "
+        "We will write to you again as soon as it has been decided."
+    ),
+    "changed": (
+        "Hello, thank you for your patience. Our team has reviewed your request{about} and is now looking at a "
+        "refund of {amount} {currency}. We will write to you again as soon as it has been decided."
+    ),
+    "reviewing_again": (
+        "Hello, thank you for your patience. Our team is reviewing your request{about} again. We will write to "
+        "you as soon as it has been decided."
+    ),
+    "approved": (
+        "Hello, your refund of {amount} {currency}{about} has been approved and is being processed now. "
+        "We will confirm as soon as it is complete."
+    ),
+    "refunded": (
+        "Hello, we have refunded {amount} {currency}{about} to {destination}. Depending on your bank it can take "
+        "a few days to appear on your statement."
+    ),
+    "denied": (
+        "Hello, thank you for your patience. We have reviewed your refund request{about} and are unable to offer "
+        "a refund in this case. If you have more information, please reply to this message."
+    ),
+    "payment_failed": (
+        "Hello, your refund{about} was approved, but the payment to your account could not be completed. Our team "
+        "is looking into it and will contact you shortly."
+    ),
+    "with_a_person": (
+        "Hello, thank you for your message. A member of our team is looking at your request{about} and will get "
+        "back to you."
+    ),
+}
+
+DESTINATIONS = {"original": "your original payment method", "gift_card": "your gift card"}
+
+
+def _about(ticket: Ticket) -> str:
+    order = getattr(ticket, "order", None) if ticket.order_id else None
+    return f" for order {order.external_id}" if order is not None else ""
+
+
+def ticket_reply_compose(*, ticket: Ticket, to: str) -> str | None:
+    """The reply for `ticket` moving (from its current status) to `to`, or None to keep the one it
+    has (the agent is still working, or a person closes without a new reply)."""
+    about = _about(ticket)
+    if to in (S.APPROVAL_REQUIRED, S.DRAFT_READY):
+        return REPLIES["approval_required"].format(about=about)
+    if to == S.DENIED:
+        return REPLIES["denied"].format(about=about)
+    if to in (S.ESCALATED, S.FAILED):
+        return REPLIES["with_a_person"].format(about=about)
+    if to in (S.APPROVED, S.REFUNDED, S.PAYMENT_FAILED, S.QUEUED):
+        request = approval_latest_for_ticket(tenant=ticket.tenant_id, ticket_ref=ticket.pk) if ticket.pk else None
+        if to == S.QUEUED:
+            # Only finance's "request changes" puts a waiting ticket back in the queue.
+            if ticket.status != S.APPROVAL_REQUIRED or request is None or (
+                request.status != ApprovalRequest.Status.CHANGES_REQUESTED
+            ):
+                return None
+            if request.requested_amount_change is None:
+                return REPLIES["reviewing_again"].format(about=about)
+            return REPLIES["changed"].format(about=about, amount=request.requested_amount_change,
+                                             currency=request.currency)
+        if request is None:
+            return None
+        if to == S.PAYMENT_FAILED:
+            return REPLIES["payment_failed"].format(about=about)
+        if to == S.APPROVED:
+            return REPLIES["approved"].format(about=about, amount=request.amount, currency=request.currency)
+        entry = request.ledger_entry
+        amount = entry.amount if entry is not None else request.amount
+        destination = DESTINATIONS.get((request.args or {}).get("destination"), DESTINATIONS["original"])
+        return REPLIES["refunded"].format(about=about, amount=amount, currency=request.currency,
+                                          destination=destination)
+    return None

@@ -1,0 +1,198 @@
+"""People finish what the agent could not: a refund proposed by a person on an escalated ticket
+(POST /api/tickets/{id}/proposal) goes through the same approval, execution and ledger path as
+the agent's, under the gate's hard limits; a policy exception needs a reason and two approvers,
+never the proposer. Every test builds its own shop."""
+
+from decimal import Decimal
+
+import pytest
+
+from approvals.models import ApprovalRequest, ApprovalVote, RefundPolicy
+from approvals.review import review_sections
+from ledger.models import Customer, PaymentMethod, RefundEntry
+from refundagent.models import Ticket, TraceEvent
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def people(make_user, policy):
+    return {
+        "support": make_user("support", "support"),
+        "lead": make_user("lead", "support", "finance"),
+        "finance": make_user("finance", "finance"),
+        "finance2": make_user("finance2", "finance"),
+    }
+
+
+@pytest.fixture
+def escalated_ticket(people, customer):
+    """escalated_ticket(order) -> an escalated ticket on `order`, filed by support."""
+
+    def make(order, status=Ticket.Status.ESCALATED):
+        return Ticket.objects.create(
+            tenant=order.tenant, order=order, customer=customer, message="Please make an exception.",
+            currency=order.currency, created_by=people["support"], status=status,
+            stop_reason=Ticket.StopReason.ESCALATED, stop_detail="Outside the window: a person decides.",
+        )
+
+    return make
+
+
+def propose(client, ticket, **body):
+    return client.post(f"/api/tickets/{ticket.pk}/proposal", body, content_type="application/json")
+
+
+def decide(client, approval_id, args_hash, decision="approve", **extra):
+    return client.post(f"/api/approvals/{approval_id}/decision",
+                       {"decision": decision, "args_hash": args_hash, **extra}, content_type="application/json")
+
+
+def rows() -> tuple[int, int, int, int]:
+    return (ApprovalRequest.objects.count(), ApprovalVote.objects.count(), RefundEntry.objects.count(),
+            TraceEvent.objects.count())
+
+
+def test_an_exception_on_an_escalated_out_of_window_ticket_needs_two_finance_approvers_never_the_proposer(
+    people, make_order, escalated_ticket, api_client, django_capture_on_commit_callbacks
+):
+    # given an escalated ticket on a delivered order placed 60 days ago, outside the 30-day window
+    order = make_order("120.00", days_old=60)
+    ticket = escalated_ticket(order)
+    lead = api_client(people["lead"])
+    # when the lead (support and finance) proposes an 80.00 exception refund with a reason
+    response = propose(lead, ticket, amount="80.00", reason="Loyal customer, courier lost the parcel.", exception=True)
+    # then 201: a human, exceptional request for exactly 80.00 needing two approvers, the ticket waits for finance
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert (body["origin"], body["amount"], body["currency"], body["requested_by"]) == ("human", "80.00", "USD", "lead")
+    assert (body["policy_exception"], body["required_approvals"], body["ticket"]) == (True, 2, ticket.pk)
+    assert body["waived_rules"] == ["order_status", "window"]
+    assert body["args"]["amount"] == "80.00" and len(body["args_hash"]) == 64 and body["idempotency_key"]
+    ticket.refresh_from_db()
+    assert (ticket.status, ticket.stop_reason) == ("approval_required", "approval_required")
+    assert "passed to our team" in ticket.customer_reply
+
+    # when the proposer tries to approve it
+    response = decide(lead, body["id"], body["args_hash"])
+    # then 403, and no vote was recorded
+    assert response.status_code == 403
+    assert ApprovalVote.objects.count() == 0
+
+    # when one finance user approves
+    with django_capture_on_commit_callbacks(execute=True):
+        response = decide(api_client(people["finance"]), body["id"], body["args_hash"])
+    # then it is still pending with one approval of two, and nothing was written to the ledger
+    assert response.status_code == 200, response.content
+    assert (response.json()["status"], len(response.json()["approvals"])) == ("pending", 1)
+    assert RefundEntry.objects.count() == 0
+
+    # when a second, distinct finance user approves
+    with django_capture_on_commit_callbacks(execute=True):
+        response = decide(api_client(people["finance2"]), body["id"], body["args_hash"])
+    # then it is executed once: one ledger entry of exactly 80.00, the ticket refunded, the reply says 80.00 USD
+    assert response.status_code == 200, response.content
+    request = ApprovalRequest.objects.get(pk=body["id"])
+    assert request.status == ApprovalRequest.Status.EXECUTED
+    entries = RefundEntry.objects.filter(order=order)
+    assert [(e.amount, e.idempotency_key) for e in entries] == [(Decimal("80.00"), request.idempotency_key)]
+    ticket.refresh_from_db()
+    assert ticket.status == "refunded" and ticket.stop_reason is None
+    assert "refunded 80.00 USD" in ticket.customer_reply
+    detail = lead.get(f"/api/tickets/{ticket.pk}").json()
+    assert detail["customer_reply"] == ticket.customer_reply and detail["stop_reason"] is None
+    decisions = list(ticket.trace_events.order_by("seq").values_list("decision", flat=True))
+    assert decisions[0] == "human_proposal" and "approve_vote" in decisions and "verified" in decisions
+
+
+def test_a_proposal_within_the_policy_follows_the_policy_threshold(
+    people, make_order, escalated_ticket, api_client
+):
+    # given a failed ticket on an order in the window
+    ticket = escalated_ticket(make_order("120.00", days_old=3), status=Ticket.Status.FAILED)
+    # when support proposes a partial refund without an exception
+    response = propose(api_client(people["support"]), ticket, amount="40.00", reason="Partial: one item broke.")
+    # then one approver suffices (below the threshold) and it is not an exception
+    assert response.status_code == 201, response.content
+    body = response.json()
+    assert (body["origin"], body["required_approvals"], body["policy_exception"]) == ("human", 1, False)
+    assert body["requested_by"] == "support"
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["above_refundable", "foreign_method", "exception_without_reason", "outside_window_without_exception",
+     "other_currency", "rule_not_waivable"],
+)
+def test_a_proposal_the_hard_limits_refuse_answers_422_and_writes_nothing(
+    case, people, make_order, escalated_ticket, api_client, tenant
+):
+    # given an escalated ticket on an out-of-window 120.00 order, and another customer's card
+    ticket = escalated_ticket(make_order("120.00", days_old=60))
+    stranger = Customer.objects.create(tenant=tenant, external_id="CUST-2", name="Bob", email="bob@example.com")
+    PaymentMethod.objects.create(customer=stranger, external_id="card_2", kind=PaymentMethod.Kind.CARD)
+    body = {"amount": "50.00", "reason": "Goodwill.", "exception": True}
+    if case == "above_refundable":
+        body["amount"] = "120.01"
+    elif case == "foreign_method":
+        body["refund_to"] = "card_2"
+    elif case == "exception_without_reason":
+        body["reason"] = ""
+    elif case == "outside_window_without_exception":
+        body["exception"] = False
+    elif case == "other_currency":
+        body["currency"] = "EUR"
+    elif case == "rule_not_waivable":
+        # the policy's data says the window cannot be waived
+        RefundPolicy.objects.filter(pk=ticket.order.tenant.refund_policies.get().pk).update(waivable_rules=[])
+    before = rows()
+    # when support proposes it
+    response = propose(api_client(people["support"]), ticket, **body)
+    # then 422 and nothing was written: no request, vote, ledger entry or trace event; the ticket is unchanged
+    assert response.status_code == 422, response.content
+    assert rows() == before
+    ticket.refresh_from_db()
+    assert (ticket.status, ticket.customer_reply) == ("escalated", "")
+
+
+def test_a_ticket_outside_the_queue_cannot_get_a_proposal(people, make_order, escalated_ticket, api_client):
+    # given a ticket already waiting for finance
+    ticket = escalated_ticket(make_order("120.00"), status=Ticket.Status.APPROVAL_REQUIRED)
+    before = rows()
+    # when support proposes on it
+    response = propose(api_client(people["support"]), ticket, amount="10.00", reason="x")
+    # then 409 and nothing written
+    assert response.status_code == 409
+    assert rows() == before
+
+
+def test_assign_takes_and_hands_back_a_ticket_of_the_queue(people, make_order, escalated_ticket, api_client):
+    # given an escalated ticket nobody owns
+    ticket = escalated_ticket(make_order("120.00"))
+    support, lead = api_client(people["support"]), api_client(people["lead"])
+    # when support takes it
+    response = support.post(f"/api/tickets/{ticket.pk}/assign", {"to": "me"}, content_type="application/json")
+    # then it is theirs, for everyone to see; the lead cannot take it from under them
+    assert response.status_code == 200 and response.json()["owner"] == "support"
+    assert lead.get(f"/api/tickets/{ticket.pk}").json()["owner"] == "support"
+    assert lead.post(f"/api/tickets/{ticket.pk}/assign", {"to": "me"}, content_type="application/json").status_code == 409
+    # when support hands it back
+    response = support.post(f"/api/tickets/{ticket.pk}/assign", {"to": None}, content_type="application/json")
+    # then nobody owns it and the trace has both actions
+    assert response.status_code == 200 and response.json()["owner"] is None
+    assert list(ticket.trace_events.values_list("decision", flat=True)) == ["take", "hand_back"]
+
+
+def test_finance_reviews_a_proposal_with_who_proposed_it_why_and_what_it_waives(
+    people, make_order, escalated_ticket, api_client
+):
+    # given an exception proposed by support on an out-of-window order
+    ticket = escalated_ticket(make_order("120.00", days_old=60))
+    body = propose(api_client(people["support"]), ticket, amount="30.00", reason="Courier lost it.", exception=True).json()
+    # when finance opens its review page's sections
+    sections = review_sections(ApprovalRequest.objects.get(pk=body["id"]))
+    # then one says who proposed it, why, and which rules it waives with how many approvers
+    proposal = next(s for s in sections if s["title"] == "Proposed by a person (policy exception)")
+    html = str(proposal["html"])
+    assert "support" in html and "Courier lost it." in html
+    assert "The refund window" in html and "needs 2 distinct approvers" in html

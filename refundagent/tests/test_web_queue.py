@@ -1,0 +1,158 @@
+"""The escalation queue in the support UI: escalated, failed and payment-failed tickets, oldest
+first, with their reason and owner; take, hand back, propose a refund and close with a reply, each
+traced. Django's test client posts the forms as the browser would. Every test builds its own shop."""
+
+from datetime import timedelta
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from approvals.models import ApprovalRequest
+from refundagent.models import Ticket
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def people(make_user, policy):
+    return {"support": make_user("support", "support"), "support2": make_user("support2", "support"),
+            "finance": make_user("finance", "finance")}
+
+
+@pytest.fixture
+def queue(people, customer, make_order):
+    """Three tickets in the queue (escalated 3 days ago, failed 2, payment_failed 1) and one refunded."""
+
+    def ticket(status, days_ago, stop_reason=None, detail=""):
+        order = make_order("120.00", days_old=60)
+        made = Ticket.objects.create(tenant=order.tenant, order=order, customer=customer, message="Help.",
+                                     currency="USD", created_by=people["support"], status=status,
+                                     stop_reason=stop_reason, stop_detail=detail)
+        Ticket.objects.filter(pk=made.pk).update(created_at=timezone.now() - timedelta(days=days_ago))
+        return made
+
+    return {
+        "escalated": ticket("escalated", 3, "budget_exhausted", "The agent ran out of steps."),
+        "failed": ticket("failed", 2, "failed", "The model provider failed."),
+        "payment_failed": ticket("payment_failed", 1, "failed", "The provider refused the payout."),
+        "refunded": ticket("refunded", 4),
+    }
+
+
+def login(client, user):
+    client.force_login(user)
+    return client
+
+
+def queue_ids(html: str, tickets) -> list[int]:
+    return sorted((t.pk for t in tickets if f'data-ticket="{t.pk}"' in html),
+                  key=lambda pk: html.index(f'data-ticket="{pk}"'))
+
+
+def test_the_queue_lists_what_a_person_must_finish_oldest_first_with_reason_age_and_owner(queue, people, client):
+    # given three queued tickets and a refunded one, the failed one taken by support2
+    Ticket.objects.filter(pk=queue["failed"].pk).update(owner=people["support2"])
+    client = login(client, people["support"])
+    # when support opens the queue
+    response = client.get(reverse("ticket_queue"))
+    html = response.content.decode()
+    # then the three queued tickets, oldest first, with their reason in plain words, age and owner
+    assert response.status_code == 200
+    assert queue_ids(html, queue.values()) == [queue["escalated"].pk, queue["failed"].pk, queue["payment_failed"].pk]
+    assert "Escalated: the agent or finance handed it to a person" in html
+    assert "The agent ran out of steps" in html and "Payment failed: the provider refused the payout" in html
+    assert "3\xa0days" in html and "support2" in html
+    assert reverse("ticket_queue") in client.get(reverse("tickets")).content.decode()  # linked from the nav
+    # when filtered by reason, by "mine" and by "nobody yet"
+    by_reason = client.get(reverse("ticket_queue"), {"reason": "payment_failed"}).content.decode()
+    mine = login(client, people["support2"]).get(reverse("ticket_queue"), {"owner": "me"}).content.decode()
+    nobody = client.get(reverse("ticket_queue"), {"owner": "none"}).content.decode()
+    # then each shows only its tickets
+    assert queue_ids(by_reason, queue.values()) == [queue["payment_failed"].pk]
+    assert queue_ids(mine, queue.values()) == [queue["failed"].pk]
+    assert queue_ids(nobody, queue.values()) == [queue["escalated"].pk, queue["payment_failed"].pk]
+
+
+def test_take_hand_back_propose_and_close_through_the_ui_are_traced(queue, people, client):
+    client = login(client, people["support"])
+    escalated, failed = queue["escalated"], queue["failed"]
+    # when support takes the escalated ticket from the queue page
+    response = client.post(reverse("ticket_assign", args=[escalated.pk]), {"to": "me", "next": reverse("ticket_queue")},
+                           follow=True)
+    # then it is theirs, shown to everyone on the queue and on the ticket
+    assert response.status_code == 200
+    escalated.refresh_from_db()
+    assert escalated.owner == people["support"]
+    other = login(client.__class__(), people["support2"])
+    assert "owner: <strong>support</strong>" in other.get(reverse("ticket", args=[escalated.pk])).content.decode()
+    # when they hand it back
+    client.post(reverse("ticket_assign", args=[escalated.pk]), {"to": ""})
+    escalated.refresh_from_db()
+    assert escalated.owner is None
+
+    # when they take it again and propose a policy exception from the ticket page's form
+    client.post(reverse("ticket_assign", args=[escalated.pk]), {"to": "me"})
+    html = client.get(reverse("ticket", args=[escalated.pk])).content.decode()
+    assert 'id="propose-form"' in html and 'id="close-form"' in html
+    response = client.post(reverse("ticket_propose", args=[escalated.pk]),
+                           {"amount": "60.00", "reason": "Goodwill: a loyal customer.", "exception": "on"}, follow=True)
+    # then a human request for exactly 60.00 waits for two finance approvers, and the ticket waits for finance
+    assert "proposed (request #" in response.content.decode()
+    request = ApprovalRequest.objects.get(ticket_ref=escalated.pk)
+    assert (request.origin, request.amount, request.requested_by, request.required_approvals) == (
+        "human", 60, people["support"], 2)
+    escalated.refresh_from_db()
+    assert escalated.status == "approval_required"
+
+    # when they close the failed ticket with a reply and a note
+    response = client.post(reverse("ticket_close", args=[failed.pk]),
+                           {"reply": "We have sent a replacement instead.", "note": "Replacement shipped."},
+                           follow=True)
+    # then it is closed and its reply is the person's
+    failed.refresh_from_db()
+    assert (failed.status, failed.customer_reply) == ("closed", "We have sent a replacement instead.")
+    assert "We have sent a replacement instead." in response.content.decode()
+
+    # and each action is in the traces, in order, shown on the ticket pages
+    assert list(escalated.trace_events.order_by("seq").values_list("decision", flat=True)) == [
+        "take", "hand_back", "take", "human_proposal"]
+    close = failed.trace_events.get(decision="close")
+    assert "Replacement shipped." in close.reason and close.data["reply_written"] is True
+    trace_html = client.get(reverse("ticket", args=[escalated.pk])).content.decode()
+    assert "hand_back" in trace_html and "human_proposal" in trace_html
+
+
+def test_a_refused_proposal_in_the_ui_shows_why_and_writes_nothing(queue, people, client):
+    # given an escalated out-of-window ticket
+    client = login(client, people["support"])
+    ticket = queue["escalated"]
+    # when support proposes more than is refundable
+    response = client.post(reverse("ticket_propose", args=[ticket.pk]),
+                           {"amount": "500.00", "reason": "x", "exception": "on"}, follow=True)
+    # then the page says why and nothing was written
+    assert "Not proposed:" in response.content.decode() and "still refundable" in response.content.decode()
+    assert not ApprovalRequest.objects.exists()
+    ticket.refresh_from_db()
+    assert ticket.status == "escalated" and not ticket.trace_events.exists()
+
+
+def test_the_admin_shows_the_queue_and_takes_tickets(queue, people, client):
+    # given the queue, and finance in the admin
+    client = login(client, people["finance"])
+    url = reverse("admin:refundagent_escalatedticket_changelist")
+    # when finance opens the escalation queue in the admin
+    html = client.get(url).content.decode()
+    # then the three queued tickets are listed oldest first with their reason in words, the refunded one is not
+    rows = [t.pk for t in (queue["escalated"], queue["failed"], queue["payment_failed"])]
+    assert all(f'value="{pk}"' in html for pk in rows) and f'value="{queue["refunded"].pk}"' not in html
+    assert html.index(f'value="{rows[0]}"') < html.index(f'value="{rows[1]}"') < html.index(f'value="{rows[2]}"')
+    assert "Failed: the run or the refund&#x27;s verification went wrong" in html
+    # when finance takes the failed ticket with the admin action
+    client.post(url, {"action": "take", "_selected_action": [queue["failed"].pk]})
+    # then it is theirs, traced, and the "mine" filter shows it alone
+    queue["failed"].refresh_from_db()
+    assert queue["failed"].owner == people["finance"]
+    assert queue["failed"].trace_events.get().decision == "take"
+    mine = client.get(url, {"owner": "me"}).content.decode()
+    assert f'value="{queue["failed"].pk}"' in mine and f'value="{rows[0]}"' not in mine
