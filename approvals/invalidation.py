@@ -50,6 +50,8 @@ def approval_facts_changed(*, request: ApprovalRequest, order: Order, now: datet
         order=order, policy=policy, proposal=proposal, requested_amount=request.amount,
         requested_currency=request.currency, item_ids=list(args.get("items") or []),
         refund_to=refund_to if kind != "original" else None, now=now,
+        # A person's exception was approved outside exactly these rules: they are not a change.
+        waive=frozenset(request.waived_rules or ()),
     )
     if verdict.outcome != Outcome.APPROVAL_REQUIRED:
         # The stale citation is already named above.

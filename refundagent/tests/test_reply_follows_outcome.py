@@ -33,7 +33,7 @@ def waiting(people, customer, make_order, policy):
                                    currency="USD", created_by=people["support"])
     run = AgentRun.objects.create(ticket=ticket, provider="offline", status=AgentRun.Status.STOPPED)
     proposal = Proposal(recommendation="refund", amount=Decimal("150.00"), policy_version=policy.version,
-                        customer_reply="Hello, we passed your request for 150.00 USD on to our team.")
+                        customer_reply="Hello, we passed your request on to our team.")
     verdict = policy_gate_evaluate(order=order, policy=policy, proposal=proposal, now=timezone.now())
     RefundDraft.objects.create(run=run, ticket=ticket, recommendation="refund", amount=Decimal("150.00"),
                                currency="USD", policy_version=policy.version, rationale=RATIONALE,
