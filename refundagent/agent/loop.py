@@ -181,7 +181,10 @@ class _Loop:
             else:
                 self.no_call()
             return
-        self.tools_refresh()
+        if self.capabilities is None:
+            # Read once per run; a resumed turn (above: the decision on a draft, or a crash) reads
+            # them again, so switching refunds.create_draft off still stops a draft in flight.
+            self.tools_refresh()
         if api_name(CREATE_DRAFT) not in self.offered:
             raise _Stop(S.ESCALATED, R.ESCALATED, "refunds.create_draft is switched off (kill switch): the ticket "
                         "goes to the human queue.")
