@@ -66,6 +66,6 @@ def _customer_values(customer, payment_refs) -> list[str]:
     values = [customer.email, customer.name]
     if customer.name:
         values.extend(part for part in customer.name.split() if len(part) >= 3)
-    values.extend(payment_refs)
-    values.extend(customer.payment_methods.values_list("external_id", flat=True))
+    # The payment references and the payment method ids in one query (read at filing and at every run).
+    values.extend(payment_refs.union(customer.payment_methods.values_list("external_id", flat=True), all=True))
     return [v for v in values if v]
