@@ -1,8 +1,8 @@
 """The agent loop: durable, budgeted, gated. The model proposes; the runtime decides.
 
 One iteration = budget check -> one model call -> each tool call through the gate (and, for a
-valid read, executed tenant-scoped) -> the turn and its results persisted on the AgentRun in
-one UPDATE, before the next model call. The transcript on AgentRun.messages is the loop's
+valid read, executed tenant-scoped) -> the turn and its results persisted on the AgentRun,
+with the step's trace events, in one statement, before the next model call. The transcript on AgentRun.messages is the loop's
 state: a resumed run looks at its last message and carries on from there.
 
 Exactly once, whatever is redelivered:
