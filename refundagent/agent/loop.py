@@ -35,8 +35,10 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
+
+from approvals.models import ApprovalRequest
 
 from ..exceptions import TicketStateConflict
 from ..models import AgentRun, Ticket
@@ -63,6 +65,12 @@ from .tools import (
 
 S = Ticket.Status
 R = Ticket.StopReason
+
+# Read with the ticket: the first message tells the model finance's note only on a ticket sent
+# back (prompts.finance_review_of), and most tickets have no request yet.
+last_approval_status = Subquery(
+    ApprovalRequest.objects.filter(ticket_ref=OuterRef("pk")).order_by("-id").values("status")[:1]
+)
 
 
 @dataclass
@@ -135,9 +143,11 @@ class _Loop:
         self.run = run
         self.provider = provider
         self.task_id = task_id
-        self.ticket = Ticket.objects.select_related(
-            "tenant", "order__tenant", "order__customer", "customer", "created_by"
-        ).get(pk=run.ticket_id)
+        self.ticket = (
+            Ticket.objects.select_related("tenant", "order__tenant", "order__customer", "customer", "created_by")
+            .annotate(last_approval_status=last_approval_status)
+            .get(pk=run.ticket_id)
+        )
         run.ticket = self.ticket
         self.order = self.ticket.order  # None on a customer-level ticket until the decision
         self.sensitive = sensitive_values_for_ticket(self.ticket)

@@ -12,10 +12,10 @@ from refundagent.agent.providers.scripted import ScriptedProvider
 from refundagent.models import AgentRun, RefundDraft, Ticket, TraceEvent
 
 # The agent's run after filing, measured on PostgreSQL with the four calls below (savepoints
-# not counted): the claim (2), the ticket (1), its sensitive values (1), its first message (2),
-# the capabilities (1), three reads with their persists (6), the persisted proposal (1), and the
-# decision (8: capabilities, policy, order position, payments, draft, approval, ticket, stop).
-RUN_QUERIES_MAX = 22
+# not counted): the claim (2), the ticket (1), its sensitive values (1), the capabilities (1),
+# three reads with their persists (6), the persisted proposal (1), and the decision (8:
+# capabilities, policy, order position, payments, draft, approval, ticket, stop).
+RUN_QUERIES_MAX = 20
 
 
 @pytest.fixture
