@@ -7,7 +7,7 @@ Approvals sit above the ledger and below the agent: they may import `ledger`, ne
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import Case, F, IntegerField, Q, Value, When
 
 from ledger.models import MONEY, Order, Tenant, TenantQuerySet
 
@@ -133,6 +133,10 @@ class Capability(models.Model):
         return self.side_effect in self.AGENT_ALLOWED
 
 
+# The review queue's rank: pending requests first (the admin orders by it; an index has it).
+QUEUE_RANK = Case(When(status="pending", then=Value(0)), default=Value(1), output_field=IntegerField())
+
+
 class ApprovalRequest(models.Model):
     """One exact action waiting for finance: these args, this hash, this key, nothing else."""
 
@@ -213,6 +217,9 @@ class ApprovalRequest(models.Model):
         indexes = [
             # The review queue and the expiry sweep read pending requests by age.
             models.Index(fields=["created_at"], condition=Q(status="pending"), name="approval_pending_idx"),
+            # The admin review queue's order within a tenant (pending first, oldest first, then
+            # the admin's -pk): a page is read from the index, not sorted from the whole table.
+            models.Index(F("tenant"), QUEUE_RANK, F("created_at"), F("id").desc(), name="approval_queue_idx"),
         ]
 
     def __str__(self):

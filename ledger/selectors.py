@@ -128,12 +128,26 @@ def items_match(lines: list[LinePosition], item_ids: list[str]) -> ItemsMatch:
 
 
 def order_refund_position(order: Order) -> RefundPosition:
-    # Each line with the units already refunded, in one query (two with the refunded total).
+    # Each line with the units already refunded and the order's refunded total, in one query
+    # (the agent reads this at every order lookup and again at its decision). Only entries that
+    # count (pending, succeeded, external) are counted.
     refunded_units = RefundEntryItem.objects.filter(
         order_item=OuterRef("pk"), entry__status__in=COUNTING_STATUSES
     ).values("order_item").annotate(
         q=Sum("quantity")
     ).values("q")
+    refunded_total = (
+        refund_entries_with_effective_amount(RefundEntry.objects.filter(order=OuterRef("order_id")).counting())
+        .values("order")
+        .annotate(s=Sum("effective_amount"))
+        .values("s")
+    )
+    items = list(
+        OrderItem.objects.filter(order=order)
+        .annotate(refunded_units=Coalesce(Subquery(refunded_units), 0),
+                  order_refunded=Coalesce(Subquery(refunded_total), ZERO, output_field=MONEY_FIELD))
+        .order_by("line_no")
+    )
     lines = [
         LinePosition(
             line_no=item.line_no,
@@ -143,16 +157,15 @@ def order_refund_position(order: Order) -> RefundPosition:
             quantity=item.quantity,
             refunded_quantity=item.refunded_units,
         )
-        for item in OrderItem.objects.filter(order=order)
-        .annotate(refunded_units=Coalesce(Subquery(refunded_units), 0))
-        .order_by("line_no")
+        for item in items
     ]
     return RefundPosition(
         order_id=order.pk,
         external_id=order.external_id,
         total=order.total,
         currency=order.currency,
-        refunded_total=order_refunded_total(order),
+        # An order without lines has no row to carry the total: ask for it alone.
+        refunded_total=items[0].order_refunded.quantize(Decimal("0.01")) if items else order_refunded_total(order),
         lines=lines,
     )
 

@@ -76,7 +76,7 @@ def ticket_create(
         raise InvalidInput(f"At most {MAX_ITEMS} items per ticket.", code="too_many_items")
     if items and found_order is None:
         raise InvalidInput("Items can only be named together with their order.", code="items_need_order")
-    if found_order is not None:
+    if found_order is not None and items:  # nothing to check (and no query) without items
         on_order = set(found_order.items.values_list("item_id", flat=True))
         unknown = [i for i in items if i not in on_order]
         if unknown:

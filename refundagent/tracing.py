@@ -5,7 +5,8 @@ import threading
 import time
 from contextlib import contextmanager
 
-from django.db import connection
+from django.db import connection, transaction
+from django.db.models import sql
 from django.utils import timezone
 
 from .models import Ticket, TraceEvent
@@ -59,17 +60,73 @@ _batch = threading.local()
 def trace_batch():
     """Events recorded inside the block are written together when it ends, in one INSERT
     instead of one per event (the agent's decision records four). Use it inside the
-    transaction that the events belong to; if the block raises, they are dropped with it."""
-    if getattr(_batch, "events", None) is not None:  # already batching: join the outer batch
-        yield
+    transaction that the events belong to; if the block raises, they are dropped with it.
+
+    Inside another batch (the agent loop keeps one open for its run) the block joins it: its
+    events wait for the outer batch's next write, and if the block raises, the events it
+    recorded are dropped and the outer ones kept."""
+    outer = getattr(_batch, "events", None)
+    if outer is not None:
+        mark, flushes = len(outer), _batch.flushes
+        try:
+            yield
+        except BaseException:
+            # Written meanwhile (trace_write_with_update): what is left is all this block's.
+            del outer[0 if _batch.flushes != flushes else mark:]
+            raise
         return
-    _batch.events = []
+    _batch.events, _batch.flushes = [], 0
     try:
         yield
         events, _batch.events = _batch.events, None
         _append_many(events)
     finally:
         _batch.events = None
+
+
+def trace_write_with_update(queryset, values: dict) -> int:
+    """`queryset.update(**values)` and the current batch's pending events in ONE statement on
+    PostgreSQL (one transaction on SQLite): the events are written only if the update matched,
+    their seqs follow the ticket's last one in that same statement. Returns the rows updated.
+    Without pending events, a plain update. The agent loop's persist: a step and its trace
+    commit together, and a worker that lost its claim writes neither."""
+    pending = getattr(_batch, "events", None)
+    if not pending:
+        return queryset.update(**values)
+    events = list(pending)
+    pending.clear()
+    _batch.flushes += 1
+    first = events[0]["ticket_id"]
+    mine = [e for e in events if e["ticket_id"] == first]
+    others = [e for e in events if e["ticket_id"] != first]
+    if connection.vendor != "postgresql":
+        # SQLite serialises writers: the update and the appends in one transaction are enough.
+        with transaction.atomic(using=queryset.db):
+            updated = queryset.update(**values)
+            if updated:
+                _append_many(events)
+        return updated
+    query = queryset.query.chain(sql.UpdateQuery)
+    query.add_update_values(values)
+    update_sql, update_params = query.get_compiler(queryset.db).as_sql()
+    insert_sql, insert_params = _insert_select(mine, where="EXISTS (SELECT 1 FROM r)")
+    seq, table = _quote(TraceEvent._meta.get_field("seq").column), _quote(TraceEvent._meta.db_table)
+    statement = (
+        f"WITH r AS ({update_sql} RETURNING 1), "
+        f"m AS (SELECT COALESCE(MAX({seq}), 0) AS last FROM {table} WHERE {_quote('ticket_id')} = %s), "
+        f"ins AS ({insert_sql}) "
+        f"SELECT (SELECT count(*) FROM r), ARRAY(SELECT ins.{seq} - m.last FROM ins CROSS JOIN m)"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(statement, [*update_params, first, *insert_params])
+        updated, written = cursor.fetchone()
+    if updated:
+        # Another writer took a seq in the same instant (rare): those events follow on their own.
+        for n, event in enumerate(mine, start=1):
+            if n not in written:
+                _append(event)
+        _append_many(others)
+    return updated
 
 
 def _append(values: dict) -> TraceEvent:
@@ -131,12 +188,15 @@ def _insert_next(values: dict) -> tuple[int, int] | None:
     return None if row is None else (row[0], row[1])
 
 
-def _insert_many(events: list[dict]) -> set[int]:
-    """Append several events of one ticket with consecutive seqs in ONE statement:
-    INSERT ... SELECT <values>, max(seq) + n FROM (VALUES ...) ... ON CONFLICT DO NOTHING.
-    Returns the positions (1-based) that were written."""
+def _quote(name: str) -> str:
+    return connection.ops.quote_name(name)
+
+
+def _insert_select(events: list[dict], *, where: str = "true") -> tuple[str, list]:
+    """INSERT ... SELECT <values>, m.last + n FROM (VALUES ...) v CROSS JOIN m WHERE <where>
+    ON CONFLICT DO NOTHING RETURNING seq, for events of one ticket; the caller defines the CTE
+    `m` (the ticket's last seq) before it."""
     meta = TraceEvent._meta
-    quote = connection.ops.quote_name
     fields = [meta.get_field(name) for name in _FIELDS]
     postgres = connection.vendor == "postgresql"
     cast = (lambda f: f"::{f.db_type(connection)}") if postgres else (lambda f: "")
@@ -145,25 +205,36 @@ def _insert_many(events: list[dict]) -> set[int]:
     for n, values in enumerate(events, start=1):
         params.extend(f.get_db_prep_save(values[f.attname], connection) for f in fields)
         params.append(n)
-    table, seq, ticket = quote(meta.db_table), quote(meta.get_field("seq").column), quote("ticket_id")
+    table, seq, ticket = _quote(meta.db_table), _quote(meta.get_field("seq").column), _quote("ticket_id")
     # VALUES columns are column1..columnN on both PostgreSQL and SQLite.
     selected = ", ".join(f"v.column{i}" for i in range(1, len(fields) + 1))
     position = f"v.column{len(fields) + 1}"
-    columns = ", ".join(quote(f.column) for f in fields)
+    columns = ", ".join(_quote(f.column) for f in fields)
     insert = (
         f"INSERT INTO {table} ({columns}, {seq}) "
         f"SELECT {selected}, m.last + {position} FROM (VALUES {', '.join([row] * len(events))}) AS v "
-        f"CROSS JOIN m WHERE true ON CONFLICT ({ticket}, {seq}) DO NOTHING RETURNING {seq}"
+        f"CROSS JOIN m WHERE {where} ON CONFLICT ({ticket}, {seq}) DO NOTHING RETURNING {seq}"
     )
+    return insert, params
+
+
+def _insert_many(events: list[dict]) -> set[int]:
+    """Append several events of one ticket with consecutive seqs in ONE statement:
+    INSERT ... SELECT <values>, max(seq) + n FROM (VALUES ...) ... ON CONFLICT DO NOTHING.
+    Returns the positions (1-based) that were written."""
+    meta = TraceEvent._meta
+    postgres = connection.vendor == "postgresql"
+    table, seq, ticket = _quote(meta.db_table), _quote(meta.get_field("seq").column), _quote("ticket_id")
+    insert, params = _insert_select(events)
     last = f"m AS (SELECT COALESCE(MAX({seq}), 0) AS last FROM {table} WHERE {ticket} = %s)"
     if postgres:
         # A data-modifying CTE: the positions written are seq - last, with last read once.
-        sql = f"WITH {last}, ins AS ({insert}) SELECT ins.{seq} - m.last FROM ins CROSS JOIN m"
+        sql_ = f"WITH {last}, ins AS ({insert}) SELECT ins.{seq} - m.last FROM ins CROSS JOIN m"
     else:
         # SQLite serialises writers (IMMEDIATE transactions): nobody can take a seq meanwhile.
-        sql = f"WITH {last} {insert}"
+        sql_ = f"WITH {last} {insert}"
     with connection.cursor() as cursor:
-        cursor.execute(sql, [events[0]["ticket_id"], *params])
+        cursor.execute(sql_, [events[0]["ticket_id"], *params])
         rows = cursor.fetchall()
     if postgres:
         return {row[0] for row in rows}

@@ -227,3 +227,39 @@ def test_a_policy_version_cannot_be_deleted_from_the_admin(policy, login):
     assert "delete_selected" not in changelist.content.decode()
     assert bulk.status_code in (200, 302)
     assert RefundPolicy.objects.filter(pk=policy.pk).exists()
+
+
+def test_the_queue_counts_at_most_the_cap_and_still_pages(orders, login, monkeypatch):
+    # given more requests than the paginator counts
+    from approvals import admin as approvals_admin
+
+    monkeypatch.setattr(approvals_admin, "QUEUE_COUNT_CAP", 60)
+    _bulk_requests(120, orders["120.00"])
+    finance = login("finance")
+
+    # when the reviewer opens the queue
+    response = finance.get(CHANGELIST)
+
+    # then the count stops at the cap, the first page has 50 rows and the second page exists
+    assert response.context["cl"].result_count == 60
+    assert len(response.context["cl"].result_list) == 50
+    assert finance.get(CHANGELIST + "?p=2").status_code == 200
+
+
+def test_the_policy_version_filter_offers_the_tenants_versions_and_filters(orders, login):
+    # given requests under the tenant's current policy
+    _bulk_requests(3, orders["120.00"])
+    version = ApprovalRequest.objects.values_list("policy_version", flat=True).first()
+    other = RefundPolicy.objects.exclude(tenant=orders["120.00"].tenant).values_list("version", flat=True)
+    finance = login("finance")
+
+    # when the reviewer opens the queue, and then filters by another version
+    page = finance.get(CHANGELIST)
+    offered = [c["display"] for spec in page.context["cl"].filter_specs if spec.title == "policy version"
+               for c in spec.choices(page.context["cl"])]
+    filtered = finance.get(CHANGELIST + "?policy_version=v-none")
+
+    # then the tenant's versions are offered (not another tenant's only), and the filter filters
+    assert version in offered
+    assert not set(other) - {version} & set(offered)
+    assert len(filtered.context["cl"].result_list) == 0

@@ -1,8 +1,8 @@
 """The agent loop: durable, budgeted, gated. The model proposes; the runtime decides.
 
 One iteration = budget check -> one model call -> each tool call through the gate (and, for a
-valid read, executed tenant-scoped) -> the turn and its results persisted on the AgentRun in
-one UPDATE, before the next model call. The transcript on AgentRun.messages is the loop's
+valid read, executed tenant-scoped) -> the turn and its results persisted on the AgentRun,
+with the step's trace events, in one statement, before the next model call. The transcript on AgentRun.messages is the loop's
 state: a resumed run looks at its last message and carries on from there.
 
 Exactly once, whatever is redelivered:
@@ -35,14 +35,16 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
+
+from approvals.models import ApprovalRequest
 
 from ..exceptions import TicketStateConflict
 from ..models import AgentRun, Ticket
 from ..redaction import sensitive_values_for_ticket
 from ..ticket_state import ticket_transition
-from ..tracing import trace_record
+from ..tracing import trace_batch, trace_record, trace_write_with_update
 from .decision import DraftDecision, agent_draft_decide
 from .prompts import NUDGE, SYSTEM_PROMPT, ticket_first_message
 from .providers.base import ModelTurn, Provider, ProviderError, ToolCall
@@ -63,6 +65,12 @@ from .tools import (
 
 S = Ticket.Status
 R = Ticket.StopReason
+
+# Read with the ticket: the first message tells the model finance's note only on a ticket sent
+# back (prompts.finance_review_of), and most tickets have no request yet.
+last_approval_status = Subquery(
+    ApprovalRequest.objects.filter(ticket_ref=OuterRef("pk")).order_by("-id").values("status")[:1]
+)
 
 
 @dataclass
@@ -92,9 +100,12 @@ def agent_run_ticket(*, ticket_id: int, provider: Provider | None = None, task_i
         return AgentRun.objects.filter(ticket_id=ticket_id).order_by("-created_at", "-id").first()
     run, how = claimed
     try:
-        _Loop(run=run, provider=provider, task_id=task_id).go(how)
+        # The run's trace events wait in a batch and are written by the persist that follows
+        # them, in the same statement: a step and its trace commit together.
+        with trace_batch():
+            _Loop(run=run, provider=provider, task_id=task_id).go(how)
     except LostClaim:
-        pass
+        pass  # the events of the lost steps were dropped with the batch
     return run
 
 
@@ -132,9 +143,11 @@ class _Loop:
         self.run = run
         self.provider = provider
         self.task_id = task_id
-        self.ticket = Ticket.objects.select_related(
-            "tenant", "order__tenant", "order__customer", "customer", "created_by"
-        ).get(pk=run.ticket_id)
+        self.ticket = (
+            Ticket.objects.select_related("tenant", "order__tenant", "order__customer", "customer", "created_by")
+            .annotate(last_approval_status=last_approval_status)
+            .get(pk=run.ticket_id)
+        )
         run.ticket = self.ticket
         self.order = self.ticket.order  # None on a customer-level ticket until the decision
         self.sensitive = sensitive_values_for_ticket(self.ticket)
@@ -178,7 +191,10 @@ class _Loop:
             else:
                 self.no_call()
             return
-        self.tools_refresh()
+        if self.capabilities is None:
+            # Read once per run; a resumed turn (above: the decision on a draft, or a crash) reads
+            # them again, so switching refunds.create_draft off still stops a draft in flight.
+            self.tools_refresh()
         if api_name(CREATE_DRAFT) not in self.offered:
             raise _Stop(S.ESCALATED, R.ESCALATED, "refunds.create_draft is switched off (kill switch): the ticket "
                         "goes to the human queue.")
@@ -339,11 +355,11 @@ class _Loop:
         """Inside the decision's transaction: answer the draft call and stop the run with it."""
         self.messages.append({"role": "user", "content": [self._result(call, decision.result)]})
         self.state["results"] = {}
-        self.persist(status=AgentRun.Status.STOPPED, stop_reason=decision.stop_reason, stop_detail=decision.detail,
-                     finished_at=decision.decided_at)
         self.trace(span="stop", status=decision.status, decision=decision.status, reason=decision.detail[:200],
                    data={"iterations": self.run.iterations, "tokens": self.tokens_used(),
                          "cost_usd": str(self.run.cost_usd)})
+        self.persist(status=AgentRun.Status.STOPPED, stop_reason=decision.stop_reason, stop_detail=decision.detail,
+                     finished_at=decision.decided_at)
 
     def finish(self, stop: _Stop):
         """Every stop but a decided draft: the ticket moves only if the loop still holds it running."""
@@ -351,11 +367,11 @@ class _Loop:
         with transaction.atomic():
             moved = ticket_transition(ticket=self.ticket, to=stop.status, only_from={S.RUNNING},
                                       stop_reason=stop.stop_reason, detail=stop.detail, updated_at=now)
+            self.trace(span="stop", status=stop.status, decision=stop.stop_reason, reason=stop.detail[:200],
+                       data={"iterations": self.run.iterations, "tokens": self.tokens_used(),
+                             "cost_usd": str(self.run.cost_usd), "ticket_updated": moved})
             self.persist(status=AgentRun.Status.STOPPED, stop_reason=stop.stop_reason, stop_detail=stop.detail,
                          finished_at=now)
-        self.trace(span="stop", status=stop.status, decision=stop.stop_reason, reason=stop.detail[:200],
-                   data={"iterations": self.run.iterations, "tokens": self.tokens_used(),
-                         "cost_usd": str(self.run.cost_usd), "ticket_updated": moved})
 
     # --- plumbing ---------------------------------------------------------------------
 
@@ -363,7 +379,8 @@ class _Loop:
         return trace_record(ticket=self.ticket, run=self.run, sensitive=self.sensitive, **kwargs)
 
     def persist(self, **extra):
-        """Write the loop's state to the run, by compare-and-set on this task's claim."""
+        """Write the loop's state to the run, by compare-and-set on this task's claim, with the
+        trace events recorded since the last persist in the same statement."""
         run = self.run
         fields = {
             "messages": self.messages,
@@ -379,8 +396,8 @@ class _Loop:
             "lease_expires_at": timezone.now() + _lease(),
             **extra,
         }
-        updated = AgentRun.objects.filter(pk=run.pk, claimed_by=self.task_id, status=AgentRun.Status.RUNNING).update(
-            **fields
+        updated = trace_write_with_update(
+            AgentRun.objects.filter(pk=run.pk, claimed_by=self.task_id, status=AgentRun.Status.RUNNING), fields
         )
         if updated != 1:
             raise LostClaim(f"run {run.pk} is no longer held by {self.task_id}")

@@ -97,7 +97,9 @@ def ticket_destination_facts(ticket) -> dict:
     and kind, and the destination to draft ('original', 'gift_card', or 'other': a method no
     policy lets a refund go to)."""
     method = ticket.refund_to
-    if ticket.order_id:
+    if ticket.order_id and method is None:
+        destination = "original"  # the order's own method, whichever it is: no need to read it
+    elif ticket.order_id:
         destination, _ = refund_destination_of(order=ticket.order, refund_to=method)
     elif method is None:
         destination = "original"
@@ -114,9 +116,17 @@ def ticket_destination_facts(ticket) -> dict:
     }
 
 
+_UNREAD = object()
+
+
 def finance_review_of(ticket) -> dict | None:
     """When finance sent the ticket back ("request changes"), their note and wanted amount: the
     new run must see why. The lowered amount is already the ticket's requested amount."""
+    # The loop loads the ticket with the status of its last approval request (None: it has
+    # none): only a request sent back needs reading whole.
+    known = getattr(ticket, "last_approval_status", _UNREAD)
+    if known is not _UNREAD and known != ApprovalRequest.Status.CHANGES_REQUESTED:
+        return None
     last = ApprovalRequest.objects.filter(ticket_ref=ticket.pk).order_by("-id").first()
     if last is None or last.status != ApprovalRequest.Status.CHANGES_REQUESTED:
         return None

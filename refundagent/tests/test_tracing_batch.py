@@ -69,3 +69,17 @@ def test_a_batch_racing_single_writers_loses_no_event_and_no_seq_twice(user):
     assert len(seqs) == len(set(seqs)) == len(decisions)
     assert sorted(d for d in decisions if d.startswith("s")) == sorted(f"s{n}-{i}" for n in range(4) for i in range(10))
     assert sorted(d for d in decisions if d.startswith("b")) == sorted(f"b{i}-{j}" for i in range(10) for j in range(4))
+
+
+def test_a_nested_batch_that_raises_drops_its_own_events_and_keeps_the_outer_ones(ticket):
+    # given an outer batch (the loop's run) with an event, and a nested one (a decision) that fails
+    with transaction.atomic(), trace_batch():
+        trace_record(ticket=ticket, span="model", decision="kept", sensitive=[])
+        with pytest.raises(ZeroDivisionError), transaction.atomic(), trace_batch():
+            trace_record(ticket=ticket, span="draft", decision="rolled-back", sensitive=[])
+            raise ZeroDivisionError("the decision failed")
+        trace_record(ticket=ticket, span="stop", decision="after", sensitive=[])
+
+    # then the outer events are written in order, the nested block's are not
+    decisions = list(TraceEvent.objects.filter(ticket=ticket).order_by("seq").values_list("decision", flat=True))
+    assert decisions == ["filed", "kept", "after"]

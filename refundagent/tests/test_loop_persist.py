@@ -1,0 +1,106 @@
+"""The loop's persist: a step and its trace events are one statement, a lost claim writes
+neither, the capabilities are read once per run and again at the decision, and a run's query
+count is bounded (issue 12)."""
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from approvals.models import Capability, RefundPolicy
+from refundagent.agent.loop import agent_run_ticket
+from refundagent.agent.providers.scripted import ScriptedProvider
+from refundagent.models import AgentRun, RefundDraft, Ticket, TraceEvent
+
+# The agent's run after filing, measured on PostgreSQL with the four calls below (savepoints
+# not counted): the claim (2), the ticket (1), its sensitive values (1), the capabilities (1),
+# three reads with their persists (6), the persisted proposal (1), and the decision (8:
+# capabilities, policy, order position, payments, draft, approval, ticket, stop).
+RUN_QUERIES_MAX = 20
+
+
+@pytest.fixture
+def ticket_defaults():
+    return {"order": "ORD-5001", "message": "My headphones arrived broken. Please refund me.", "requested_amount": "120.00"}
+
+
+def four_calls(ticket) -> list[dict]:
+    version = RefundPolicy.objects.current_for(ticket.tenant).version
+    return [
+        {"tool": "orders_lookup_order", "input": {"order_id": "ORD-5001"}},
+        {"tool": "payments_get_summary", "input": {"order_id": "ORD-5001"}},
+        {"tool": "refund_policy_retrieve", "input": {}},
+        {"tool": "refunds_create_draft", "input": {
+            "recommendation": "refund", "amount": "120.00", "policy_version": version,
+            "rationale": "Damaged on arrival, inside the window.", "customer_reply": "We are looking into it."}},
+    ]
+
+
+@pytest.mark.postgres
+def test_every_trace_event_of_a_run_is_written_by_the_persist_of_its_step(file_ticket):
+    # given a filed ticket and a model making the four calls
+    ticket = file_ticket()
+    provider = ScriptedProvider(four_calls(ticket))
+
+    # when the agent runs
+    with CaptureQueriesContext(connection) as queries:
+        agent_run_ticket(ticket_id=ticket.pk, provider=provider)
+
+    # then no trace event was inserted on its own: each went in with its step's persist
+    statements = [q["sql"].lstrip() for q in queries.captured_queries]
+    assert not [s for s in statements if s.startswith('INSERT INTO "refundagent_traceevent"')]
+    persists = [s for s in statements if s.startswith('WITH r AS (UPDATE "refundagent_agentrun"')]
+    assert len(persists) == 5  # three reads, the proposal, the decision's stop
+    # and the trace is whole and in order
+    spans = list(TraceEvent.objects.filter(ticket=ticket).order_by("seq").values_list("seq", "span"))
+    assert [s for s, _ in spans] == list(range(1, len(spans) + 1))
+    assert [span for _, span in spans] == ["run", "run", "model", "tool", "model", "tool", "model", "tool", "model",
+                                           "draft", "policy", "approval", "stop"]
+    counted = [s for s in statements if "SAVEPOINT" not in s]
+    assert len(counted) <= RUN_QUERIES_MAX, "\n".join(s[:90] for s in counted)
+
+
+class _TakenOver(ScriptedProvider):
+    """While the model thinks, another task takes the run over (its lease expired)."""
+
+    def complete(self, **kwargs):
+        AgentRun.objects.update(claimed_by="another-task")
+        return super().complete(**kwargs)
+
+
+def test_a_run_that_lost_its_claim_writes_neither_its_step_nor_its_trace(file_ticket):
+    # given a filed ticket whose run is taken over during the first model call
+    ticket = file_ticket()
+    provider = _TakenOver(four_calls(ticket))
+
+    # when the agent runs
+    agent_run_ticket(ticket_id=ticket.pk, provider=provider)
+
+    # then the lost step was not persisted, and none of its trace events was written
+    run = AgentRun.objects.get(ticket=ticket)
+    assert (run.iterations, run.messages) == (0, [])
+    assert list(TraceEvent.objects.filter(ticket=ticket).values_list("span", "decision")) == [("run", "filed")]
+
+
+class _SwitchOffWhileDrafting(ScriptedProvider):
+    """An operator switches refunds.create_draft off while the model writes its draft."""
+
+    def complete(self, **kwargs):
+        turn = super().complete(**kwargs)
+        if any(call.name == "refunds_create_draft" for call in turn.tool_calls):
+            Capability.objects.filter(name="refunds.create_draft").update(enabled=False)
+        return turn
+
+
+def test_the_kill_switch_flipped_during_a_run_still_stops_the_draft_at_the_decision(file_ticket):
+    # given a run under way, and the draft switched off while the model proposes it
+    ticket = file_ticket()
+    provider = _SwitchOffWhileDrafting(four_calls(ticket))
+
+    # when the agent runs
+    agent_run_ticket(ticket_id=ticket.pk, provider=provider)
+    ticket.refresh_from_db()
+
+    # then the decision re-read the capabilities: no draft, the ticket goes to a person
+    assert ticket.status == Ticket.Status.ESCALATED
+    assert "kill switch" in ticket.stop_detail
+    assert not RefundDraft.objects.filter(ticket=ticket).exists()
