@@ -13,6 +13,7 @@ from decimal import Decimal
 
 from ledger.models import Order, PaymentMethod
 from ledger.selectors import ZERO, order_refund_position
+from ledger.telemetry import traced
 
 from .models import RefundPolicy
 
@@ -101,6 +102,13 @@ def refund_destination_of(*, order: Order, refund_to: PaymentMethod | None) -> t
     return "other", refund_to
 
 
+def _verdict_attributes(verdict: "GateVerdict") -> dict:
+    return {"refundagent.gate.outcome": verdict.outcome, "refundagent.gate.codes": verdict.codes,
+            "refundagent.gate.allowed_amount": verdict.allowed_amount, "refundagent.gate.currency": verdict.currency,
+            "refundagent.gate.policy_version": verdict.policy_version}
+
+
+@traced("refundagent.gate.verdict", result=_verdict_attributes)
 def policy_gate_evaluate(
     *,
     order: Order,

@@ -21,6 +21,7 @@ from ledger.exceptions import DomainError, InvalidInput, NotFound
 from ledger.models import Order, PaymentMethod, RefundEntry
 from ledger.selectors import order_refund_position
 from ledger.services import canonical_hash, ledger_refund_issue, money
+from ledger.telemetry import traced
 from ledger.tenancy import tenant_for_user, user_require_role, user_roles
 
 from .exceptions import ApprovalConflict, Forbidden, MakerChecker
@@ -122,6 +123,7 @@ def approval_request_create(
     return request, True
 
 
+@traced("refundagent.approval.decide", result=lambda r: {"refundagent.approval.status": r.status})
 def approval_request_decide(
     *,
     request_id: int,
@@ -441,6 +443,7 @@ def approval_destination_resolve(*, request: ApprovalRequest) -> tuple[PaymentMe
     return method, kind
 
 
+@traced("refundagent.approval.execute", result=lambda r: {"refundagent.approval.status": r.status})
 def approval_execute(*, request_id: int) -> ApprovalRequest:
     """Write the approved refund into the ledger, exactly as approved, then have it verified.
 

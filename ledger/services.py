@@ -10,6 +10,7 @@ from django.db import IntegrityError, transaction
 from .exceptions import IdempotencyConflict, InvalidInput, RefundRefused
 from .models import Order, PaymentMethod, RefundEntry, RefundEntryItem, RefundRevision
 from .selectors import order_refund_position
+from .telemetry import traced
 
 CENT = Decimal("0.01")
 
@@ -34,6 +35,14 @@ def canonical_hash(args: dict) -> str:
     return hashlib.sha256(json.dumps(args, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
 
 
+def _entry_attributes(entry: RefundEntry) -> dict:
+    return {"refundagent.ledger.entry_id": entry.pk, "refundagent.ledger.amount": entry.amount,
+            "refundagent.ledger.currency": entry.currency, "refundagent.ledger.source": entry.source,
+            "refundagent.approval.id": entry.approval_ref}
+
+
+# The ledger write's span: a refusal (RefundRefused, IdempotencyConflict) marks it failed.
+@traced("refundagent.ledger.refund_issue", result=_entry_attributes)
 def ledger_refund_issue(
     *,
     order: Order,

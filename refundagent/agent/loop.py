@@ -47,6 +47,7 @@ from .decision import DraftDecision, agent_draft_decide
 from .prompts import NUDGE, SYSTEM_PROMPT, ticket_first_message
 from .providers import provider_get
 from .providers.base import ModelTurn, Provider, ProviderError, ToolCall
+from .spans import agent_run_span, model_complete, step_span, tool_answer
 from .tools import (
     CREATE_DRAFT,
     ToolFailed,
@@ -72,14 +73,19 @@ class _Stop(Exception):
     status: str
     stop_reason: str
     detail: str
+    span_ok = True  # a stop, not an error, for the OpenTelemetry spans it leaves
 
 
 class _Done(Exception):
     """The decision stopped the run (already persisted)."""
 
+    span_ok = True
+
 
 class LostClaim(Exception):
     """Another task took this run over (lease expired) or it was stopped: stop writing."""
+
+    span_ok = True
 
 
 def agent_run_ticket(*, ticket_id: int, provider: Provider | None = None, task_id: str | None = None) -> AgentRun | None:
@@ -92,7 +98,9 @@ def agent_run_ticket(*, ticket_id: int, provider: Provider | None = None, task_i
         return AgentRun.objects.filter(ticket_id=ticket_id).order_by("-created_at", "-id").first()
     run, how = claimed
     try:
-        _Loop(run=run, provider=provider, task_id=task_id).go(how)
+        loop = _Loop(run=run, provider=provider, task_id=task_id)
+        with agent_run_span(ticket=loop.ticket, run=run, how=how):
+            loop.go(how)
     except LostClaim:
         pass
     return run
@@ -160,7 +168,8 @@ class _Loop:
             if not self.messages:
                 self.messages = [ticket_first_message(self.ticket)]
             while True:
-                self.step()
+                with step_span(iteration=self.run.iterations + 1):
+                    self.step()
         except _Stop as stop:
             self.finish(stop)
         except _Done:
@@ -185,8 +194,8 @@ class _Loop:
         max_tokens = self.budget_check(model_call=True)
         started = time.monotonic()
         try:
-            turn = self.provider.complete(system=SYSTEM_PROMPT, tools=self.tools, messages=self.messages,
-                                          max_tokens=max_tokens)
+            turn = model_complete(self.provider, sensitive=self.sensitive, system=SYSTEM_PROMPT, tools=self.tools,
+                                  messages=self.messages, max_tokens=max_tokens)
         except ProviderError as exc:
             self.trace(span="model", status="error", decision="provider_error", reason=str(exc)[:200],
                        duration_ms=int((time.monotonic() - started) * 1000),
@@ -232,7 +241,7 @@ class _Loop:
                 self.persist()
                 return
             self.budget_check(model_call=False)
-            results[call.id] = self.handle(call)
+            results[call.id] = tool_answer(call, self.handle, sensitive=self.sensitive)
             if n < len(blocks) - 1:
                 self.persist()
         self.messages.append({"role": "user", "content": [results[b["id"]] for b in blocks]})
