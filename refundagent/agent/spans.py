@@ -11,13 +11,19 @@ each tool's arguments and result are added after the redaction the stored trace 
 
 import json
 from contextlib import contextmanager
+from contextvars import ContextVar
 
 from ledger import telemetry
+from ledger.models import Payment, PaymentMethod
 
 from ..redaction import redact, redact_text
 from .providers.base import ModelTurn, Provider, ToolCall
 
 AGENT_NAME = "refundagent"
+
+# Exported content also hides the customer's card last4 digits, which the stored trace keeps
+# (the reviewer needs them): set per run, only when content export is on.
+_export_extra: ContextVar[tuple[str, ...]] = ContextVar("refundagent_export_extra", default=())
 
 
 @contextmanager
@@ -25,6 +31,7 @@ def agent_run_span(*, ticket, run, how: str):
     """The whole run of the agent on a ticket; binds the ticket for every span and log line in it.
     A run that is not in the ticket's own trace (enqueued by a sweep, a retry) links to it."""
     tokens = telemetry.bind_ticket(ticket)
+    extra = _export_extra.set(_card_digits(ticket) if telemetry.content_export_enabled() else ())
     try:
         with telemetry.span(
             f"invoke_agent {AGENT_NAME}",
@@ -33,7 +40,14 @@ def agent_run_span(*, ticket, run, how: str):
         ) as span:
             yield span
     finally:
+        _export_extra.reset(extra)
         telemetry.bind_reset(tokens)
+
+
+def _card_digits(ticket) -> tuple[str, ...]:
+    methods = PaymentMethod.objects.filter(customer_id=ticket.customer_id).exclude(last4="")
+    payments = Payment.objects.filter(order__customer_id=ticket.customer_id).exclude(card_last4="")
+    return tuple({*methods.values_list("last4", flat=True), *payments.values_list("card_last4", flat=True)})
 
 
 def step_span(*, iteration: int):
@@ -77,11 +91,12 @@ def tool_answer(call: ToolCall, handle, *, sensitive: list[str]) -> dict:
         telemetry.content_set(span, "gen_ai.tool.call.arguments", _redacted_json(call.input, sensitive))
         result = handle(call)
         telemetry.attributes_set(span, refundagent__tool__is_error=bool(result.get("is_error")))
-        telemetry.content_set(span, "gen_ai.tool.call.result", redact_text(str(result.get("content", "")), sensitive))
+        telemetry.content_set(span, "gen_ai.tool.call.result", redact_text(str(result.get("content", "")),
+                                                                          [*sensitive, *_export_extra.get()]))
         return result
 
 
 def _redacted_json(value, sensitive: list[str]) -> str:
     if not telemetry.content_export_enabled():
         return ""
-    return json.dumps(redact(value, sensitive), default=str)
+    return json.dumps(redact(value, [*sensitive, *_export_extra.get()]), default=str)
