@@ -15,6 +15,7 @@ from opentelemetry import trace
 
 from ledger import telemetry
 
+
 class ContextFilter(logging.Filter):
     """Adds the bound context and the current trace id to every record (for both formats)."""
 
