@@ -53,7 +53,8 @@ def operations_overview(*, tenant, now: datetime | None = None) -> dict:
     )
     refunds = (
         # Written by this product (approved or by an operator); imported history is not "executed".
-        RefundEntry.objects.filter(tenant=tenant, created_at__gte=since).exclude(source=RefundEntry.Source.IMPORT)
+        RefundEntry.objects.filter(tenant=tenant, created_at__gte=since)
+        .exclude(source=RefundEntry.Source.IMPORT)
         .annotate(day=TruncDate("created_at"))
         .values("day", "currency")
         .annotate(count=Count("pk"), total=Sum("amount"))
@@ -70,8 +71,9 @@ def operations_overview(*, tenant, now: datetime | None = None) -> dict:
         .values("day")
         .annotate(
             runs=Count("pk"),
-            tokens=Sum(F("input_tokens") + F("output_tokens") + F("cache_creation_input_tokens")
-                       + F("cache_read_input_tokens")),
+            tokens=Sum(
+                F("input_tokens") + F("output_tokens") + F("cache_creation_input_tokens") + F("cache_read_input_tokens")
+            ),
             cost=Sum("cost_usd"),
         )
         .order_by("day")
@@ -119,12 +121,32 @@ def bar_chart(values: list[tuple[date, Decimal]], *, budget: Decimal | None = No
     for i, (day, value) in enumerate(values):
         height = float(value) / float(top) * plot_h
         x = PAD_LEFT + slot * i
-        bars.append({"x": round(x + slot * 0.15, 1), "y": round(PAD_TOP + plot_h - height, 1),
-                     "w": round(slot * 0.7, 1), "h": round(height, 1), "day": day, "value": value,
-                     "over": budget is not None and value > budget})
+        bars.append(
+            {
+                "x": round(x + slot * 0.15, 1),
+                "y": round(PAD_TOP + plot_h - height, 1),
+                "w": round(slot * 0.7, 1),
+                "h": round(height, 1),
+                "day": day,
+                "value": value,
+                "over": budget is not None and value > budget,
+            }
+        )
         if i % 2 == 0 or len(values) <= 7:
             labels.append({"x": round(x + slot / 2, 1), "text": day.strftime("%m-%d")})
     budget_y = round(PAD_TOP + plot_h * (1 - float(budget) / float(top)), 1) if budget else None
-    return {"width": WIDTH, "height": HEIGHT, "left": PAD_LEFT, "right": WIDTH - PAD_RIGHT, "top": PAD_TOP,
-            "bottom": HEIGHT - PAD_BOTTOM, "label_y": HEIGHT - PAD_BOTTOM + 16, "bars": bars, "labels": labels,
-            "max": f"{unit}{top:.2f}" if unit else f"{top:.0f}", "budget_y": budget_y, "budget": budget, "unit": unit}
+    return {
+        "width": WIDTH,
+        "height": HEIGHT,
+        "left": PAD_LEFT,
+        "right": WIDTH - PAD_RIGHT,
+        "top": PAD_TOP,
+        "bottom": HEIGHT - PAD_BOTTOM,
+        "label_y": HEIGHT - PAD_BOTTOM + 16,
+        "bars": bars,
+        "labels": labels,
+        "max": f"{unit}{top:.2f}" if unit else f"{top:.0f}",
+        "budget_y": budget_y,
+        "budget": budget,
+        "unit": unit,
+    }

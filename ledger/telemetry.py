@@ -65,7 +65,9 @@ def bind(**values) -> Iterator[None]:
 
 def bind_ticket(ticket) -> list[Token]:
     """Bind a ticket's tenant, id and trace id; returns the tokens (for bind_reset)."""
-    return bind_set(tenant=getattr(ticket, "tenant_id", None), ticket=ticket.pk, ticket_trace_id=ticket_trace_hex(ticket))
+    return bind_set(
+        tenant=getattr(ticket, "tenant_id", None), ticket=ticket.pk, ticket_trace_id=ticket_trace_hex(ticket)
+    )
 
 
 def ticket_trace_hex(ticket) -> str:
@@ -76,9 +78,12 @@ def ticket_trace_hex(ticket) -> str:
 
 def ticket_span_mark(ticket) -> None:
     """Put the ticket's ids on the current span (the request that filed or decided it)."""
-    attributes_set(trace.get_current_span(), refundagent__ticket__id=ticket.pk,
-                   refundagent__ticket__trace_id=ticket_trace_hex(ticket),
-                   refundagent__tenant__id=getattr(ticket, "tenant_id", None))
+    attributes_set(
+        trace.get_current_span(),
+        refundagent__ticket__id=ticket.pk,
+        refundagent__ticket__trace_id=ticket_trace_hex(ticket),
+        refundagent__tenant__id=getattr(ticket, "tenant_id", None),
+    )
 
 
 def current_trace_uuid() -> uuid.UUID | None:
@@ -116,8 +121,9 @@ def attributes_set(span: Span, **attributes) -> None:
 
 
 @contextmanager
-def span(name: str, *, attributes: dict | None = None, ok: tuple[type[BaseException], ...] = (),
-         links: list | None = None) -> Iterator[Span]:
+def span(
+    name: str, *, attributes: dict | None = None, ok: tuple[type[BaseException], ...] = (), links: list | None = None
+) -> Iterator[Span]:
     """A span around the block. An exception of a type in `ok`, or whose class says
     `span_ok = True`, is control flow (a stop of the agent loop), not an error: it leaves the
     span's status unset."""

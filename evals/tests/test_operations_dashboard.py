@@ -24,10 +24,20 @@ def _tickets(tenant, user, n):
     """n tickets of `tenant`, each with an agent run that cost something."""
     customer = tenant.customers.first()
     for i in range(n):
-        ticket = Ticket.objects.create(tenant=tenant, customer=customer, message=f"Refund {i}.", created_by=user,
-                                       status=Ticket.Status.ESCALATED if i % 2 else Ticket.Status.QUEUED)
-        AgentRun.objects.create(ticket=ticket, status=AgentRun.Status.STOPPED, input_tokens=1000, output_tokens=100,
-                                cost_usd=Decimal("0.004500"))
+        ticket = Ticket.objects.create(
+            tenant=tenant,
+            customer=customer,
+            message=f"Refund {i}.",
+            created_by=user,
+            status=Ticket.Status.ESCALATED if i % 2 else Ticket.Status.QUEUED,
+        )
+        AgentRun.objects.create(
+            ticket=ticket,
+            status=AgentRun.Status.STOPPED,
+            input_tokens=1000,
+            output_tokens=100,
+            cost_usd=Decimal("0.004500"),
+        )
 
 
 def _queries(client) -> int:
@@ -56,8 +66,9 @@ def test_the_dashboard_shows_the_tenants_numbers_only(demo, user):
     _tickets(demo["acme"], user("acme-support"), 3)
     _tickets(demo["globex"], user("globex-support"), 5)
     order = Order.objects.get(tenant=demo["acme"], external_id="ORD-5001")
-    ledger_refund_issue(order=order, amount="20.00", currency="USD", idempotency_key="ops-dashboard-1",
-                        source="manual", reason="test")
+    ledger_refund_issue(
+        order=order, amount="20.00", currency="USD", idempotency_key="ops-dashboard-1", source="manual", reason="test"
+    )
     Capability.objects.filter(name="orders.lookup_order").update(enabled=False)
     # when the operator opens the page
     response = _signed_in(user("ops")).get(URL)

@@ -35,8 +35,12 @@ def agent_run_span(*, ticket, run, how: str):
     try:
         with telemetry.span(
             f"invoke_agent {AGENT_NAME}",
-            attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": AGENT_NAME,
-                        "refundagent.agent.run_id": run.pk, "refundagent.agent.claim": how},
+            attributes={
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": AGENT_NAME,
+                "refundagent.agent.run_id": run.pk,
+                "refundagent.agent.claim": how,
+            },
         ) as span:
             yield span
     finally:
@@ -54,8 +58,9 @@ def step_span(*, iteration: int):
     return telemetry.span("refundagent.agent.step", attributes={"refundagent.agent.iteration": iteration})
 
 
-def model_complete(provider: Provider, *, sensitive: list[str], system: str, tools: list, messages: list[dict],
-                   max_tokens: int) -> ModelTurn:
+def model_complete(
+    provider: Provider, *, sensitive: list[str], system: str, tools: list, messages: list[dict], max_tokens: int
+) -> ModelTurn:
     """provider.complete inside a GenAI "chat" span with the usage and the finish reason."""
     model = getattr(provider, "model", "") or provider.name
     attributes = {
@@ -85,14 +90,21 @@ def model_complete(provider: Provider, *, sensitive: list[str], system: str, too
 
 def tool_answer(call: ToolCall, handle, *, sensitive: list[str]) -> dict:
     """handle(call) inside an "execute_tool" span; the answer's error flag and, opted in, content."""
-    attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": call.name,
-                  "gen_ai.tool.call.id": call.id, "gen_ai.tool.type": "function"}
+    attributes = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": call.name,
+        "gen_ai.tool.call.id": call.id,
+        "gen_ai.tool.type": "function",
+    }
     with telemetry.span(f"execute_tool {call.name}", attributes=attributes) as span:
         telemetry.content_set(span, "gen_ai.tool.call.arguments", _redacted_json(call.input, sensitive))
         result = handle(call)
         telemetry.attributes_set(span, refundagent__tool__is_error=bool(result.get("is_error")))
-        telemetry.content_set(span, "gen_ai.tool.call.result", redact_text(str(result.get("content", "")),
-                                                                          [*sensitive, *_export_extra.get()]))
+        telemetry.content_set(
+            span,
+            "gen_ai.tool.call.result",
+            redact_text(str(result.get("content", "")), [*sensitive, *_export_extra.get()]),
+        )
         return result
 
 

@@ -37,11 +37,30 @@ def health_report() -> tuple[int, dict]:
         body["worker"] = _worker() if broker == "ok" else "error: the broker is unreachable"
         _check(body, "beat", lambda: _beat(details), needs=database)
     _check(body, "migrations", _migrations, needs=database)
-    _check(body, "queued_tickets", lambda: _oldest(details, "queued_tickets", Ticket.objects.filter(
-        status=Ticket.Status.QUEUED), "created_at", settings.HEALTH_QUEUED_TICKET_MAX_AGE), needs=database)
-    _check(body, "approved_unexecuted", lambda: _oldest(details, "approved_unexecuted", ApprovalRequest.objects.filter(
-        status=ApprovalRequest.Status.APPROVED), "decided_at", settings.HEALTH_APPROVED_UNEXECUTED_MAX_AGE),
-        needs=database)
+    _check(
+        body,
+        "queued_tickets",
+        lambda: _oldest(
+            details,
+            "queued_tickets",
+            Ticket.objects.filter(status=Ticket.Status.QUEUED),
+            "created_at",
+            settings.HEALTH_QUEUED_TICKET_MAX_AGE,
+        ),
+        needs=database,
+    )
+    _check(
+        body,
+        "approved_unexecuted",
+        lambda: _oldest(
+            details,
+            "approved_unexecuted",
+            ApprovalRequest.objects.filter(status=ApprovalRequest.Status.APPROVED),
+            "decided_at",
+            settings.HEALTH_APPROVED_UNEXECUTED_MAX_AGE,
+        ),
+        needs=database,
+    )
     failing = [name for name, value in body.items() if name != "status" and value.startswith("error")]
     if failing:
         body["status"] = "error"
@@ -91,8 +110,11 @@ def _beat(details: dict) -> str:
     if not task.enabled:
         return f"error: {task.name!r} is disabled"
     every = task.interval.schedule.run_every if task.interval_id else None
-    details["beat"] = {"task": task.name, "last_run_at": task.last_run_at and task.last_run_at.isoformat(),
-                       "interval_seconds": every and int(every.total_seconds())}
+    details["beat"] = {
+        "task": task.name,
+        "last_run_at": task.last_run_at and task.last_run_at.isoformat(),
+        "interval_seconds": every and int(every.total_seconds()),
+    }
     if task.last_run_at is None:
         return f"error: {task.name!r} never ran (is beat running?)"
     if every is not None:
@@ -105,8 +127,11 @@ def _beat(details: dict) -> str:
 def _oldest(details: dict, name: str, queryset, field: str, limit) -> str:
     found = queryset.aggregate(oldest=Min(field), count=Count("pk"))
     age = timezone.now() - found["oldest"] if found["oldest"] else None
-    details[name] = {"count": found["count"], "oldest_age_seconds": age and int(age.total_seconds()),
-                     "threshold_seconds": int(limit.total_seconds())}
+    details[name] = {
+        "count": found["count"],
+        "oldest_age_seconds": age and int(age.total_seconds()),
+        "threshold_seconds": int(limit.total_seconds()),
+    }
     if age is not None and age > limit:
         return f"error: the oldest is {int(age.total_seconds())} s old (threshold {int(limit.total_seconds())} s)"
     return "ok"

@@ -79,5 +79,3 @@ class RequestContextMiddleware:
             response = self.get_response(request)
         response.headers["X-Request-ID"] = request_id
         return response
-
-

@@ -157,8 +157,13 @@ def _log_approval_decided(sender, request, decision, actor=None, **kwargs):
 def _log_refund_executed(sender, request, entry, replayed=False, **kwargs):
     fields = _request_fields(request)
     fields.update(event="refund.executed", ledger_entry=entry.pk, replayed=replayed)
-    log.info("refund %s of approval %s written to the ledger%s", entry.pk, request.pk,
-             " (replayed)" if replayed else "", extra=fields)
+    log.info(
+        "refund %s of approval %s written to the ledger%s",
+        entry.pk,
+        request.pk,
+        " (replayed)" if replayed else "",
+        extra=fields,
+    )
 
 
 @receiver(refund_verified, dispatch_uid="observability_refund_verified")
@@ -169,8 +174,9 @@ def _log_refund_verified(sender, request, verdict, **kwargs):
         log.info("approval %s verified against the ledger", request.pk, extra=fields)
     else:
         reason = verdict.get("detail") or ", ".join(verdict.get("failed") or []) or verdict.get("error", "")
-        log.error("approval %s failed at %s: %s", request.pk, verdict.get("stage"), reason,
-                  extra={**fields, "reason": reason})
+        log.error(
+            "approval %s failed at %s: %s", request.pk, verdict.get("stage"), reason, extra={**fields, "reason": reason}
+        )
 
 
 # --- Sentry -----------------------------------------------------------------------------------

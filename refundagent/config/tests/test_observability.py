@@ -51,7 +51,8 @@ def _client(username):
 
 def _file_ticket(message="My headphones broke, please refund ORD-5001."):
     response = _client("acme-support").post(
-        "/api/tickets", {"order": "ORD-5001", "customer": "CUST-1001", "message": message},
+        "/api/tickets",
+        {"order": "ORD-5001", "customer": "CUST-1001", "message": message},
         content_type="application/json",
     )
     assert response.status_code == 201, response.content
@@ -109,8 +110,7 @@ def test_one_ticket_is_one_trace_from_the_request_to_the_tool_calls(demo, spans)
     [gate] = _one(found, "refundagent.gate.verdict")
     assert parent(gate) in tools and gate.attributes["refundagent.gate.outcome"] == "approval_required"
     # and no attribute, event or name holds the customer's email, name, payment reference or last4
-    exported = " ".join(_attribute_text(s) + s.name + json.dumps([dict(e.attributes) for e in s.events])
-                        for s in found)
+    exported = " ".join(_attribute_text(s) + s.name + json.dumps([dict(e.attributes) for e in s.events]) for s in found)
     for value in CUSTOMER_DATA:
         assert value not in exported
     # and without the opt-in no content is exported
@@ -158,8 +158,10 @@ def test_the_json_log_line_of_an_approval_carries_request_tenant_ticket_and_trac
     approval = ApprovalRequest.objects.get(ticket_ref=ticket.pk)
     # when finance approves it, with a request id from the proxy
     response = _client("acme-finance").post(
-        f"/api/approvals/{approval.pk}/decision", {"decision": "approve", "args_hash": approval.args_hash},
-        content_type="application/json", HTTP_X_REQUEST_ID="req-approve-1",
+        f"/api/approvals/{approval.pk}/decision",
+        {"decision": "approve", "args_hash": approval.args_hash},
+        content_type="application/json",
+        HTTP_X_REQUEST_ID="req-approve-1",
     )
     assert response.status_code == 200, response.content
     assert response.headers["X-Request-ID"] == "req-approve-1"
@@ -183,8 +185,11 @@ def test_the_json_log_line_of_an_approval_carries_request_tenant_ticket_and_trac
 
 def test_sentry_events_are_scrubbed_with_the_traces_redaction():
     # given an error event whose message and extra data hold an email and a payment reference
-    event = {"message": "refund for jane.doe@example.com failed", "extra": {"ref": "pi_3PqORD5001A1b2C3d4"},
-             "exception": {"values": [{"value": "card 4242 4242 4242 4242 declined"}]}}
+    event = {
+        "message": "refund for jane.doe@example.com failed",
+        "extra": {"ref": "pi_3PqORD5001A1b2C3d4"},
+        "exception": {"values": [{"value": "card 4242 4242 4242 4242 declined"}]},
+    }
     # when it is scrubbed before sending
     scrubbed = json.dumps(sentry_scrub(event))
     # then none of it remains
