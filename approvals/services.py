@@ -123,7 +123,8 @@ def approval_request_create(
     return request, True
 
 
-@traced("refundagent.approval.decide", result=lambda r: {"refundagent.approval.status": r.status})
+@traced("refundagent.approval.decide", result=lambda r: {"refundagent.approval.status": r.status,
+        "refundagent.ticket.id": r.ticket_ref, "refundagent.ticket.trace_id": r.trace_id.replace("-", "")})
 def approval_request_decide(
     *,
     request_id: int,

@@ -20,7 +20,7 @@ from contextvars import ContextVar, Token
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.trace import Span, Status, StatusCode
+from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, Status, StatusCode, TraceFlags
 
 TRACER_NAME = "refundagent"
 # A proxy until the SDK is configured: spans started after setup are real, before it no-ops.
@@ -130,16 +130,59 @@ def span(
     with _tracer.start_as_current_span(
         name, attributes=_clean(attributes or {}), links=links, record_exception=False, set_status_on_exception=False
     ) as current:
-        try:
+        with span_errors(current, ok):
             yield current
-        except BaseException as exc:
-            if isinstance(exc, ok) or getattr(exc, "span_ok", False):
-                raise
-            if current.is_recording():
-                current.record_exception(exc)
-                current.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}"))
-                current.set_attribute("error.type", type(exc).__name__)
-            raise
+
+
+@contextmanager
+def ticket_trace_span(name: str, trace_id, *, attributes: dict | None = None) -> Iterator[Span]:
+    """A span in the ticket's own trace, whatever trace is current: work that happens later for
+    a ticket (finance's approval executed by a worker, a run enqueued by a sweep) joins the trace
+    the ticket was filed in, so the tracing backend shows the ticket as one trace from its HTTP
+    request to the ledger write. The current span (the later request or task) is linked.
+
+    The parent is a remote placeholder (span id = the trace id's low 64 bits, the same for every
+    joined span of a ticket): the backend shows these spans under it in the ticket's trace."""
+    try:
+        ticket_trace = uuid.UUID(str(trace_id)).int
+    except ValueError:
+        ticket_trace = 0
+    current = trace.get_current_span().get_span_context()
+    if not ticket_trace or (current.is_valid and current.trace_id == ticket_trace):
+        with span(name, attributes=attributes) as joined:
+            yield joined
+        return
+    placeholder = SpanContext(
+        trace_id=ticket_trace,
+        span_id=(ticket_trace & 0xFFFFFFFFFFFFFFFF) or 1,
+        is_remote=True,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+    )
+    parent = trace.set_span_in_context(NonRecordingSpan(placeholder))
+    links = [Link(current)] if current.is_valid else None
+    with _tracer.start_as_current_span(
+        name,
+        context=parent,
+        links=links,
+        attributes=_clean(attributes or {}),
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as joined:
+        with span_errors(joined):
+            yield joined
+
+
+@contextmanager
+def span_errors(current: Span, ok: tuple[type[BaseException], ...] = ()) -> Iterator[None]:
+    """Record an exception leaving the block on `current` (control-flow exceptions excepted)."""
+    try:
+        yield
+    except BaseException as exc:
+        if not (isinstance(exc, ok) or getattr(exc, "span_ok", False)) and current.is_recording():
+            current.record_exception(exc)
+            current.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}"))
+            current.set_attribute("error.type", type(exc).__name__)
+        raise
 
 
 def traced(name: str, *, result: Callable[[Any], dict] | None = None) -> Callable:

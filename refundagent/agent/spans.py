@@ -33,8 +33,10 @@ def agent_run_span(*, ticket, run, how: str):
     tokens = telemetry.bind_ticket(ticket)
     extra = _export_extra.set(_card_digits(ticket) if telemetry.content_export_enabled() else ())
     try:
-        with telemetry.span(
+        # In the ticket's own trace even when a sweep or a retry enqueued the run.
+        with telemetry.ticket_trace_span(
             f"invoke_agent {AGENT_NAME}",
+            ticket.trace_id,
             attributes={
                 "gen_ai.operation.name": "invoke_agent",
                 "gen_ai.agent.name": AGENT_NAME,

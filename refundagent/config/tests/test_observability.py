@@ -175,12 +175,19 @@ def test_the_json_log_line_of_an_approval_carries_request_tenant_ticket_and_trac
     assert line["ticket_trace_id"] == ticket.trace_id.hex
     [decide] = _one(spans.get_finished_spans(), "refundagent.approval.decide")
     assert line["trace_id"] == format_trace_id(decide.context.trace_id)
+    assert decide.attributes["refundagent.ticket.trace_id"] == ticket.trace_id.hex
     # and the execution and its verification log their line too (eager: in the same request)
     events = [entry["event"] for entry in json_log() if "event" in entry]
     assert events == ["approval.decided", "refund.executed", "refund.verified"]
-    # and the ledger write is a span of its own
-    [write] = _one(spans.get_finished_spans(), "refundagent.ledger.refund_issue")
+    # and the ledger write is a span of its own, in the ticket's trace: one trace from the filing
+    # request to the ledger write, linked to finance's decision request
+    found = spans.get_finished_spans()
+    [write] = _one(found, "refundagent.ledger.refund_issue")
     assert write.attributes["refundagent.ledger.amount"] == "120.00"
+    assert format_trace_id(write.context.trace_id) == ticket.trace_id.hex
+    [execution] = _one(found, "refundagent.approval.execution")
+    assert format_trace_id(execution.context.trace_id) == ticket.trace_id.hex
+    assert [link.context.trace_id for link in execution.links] == [decide.context.trace_id]
 
 
 def test_sentry_events_are_scrubbed_with_the_traces_redaction():
