@@ -103,12 +103,12 @@ def refund_destination_of(*, order: Order, refund_to: PaymentMethod | None) -> t
 
 
 def _verdict_attributes(verdict: "GateVerdict") -> dict:
-    return {"refundagent.gate.outcome": verdict.outcome, "refundagent.gate.codes": verdict.codes,
-            "refundagent.gate.allowed_amount": verdict.allowed_amount, "refundagent.gate.currency": verdict.currency,
-            "refundagent.gate.policy_version": verdict.policy_version}
+    return {"refund.gate.outcome": verdict.outcome, "refund.gate.codes": verdict.codes,
+            "refund.gate.allowed_amount": verdict.allowed_amount, "refund.gate.currency": verdict.currency,
+            "refund.gate.policy_version": verdict.policy_version}
 
 
-@traced("refundagent.gate.verdict", result=_verdict_attributes)
+@traced("refund.gate.verdict", result=_verdict_attributes)
 def policy_gate_evaluate(
     *,
     order: Order,

@@ -123,8 +123,8 @@ def approval_request_create(
     return request, True
 
 
-@traced("refundagent.approval.decide", result=lambda r: {"refundagent.approval.status": r.status,
-        "refundagent.ticket.id": r.ticket_ref, "refundagent.ticket.trace_id": r.trace_id.replace("-", "")})
+@traced("refund.approval.decide", result=lambda r: {"refund.approval.status": r.status,
+        "refund.ticket.id": r.ticket_ref, "refund.ticket.trace_id": r.trace_id.replace("-", "")})
 def approval_request_decide(
     *,
     request_id: int,
@@ -444,7 +444,7 @@ def approval_destination_resolve(*, request: ApprovalRequest) -> tuple[PaymentMe
     return method, kind
 
 
-@traced("refundagent.approval.execute", result=lambda r: {"refundagent.approval.status": r.status})
+@traced("refund.approval.execute", result=lambda r: {"refund.approval.status": r.status})
 def approval_execute(*, request_id: int) -> ApprovalRequest:
     """Write the approved refund into the ledger, exactly as approved, then have it verified.
 

@@ -21,7 +21,7 @@ def approval_execute_task(request_id: int) -> None:
     # Redelivery is safe: the ledger write is keyed by the request's idempotency key.
     # The execution and the ledger write join the ticket's trace (docs/operations.md).
     trace_id = ApprovalRequest.objects.filter(pk=request_id).values_list("trace_id", flat=True).first()
-    with ticket_trace_span("refundagent.approval.execution", trace_id, attributes={"refundagent.approval.id": request_id}):
+    with ticket_trace_span("refund.approval.execution", trace_id, attributes={"refund.approval.id": request_id}):
         approval_execute(request_id=request_id)
 
 

@@ -36,13 +36,13 @@ def canonical_hash(args: dict) -> str:
 
 
 def _entry_attributes(entry: RefundEntry) -> dict:
-    return {"refundagent.ledger.entry_id": entry.pk, "refundagent.ledger.amount": entry.amount,
-            "refundagent.ledger.currency": entry.currency, "refundagent.ledger.source": entry.source,
-            "refundagent.approval.id": entry.approval_ref}
+    return {"refund.ledger.entry_id": entry.pk, "refund.ledger.amount": entry.amount,
+            "refund.ledger.currency": entry.currency, "refund.ledger.source": entry.source,
+            "refund.approval.id": entry.approval_ref}
 
 
 # The ledger write's span: a refusal (RefundRefused, IdempotencyConflict) marks it failed.
-@traced("refundagent.ledger.refund_issue", result=_entry_attributes)
+@traced("refund.ledger.refund_issue", result=_entry_attributes)
 def ledger_refund_issue(
     *,
     order: Order,

@@ -22,7 +22,7 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, Status, StatusCode, TraceFlags
 
-TRACER_NAME = "refundagent"
+TRACER_NAME = __name__
 # A proxy until the SDK is configured: spans started after setup are real, before it no-ops.
 _tracer = trace.get_tracer(TRACER_NAME)
 
@@ -80,9 +80,9 @@ def ticket_span_mark(ticket) -> None:
     """Put the ticket's ids on the current span (the request that filed or decided it)."""
     attributes_set(
         trace.get_current_span(),
-        refundagent__ticket__id=ticket.pk,
-        refundagent__ticket__trace_id=ticket_trace_hex(ticket),
-        refundagent__tenant__id=getattr(ticket, "tenant_id", None),
+        refund__ticket__id=ticket.pk,
+        refund__ticket__trace_id=ticket_trace_hex(ticket),
+        refund__tenant__id=getattr(ticket, "tenant_id", None),
     )
 
 

@@ -18,8 +18,8 @@ class RefundagentConfig(AppConfig):
 
     def ready(self):
         # Receivers for the approvals layer's signals (approval decided, refund executed, verified).
-        from . import receivers  # noqa: F401
-        from .config.observability import observability_setup
-
-        # Tracing, Sentry and the log lines of money decisions, before any request or task.
-        observability_setup()
+        # One log line per money decision, from the same signals (docs/operations.md).
+        from . import (
+            money_log,  # noqa: F401
+            receivers,  # noqa: F401
+        )

@@ -107,7 +107,7 @@ def _trace_id_new() -> uuid.UUID:
     """With tracing on, the ticket's trace id IS the OpenTelemetry trace of the request that
     filed it (the same 128 bits): one id in the admin and in the tracing backend. A second ticket
     filed in the same trace (a batch, the demo) gets a fresh id and finds it by the attribute
-    refundagent.ticket.trace_id. Tickets of one trace are filed one after another, so the check
+    refund.ticket.trace_id. Tickets of one trace are filed one after another, so the check
     does not race."""
     current = current_trace_uuid()
     if current is None or Ticket.objects.filter(trace_id=current).exists():

@@ -40,8 +40,8 @@ def agent_run_span(*, ticket, run, how: str):
             attributes={
                 "gen_ai.operation.name": "invoke_agent",
                 "gen_ai.agent.name": AGENT_NAME,
-                "refundagent.agent.run_id": run.pk,
-                "refundagent.agent.claim": how,
+                "refund.agent.run_id": run.pk,
+                "refund.agent.claim": how,
             },
         ) as span:
             yield span
@@ -57,7 +57,7 @@ def _card_digits(ticket) -> tuple[str, ...]:
 
 
 def step_span(*, iteration: int):
-    return telemetry.span("refundagent.agent.step", attributes={"refundagent.agent.iteration": iteration})
+    return telemetry.span("refund.agent.step", attributes={"refund.agent.iteration": iteration})
 
 
 def model_complete(
@@ -84,7 +84,7 @@ def model_complete(
             gen_ai__usage__output_tokens=usage.output_tokens,
             gen_ai__usage__cache_read__input_tokens=usage.cache_read_input_tokens,
             gen_ai__usage__cache_creation__input_tokens=usage.cache_creation_input_tokens,
-            refundagent__agent__tool_calls=[c.name for c in turn.tool_calls],
+            refund__agent__tool_calls=[c.name for c in turn.tool_calls],
         )
         telemetry.content_set(span, "gen_ai.output.messages", _redacted_json(turn.content, sensitive))
         return turn
@@ -101,7 +101,7 @@ def tool_answer(call: ToolCall, handle, *, sensitive: list[str]) -> dict:
     with telemetry.span(f"execute_tool {call.name}", attributes=attributes) as span:
         telemetry.content_set(span, "gen_ai.tool.call.arguments", _redacted_json(call.input, sensitive))
         result = handle(call)
-        telemetry.attributes_set(span, refundagent__tool__is_error=bool(result.get("is_error")))
+        telemetry.attributes_set(span, refund__tool__is_error=bool(result.get("is_error")))
         telemetry.content_set(
             span,
             "gen_ai.tool.call.result",

@@ -75,7 +75,7 @@ class RequestContextMiddleware:
         request_id = (request.headers.get("X-Request-ID") or "").strip()[:64] or uuid.uuid4().hex
         request.request_id = request_id
         with telemetry.bind(request_id=request_id):
-            trace.get_current_span().set_attribute("refundagent.request.id", request_id)
+            trace.get_current_span().set_attribute("refund.request.id", request_id)
             response = self.get_response(request)
         response.headers["X-Request-ID"] = request_id
         return response

@@ -4,31 +4,26 @@ Everything here is configured by the environment and is off when nothing is set:
 - tracing: the standard OTEL_* variables (OTEL_EXPORTER_OTLP_ENDPOINT, OTEL_TRACES_EXPORTER,
   OTEL_SERVICE_NAME, ...); Django and Celery are instrumented, the agent's spans come from
   ledger.telemetry;
-- logs: one line per record, JSON in production (LOG_FORMAT=json, the default when DEBUG is
-  off), each with the request id, task id, tenant, ticket and trace id;
+- logs (config/logs.py, set up by settings.LOGGING): JSON in production, each line with the
+  request id, task id, tenant, ticket and trace id; the Celery task signals below bind the task;
 - errors: SENTRY_DSN turns on sentry-sdk, with send_default_pii off and the trace's redaction.
 
-`observability_setup()` runs once per process from the app's ready(), in the web process and
-in the worker, before any request or task.
+`observability_setup()` runs once per process from the entry points, after the apps loaded and
+before any request or task: wsgi.py and asgi.py (before the middleware is loaded, so Django's
+instrumentation wraps it) and the Celery worker (celery.py, worker_init).
 """
 
-import logging
 import os
 
 from celery.signals import task_postrun, task_prerun
 from django.conf import settings
-from django.dispatch import receiver
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 
-from approvals.signals import approval_decided, refund_executed, refund_verified
 from ledger import telemetry
-from refundagent.models import Ticket
 from refundagent.redaction import redact
-
-log = logging.getLogger("refundagent.money")
 
 _OTEL_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_TRACES_EXPORTER")
 _done = {"setup": False, "instrumented": False}
@@ -50,10 +45,10 @@ class TicketContextProcessor(SpanProcessor):
     def on_start(self, span, parent_context=None):
         bound = telemetry.context()
         attributes = {
-            "refundagent.ticket.trace_id": bound.get("ticket_trace_id"),
-            "refundagent.ticket.id": bound.get("ticket"),
-            "refundagent.tenant.id": bound.get("tenant"),
-            "refundagent.request.id": bound.get("request_id"),
+            "refund.ticket.trace_id": bound.get("ticket_trace_id"),
+            "refund.ticket.id": bound.get("ticket"),
+            "refund.tenant.id": bound.get("tenant"),
+            "refund.request.id": bound.get("request_id"),
         }
         span.set_attributes({k: v for k, v in attributes.items() if v})
 
@@ -123,60 +118,6 @@ def _task_bind(task_id=None, task=None, args=None, kwargs=None, **_):
 @task_postrun.connect(weak=False)
 def _task_unbind(task_id=None, **_):
     telemetry.bind_reset(_task_tokens.pop(task_id, []))
-
-
-# --- the money decisions: one line each -------------------------------------------------------
-
-
-def _request_fields(request) -> dict:
-    ticket_trace = ""
-    if request.ticket_ref is not None:
-        trace_id = Ticket.objects.filter(pk=request.ticket_ref).values_list("trace_id", flat=True).first()
-        ticket_trace = trace_id.hex if trace_id else ""
-    return {
-        "tenant": request.tenant_id,
-        "ticket": request.ticket_ref or "",
-        "ticket_trace_id": ticket_trace,
-        "approval": request.pk,
-        "amount": str(request.amount),
-        "currency": request.currency,
-        "approval_status": request.status,
-    }
-
-
-@receiver(approval_decided, dispatch_uid="observability_approval_decided")
-def _log_approval_decided(sender, request, decision, actor=None, **kwargs):
-    fields = _request_fields(request)
-    fields.update(event="approval.decided", decision=decision, actor=getattr(actor, "pk", None))
-    if kwargs.get("reason"):
-        fields["reason"] = kwargs["reason"]
-    log.info("approval %s %s -> %s", request.pk, decision, request.status, extra=fields)
-
-
-@receiver(refund_executed, dispatch_uid="observability_refund_executed")
-def _log_refund_executed(sender, request, entry, replayed=False, **kwargs):
-    fields = _request_fields(request)
-    fields.update(event="refund.executed", ledger_entry=entry.pk, replayed=replayed)
-    log.info(
-        "refund %s of approval %s written to the ledger%s",
-        entry.pk,
-        request.pk,
-        " (replayed)" if replayed else "",
-        extra=fields,
-    )
-
-
-@receiver(refund_verified, dispatch_uid="observability_refund_verified")
-def _log_refund_verified(sender, request, verdict, **kwargs):
-    fields = _request_fields(request)
-    fields.update(event="refund.verified", ok=bool(verdict.get("ok")), stage=verdict.get("stage"))
-    if verdict.get("ok"):
-        log.info("approval %s verified against the ledger", request.pk, extra=fields)
-    else:
-        reason = verdict.get("detail") or ", ".join(verdict.get("failed") or []) or verdict.get("error", "")
-        log.error(
-            "approval %s failed at %s: %s", request.pk, verdict.get("stage"), reason, extra={**fields, "reason": reason}
-        )
 
 
 # --- Sentry -----------------------------------------------------------------------------------

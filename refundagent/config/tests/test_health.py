@@ -7,8 +7,10 @@ from datetime import timedelta
 import pytest
 from django.test import Client
 from django.utils import timezone
+from django_celery_beat.models import IntervalSchedule, PeriodicTask
 
 from refundagent.config.celery import app as celery_app
+from refundagent.config.health import BEAT_TASK
 
 REDIS_URL = os.getenv("CELERY_BROKER_URL", "")
 
@@ -77,11 +79,14 @@ def test_health_with_an_unreachable_broker_says_so(db, broker):
 
 
 def _beat_ran(ago=timedelta(0)):
-    from django_celery_beat.models import PeriodicTask
-
-    from refundagent.config.health import BEAT_TASK
-
-    PeriodicTask.objects.filter(task=BEAT_TASK).update(last_run_at=timezone.now() - ago)
+    """The sweep's periodic task (a data migration's row, which a transactional test's flush
+    removes: made again then) last ran `ago`."""
+    interval, _ = IntervalSchedule.objects.get_or_create(every=5, period=IntervalSchedule.MINUTES)
+    PeriodicTask.objects.update_or_create(
+        task=BEAT_TASK,
+        defaults={"name": "approvals: expire approval requests", "interval": interval, "enabled": True,
+                  "last_run_at": timezone.now() - ago},
+    )
 
 
 @pytest.mark.worker

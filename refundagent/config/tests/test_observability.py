@@ -5,58 +5,14 @@ import json
 import logging
 
 import pytest
-from django.test import Client
-from opentelemetry.instrumentation.celery import CeleryInstrumentor
-from opentelemetry.instrumentation.django import DjangoInstrumentor
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import format_trace_id
 
 from approvals.models import ApprovalRequest
-from ledger import telemetry
-from ledger.tenancy import api_token_create
 from refundagent.config.logs import ContextFilter, JsonFormatter
-from refundagent.config.observability import sentry_scrub, tracer_provider_build
-from refundagent.models import Ticket
+from refundagent.config.observability import sentry_scrub
 
 # The demo customer of ORD-5001 (refundagent/demo.py) and everything that identifies them.
 CUSTOMER_DATA = ["jane.doe@example.com", "Jane", "Doe", "pi_3PqORD5001A1b2C3d4", "4242", "card_4242"]
-
-
-@pytest.fixture
-def spans(monkeypatch):
-    """Every span of the test, in memory: ours, Django's and Celery's, on one tracer provider."""
-    exporter = InMemorySpanExporter()
-    provider = tracer_provider_build(exporters=[], processors=[SimpleSpanProcessor(exporter)])
-    monkeypatch.setattr(telemetry, "_tracer", provider.get_tracer(telemetry.TRACER_NAME))
-    DjangoInstrumentor().instrument(tracer_provider=provider)
-    CeleryInstrumentor().instrument(tracer_provider=provider)
-    yield exporter
-    DjangoInstrumentor().uninstrument()
-    CeleryInstrumentor().uninstrument()
-    provider.shutdown()
-
-
-@pytest.fixture
-def content_export(monkeypatch):
-    monkeypatch.setitem(telemetry._content, "enabled", True)
-
-
-def _client(username):
-    from django.contrib.auth import get_user_model
-
-    token = api_token_create(user=get_user_model().objects.get(username=username))
-    return Client(HTTP_AUTHORIZATION=f"Bearer {token}")
-
-
-def _file_ticket(message="My headphones broke, please refund ORD-5001."):
-    response = _client("acme-support").post(
-        "/api/tickets",
-        {"order": "ORD-5001", "customer": "CUST-1001", "message": message},
-        content_type="application/json",
-    )
-    assert response.status_code == 201, response.content
-    return Ticket.objects.get(pk=response.json()["id"])
 
 
 def _attribute_text(span) -> str:
@@ -70,10 +26,10 @@ def _one(found, name_start):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_one_ticket_is_one_trace_from_the_request_to_the_tool_calls(demo, spans):
+def test_one_ticket_is_one_trace_from_the_request_to_the_tool_calls(demo, spans, file_ticket):
     # given tracing on (in memory) and eager tasks
     # when support files a ticket and the agent investigates it
-    ticket = _file_ticket()
+    ticket = file_ticket()
 
     # then the spans form the tree request -> task -> agent run -> step -> model call / tool call
     found = spans.get_finished_spans()
@@ -85,7 +41,7 @@ def test_one_ticket_is_one_trace_from_the_request_to_the_tool_calls(demo, spans)
     [request] = [s for s in found if s.name == "POST api/tickets"]
     [task] = _one(found, "run/refundagent.tasks.agent_run_ticket_task")
     [run] = _one(found, "invoke_agent")
-    steps = _one(found, "refundagent.agent.step")
+    steps = _one(found, "refund.agent.step")
     chats = _one(found, "chat ")
     tools = _one(found, "execute_tool ")
     assert parent(task) is request
@@ -97,7 +53,7 @@ def test_one_ticket_is_one_trace_from_the_request_to_the_tool_calls(demo, spans)
     # and the ticket's trace id is the OpenTelemetry trace id, also as an attribute of its spans
     ticket.refresh_from_db()
     assert ticket.trace_id.hex == format_trace_id(request.context.trace_id)
-    assert all(s.attributes["refundagent.ticket.trace_id"] == ticket.trace_id.hex for s in [run, *steps, *chats])
+    assert all(s.attributes["refund.ticket.trace_id"] == ticket.trace_id.hex for s in [run, *steps, *chats])
     # and the model calls carry the GenAI attributes, the tool calls their tool name
     for chat in chats:
         assert chat.attributes["gen_ai.operation.name"] == "chat"
@@ -107,8 +63,8 @@ def test_one_ticket_is_one_trace_from_the_request_to_the_tool_calls(demo, spans)
         assert list(chat.attributes["gen_ai.response.finish_reasons"]) == ["tool_use"]
     assert {t.attributes["gen_ai.tool.name"] for t in tools} >= {"orders_lookup_order", "refunds_create_draft"}
     # and the gate's verdict is a span of the draft's tool call
-    [gate] = _one(found, "refundagent.gate.verdict")
-    assert parent(gate) in tools and gate.attributes["refundagent.gate.outcome"] == "approval_required"
+    [gate] = _one(found, "refund.gate.verdict")
+    assert parent(gate) in tools and gate.attributes["refund.gate.outcome"] == "approval_required"
     # and no attribute, event or name holds the customer's email, name, payment reference or last4
     exported = " ".join(_attribute_text(s) + s.name + json.dumps([dict(e.attributes) for e in s.events]) for s in found)
     for value in CUSTOMER_DATA:
@@ -118,10 +74,10 @@ def test_one_ticket_is_one_trace_from_the_request_to_the_tool_calls(demo, spans)
 
 
 @pytest.mark.django_db(transaction=True)
-def test_content_export_sends_only_redacted_content(demo, spans, content_export):
+def test_content_export_sends_only_redacted_content(demo, spans, content_export, file_ticket):
     # given the opt-in to export prompts and tool results
     # when a ticket whose message names the customer's email and name is investigated
-    _file_ticket("I am jane.doe@example.com (Jane Doe): refund ORD-5001 please.")
+    file_ticket("I am jane.doe@example.com (Jane Doe): refund ORD-5001 please.")
 
     # then the content is on the spans
     found = spans.get_finished_spans()
@@ -152,12 +108,14 @@ def json_log():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_json_log_line_of_an_approval_carries_request_tenant_ticket_and_trace(demo, spans, json_log):
+def test_the_json_log_line_of_an_approval_carries_request_tenant_ticket_and_trace(
+    demo, spans, json_log, file_ticket, api_client
+):
     # given a ticket whose refund waits for finance
-    ticket = _file_ticket()
+    ticket = file_ticket()
     approval = ApprovalRequest.objects.get(ticket_ref=ticket.pk)
     # when finance approves it, with a request id from the proxy
-    response = _client("acme-finance").post(
+    response = api_client("acme-finance").post(
         f"/api/approvals/{approval.pk}/decision",
         {"decision": "approve", "args_hash": approval.args_hash},
         content_type="application/json",
@@ -168,24 +126,25 @@ def test_the_json_log_line_of_an_approval_carries_request_tenant_ticket_and_trac
 
     # then one JSON line says so, with the request id, tenant, ticket and trace ids
     [line] = [entry for entry in json_log() if entry.get("event") == "approval.decided"]
+    assert line["logger"] == "refundagent.money"
     assert (line["level"], line["decision"]) == ("INFO", "approve")
     assert line["request_id"] == "req-approve-1"
     assert line["tenant"] == ticket.tenant_id
     assert line["ticket"] == ticket.pk
     assert line["ticket_trace_id"] == ticket.trace_id.hex
-    [decide] = _one(spans.get_finished_spans(), "refundagent.approval.decide")
+    [decide] = _one(spans.get_finished_spans(), "refund.approval.decide")
     assert line["trace_id"] == format_trace_id(decide.context.trace_id)
-    assert decide.attributes["refundagent.ticket.trace_id"] == ticket.trace_id.hex
+    assert decide.attributes["refund.ticket.trace_id"] == ticket.trace_id.hex
     # and the execution and its verification log their line too (eager: in the same request)
     events = [entry["event"] for entry in json_log() if "event" in entry]
     assert events == ["approval.decided", "refund.executed", "refund.verified"]
     # and the ledger write is a span of its own, in the ticket's trace: one trace from the filing
     # request to the ledger write, linked to finance's decision request
     found = spans.get_finished_spans()
-    [write] = _one(found, "refundagent.ledger.refund_issue")
-    assert write.attributes["refundagent.ledger.amount"] == "120.00"
+    [write] = _one(found, "refund.ledger.refund_issue")
+    assert write.attributes["refund.ledger.amount"] == "120.00"
     assert format_trace_id(write.context.trace_id) == ticket.trace_id.hex
-    [execution] = _one(found, "refundagent.approval.execution")
+    [execution] = _one(found, "refund.approval.execution")
     assert format_trace_id(execution.context.trace_id) == ticket.trace_id.hex
     assert [link.context.trace_id for link in execution.links] == [decide.context.trace_id]
 

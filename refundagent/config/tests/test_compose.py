@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 COMPOSE = shutil.which("docker-compose")
 
 pytestmark = pytest.mark.skipif(
@@ -47,7 +47,7 @@ def test_compose_file_is_valid_and_complete():
     assert "beat" in json.dumps(services["beat"]["command"])
     # the worker is healthy when it answers a ping, beat when the sweep it schedules ran lately
     assert "inspect ping" in json.dumps(services["worker"]["healthcheck"]["test"])
-    assert services["beat"]["healthcheck"]["test"] == ["CMD", "python", "manage.py", "health", "--only", "beat"]
+    assert services["beat"]["healthcheck"]["test"] == ["CMD", "python", "-m", "refundagent.config.healthcheck", "--only", "beat"]
     # Flower only on demand, on the same broker
     assert services["flower"]["profiles"] == ["flower"]
     assert services["flower"]["environment"]["CELERY_BROKER_URL"] == "redis://redis:6379/0"
