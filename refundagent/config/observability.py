@@ -15,12 +15,18 @@ instrumentation wraps it) and the Celery worker (celery.py, worker_init).
 
 import os
 
+import sentry_sdk
 from celery.signals import task_postrun, task_prerun
 from django.conf import settings
 from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.instrumentation.celery import CeleryInstrumentor
+from opentelemetry.instrumentation.django import DjangoInstrumentor
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
+from sentry_sdk.integrations.celery import CeleryIntegration
+from sentry_sdk.integrations.django import DjangoIntegration
 
 from ledger import telemetry
 from refundagent.redaction import redact
@@ -59,8 +65,6 @@ def _exporters() -> list[SpanExporter]:
     for name in names:
         if name == "otlp":
             # OTLP over HTTP/protobuf: reads OTEL_EXPORTER_OTLP_(TRACES_)ENDPOINT, _HEADERS, _TIMEOUT.
-            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-
             exporters.append(OTLPSpanExporter())
         elif name == "console":
             exporters.append(ConsoleSpanExporter())
@@ -85,9 +89,6 @@ def instrument() -> None:
     in the message headers). Once per process."""
     if _done["instrumented"]:
         return
-    from opentelemetry.instrumentation.celery import CeleryInstrumentor
-    from opentelemetry.instrumentation.django import DjangoInstrumentor
-
     DjangoInstrumentor().instrument(excluded_urls="api/health,static/")
     CeleryInstrumentor().instrument()
     _done["instrumented"] = True
@@ -130,10 +131,6 @@ def sentry_scrub(event: dict, hint=None) -> dict:
 
 
 def sentry_setup(*, dsn: str) -> None:
-    import sentry_sdk
-    from sentry_sdk.integrations.celery import CeleryIntegration
-    from sentry_sdk.integrations.django import DjangoIntegration
-
     sentry_sdk.init(
         dsn=dsn,
         integrations=[DjangoIntegration(), CeleryIntegration()],
