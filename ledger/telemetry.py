@@ -13,6 +13,7 @@ span is a no-op, so the code is the same with tracing on or off.
 """
 
 import functools
+import logging
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -23,6 +24,9 @@ from opentelemetry import trace
 from opentelemetry.trace import Link, NonRecordingSpan, Span, SpanContext, Status, StatusCode, TraceFlags
 
 TRACER_NAME = __name__
+# One line per decision that moves or refuses money (approval, execution, payout, verification),
+# at INFO whatever the root level (settings.LOGGING), with an `event` field: for every layer.
+money_log = logging.getLogger("money")
 # A proxy until the SDK is configured: spans started after setup are real, before it no-ops.
 _tracer = trace.get_tracer(TRACER_NAME)
 

@@ -1,19 +1,16 @@
 """One log line per decision that moves or refuses money (docs/operations.md, "Logs").
 
-Logger `refundagent.money`, at INFO (whatever the root level), field `event`: an approval
+Logger `money` (ledger.telemetry.money_log), at INFO (whatever the root level), field `event`: an approval
 decided (approved, denied, changes requested, escalated, expired, invalidated), a refund written
 to the ledger, its verification; a failure at ERROR with the reason. They listen to the
 approvals layer's signals, so they run inside the request or task that decided, and the log
 context (request id, task id, trace id) is that one's.
 """
 
-import logging
-
 from django.dispatch import receiver
 
 from approvals.signals import approval_decided, refund_executed, refund_verified
-
-log = logging.getLogger("refundagent.money")
+from ledger.telemetry import money_log as log
 
 
 def _request_fields(request) -> dict:

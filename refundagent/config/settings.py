@@ -253,5 +253,5 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["context"]}},
     "root": {"handlers": ["console"], "level": os.getenv("LOG_LEVEL", "WARNING")},
     # The decisions that move or refuse money are logged at INFO whatever the root level.
-    "loggers": {"refundagent.money": {"level": os.getenv("LOG_LEVEL_MONEY", "INFO")}},
+    "loggers": {"money": {"level": os.getenv("LOG_LEVEL_MONEY", "INFO")}},
 }

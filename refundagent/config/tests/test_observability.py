@@ -101,7 +101,7 @@ def json_log():
     handler = logging.StreamHandler(stream)
     handler.addFilter(ContextFilter())
     handler.setFormatter(JsonFormatter())
-    logger = logging.getLogger("refundagent.money")
+    logger = logging.getLogger("money")
     logger.addHandler(handler)
     yield lambda: [json.loads(line) for line in stream.getvalue().splitlines()]
     logger.removeHandler(handler)
@@ -126,7 +126,7 @@ def test_the_json_log_line_of_an_approval_carries_request_tenant_ticket_and_trac
 
     # then one JSON line says so, with the request id, tenant, ticket and trace ids
     [line] = [entry for entry in json_log() if entry.get("event") == "approval.decided"]
-    assert line["logger"] == "refundagent.money"
+    assert line["logger"] == "money"
     assert (line["level"], line["decision"]) == ("INFO", "approve")
     assert line["request_id"] == "req-approve-1"
     assert line["tenant"] == ticket.tenant_id
