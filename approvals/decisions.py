@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from ledger.exceptions import DomainError, InvalidInput, NotFound
 from ledger.services import money
+from ledger.telemetry import traced
 from ledger.tenancy import tenant_for_user, user_require_role, user_roles
 
 from .exceptions import ApprovalConflict, Forbidden, MakerChecker
@@ -45,6 +46,8 @@ DECISION_EVENTS = {
 MAX_NOTE_LENGTH = 4000
 
 
+@traced("refund.approval.decide", result=lambda r: {"refund.approval.status": r.status,
+        "refund.ticket.id": r.ticket_ref, "refund.ticket.trace_id": r.trace_id.replace("-", "")})
 def approval_request_decide(
     *,
     request_id: int,

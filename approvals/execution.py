@@ -11,6 +11,7 @@ from django.utils import timezone
 from ledger.exceptions import DomainError, InvalidInput
 from ledger.models import RefundEntry
 from ledger.services import canonical_hash, ledger_refund_issue
+from ledger.telemetry import traced
 
 from .destinations import approval_destination_resolve
 from .exceptions import ApprovalConflict
@@ -23,6 +24,7 @@ from .verification import approval_verify
 logger = logging.getLogger(__name__)
 
 
+@traced("refund.approval.execute", result=lambda r: {"refund.approval.status": r.status})
 def approval_execute(*, request_id: int) -> ApprovalRequest:
     """Write the approved refund into the ledger, exactly as approved, then have it verified.
 

@@ -12,6 +12,7 @@ from decimal import Decimal
 
 from ledger.models import Order, PaymentMethod
 from ledger.selectors import ZERO, order_refund_position
+from ledger.telemetry import traced
 
 from .models import RefundPolicy
 from .promises import reply_promises_payment
@@ -85,6 +86,13 @@ def refund_destination_of(*, order: Order, refund_to: PaymentMethod | None) -> t
     return "other", refund_to
 
 
+def _verdict_attributes(verdict: "GateVerdict") -> dict:
+    return {"refund.gate.outcome": verdict.outcome, "refund.gate.codes": verdict.codes,
+            "refund.gate.allowed_amount": verdict.allowed_amount, "refund.gate.currency": verdict.currency,
+            "refund.gate.policy_version": verdict.policy_version}
+
+
+@traced("refund.gate.verdict", result=_verdict_attributes)
 def policy_gate_evaluate(
     *,
     order: Order,

@@ -7,7 +7,10 @@ enqueues the execution (approvals.decisions) does, so there is no import cycle.
 from celery import shared_task
 from django.db import OperationalError
 
+from ledger.telemetry import ticket_trace_span
+
 from .execution import approval_execute
+from .models import ApprovalRequest
 from .requests import approval_requests_expire
 
 
@@ -21,7 +24,10 @@ from .requests import approval_requests_expire
 )
 def approval_execute_task(request_id: int) -> None:
     # Redelivery is safe: the ledger write is keyed by the request's idempotency key.
-    approval_execute(request_id=request_id)
+    # The execution and the ledger write join the ticket's trace (docs/operations.md).
+    trace_id = ApprovalRequest.objects.filter(pk=request_id).values_list("trace_id", flat=True).first()
+    with ticket_trace_span("refund.approval.execution", trace_id, attributes={"refund.approval.id": request_id}):
+        approval_execute(request_id=request_id)
 
 
 @shared_task(ignore_result=True)

@@ -6,5 +6,6 @@ app_name = "evals"
 
 urlpatterns = [
     path("", views.evals_dashboard, name="dashboard"),
+    path("operations/", views.operations_dashboard, name="operations"),
     path("results/<int:pk>/trace.json", views.result_trace, name="result_trace"),
 ]

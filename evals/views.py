@@ -1,14 +1,16 @@
 """The operators' page at /evals/: the pass-rate and false-allow trend over the last runs (an
 inline SVG drawn on the server: no JavaScript, no CDN) and the last run's failures."""
 
-from django.contrib.auth.decorators import user_passes_test
+from django.contrib.auth.decorators import login_required, user_passes_test
 from django.http import JsonResponse
 from django.shortcuts import get_object_or_404, render
 
-from ledger.tenancy import user_roles
+from ledger.exceptions import Forbidden
+from ledger.tenancy import tenant_for_user, user_roles
 
 from .cases import SUITE_CHOICES
 from .models import EvalResult, EvalRun
+from .operations import operations_overview
 from .selectors import eval_run_failures, eval_runs_recent
 
 
@@ -89,3 +91,23 @@ def result_trace(request, pk: int):
     result = get_object_or_404(EvalResult.objects.select_related("case"), pk=pk)
     return JsonResponse({"case": result.case.name, "run": result.run_id, "attempt": result.attempt,
                          "trace_id": result.trace_id, "events": result.trace})
+
+
+@login_required
+def operations_dashboard(request):
+    """The operator dashboard (docs/operations.md): staff or the operator role, the user's tenant."""
+    user = request.user
+    if not (user.is_staff or user.groups.filter(name="operator").exists()):
+        return render(request, "403.html", {"reason": "The operations page is for staff and operators."}, status=403)
+    try:
+        tenant = tenant_for_user(user)
+    except Forbidden as exc:
+        return render(request, "403.html", {"reason": exc.message}, status=403)
+    overview = operations_overview(tenant=tenant)
+    return render(request, "evals/operations.html", {
+        **overview,
+        "tenant": tenant,
+        "eval_chart": trend_chart(overview["eval_runs"]),
+        "roles": user_roles(user),
+        "nav": "operations",
+    })

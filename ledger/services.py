@@ -26,6 +26,7 @@ from .models import (
 from .money import amount_check_representable
 from .selectors import order_refund_position
 from .signals import refund_entry_status_changed
+from .telemetry import traced
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +53,14 @@ def canonical_hash(args: dict) -> str:
     return hashlib.sha256(json.dumps(args, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
 
 
+def _entry_attributes(entry: RefundEntry) -> dict:
+    return {"refund.ledger.entry_id": entry.pk, "refund.ledger.amount": entry.amount,
+            "refund.ledger.currency": entry.currency, "refund.ledger.source": entry.source,
+            "refund.approval.id": entry.approval_ref}
+
+
+# The ledger write's span: a refusal (RefundRefused, IdempotencyConflict) marks it failed.
+@traced("refund.ledger.refund_issue", result=_entry_attributes)
 def ledger_refund_issue(
     *,
     order: Order,

@@ -20,4 +20,8 @@ class RefundagentConfig(AppConfig):
 
     def ready(self):
         # Receivers for the approvals layer's signals (approval decided, refund executed, verified).
-        from . import receivers  # noqa: F401
+        # One log line per money decision, from the same signals (docs/operations.md).
+        from . import (
+            money_log,  # noqa: F401
+            receivers,  # noqa: F401
+        )

@@ -1,6 +1,7 @@
 """Writes on tickets made by people (support staff, finance). The agent's own writes live in
 `refundagent.agent`."""
 
+import uuid
 from decimal import Decimal
 
 from django.db import transaction
@@ -14,6 +15,7 @@ from ledger.models import PaymentMethod
 from ledger.money import money_check_currency
 from ledger.selectors import customer_get, order_get
 from ledger.services import money
+from ledger.telemetry import current_trace_uuid, ticket_span_mark
 from ledger.tenancy import tenant_for_user, user_require_role
 
 from .exceptions import TicketStateConflict
@@ -102,10 +104,24 @@ def ticket_create(
             items=items,
             refund_to=method,
             created_by=user,
+            trace_id=_trace_id_new(),
         )
+        ticket_span_mark(ticket)
         _trace(ticket, span="run", status="queued", decision="filed", reason=f"Filed by {user.get_username()}.")
         transaction.on_commit(lambda: ticket_run_enqueue(ticket.pk))
     return ticket
+
+
+def _trace_id_new() -> uuid.UUID:
+    """With tracing on, the ticket's trace id IS the OpenTelemetry trace of the request that
+    filed it (the same 128 bits): one id in the admin and in the tracing backend. A second ticket
+    filed in the same trace (a batch, the demo) gets a fresh id and finds it by the attribute
+    refund.ticket.trace_id. Tickets of one trace are filed one after another, so the check
+    does not race."""
+    current = current_trace_uuid()
+    if current is None or Ticket.objects.filter(trace_id=current).exists():
+        return uuid.uuid4()
+    return current
 
 
 def _trace(ticket: Ticket, **kwargs):

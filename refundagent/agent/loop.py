@@ -49,6 +49,7 @@ from .decision import DraftDecision, agent_draft_decide
 from .prompts import NUDGE, SYSTEM_PROMPT, ticket_first_message
 from .providers.base import ModelTurn, Provider, ProviderError, ToolCall
 from .providers.registry import provider_get
+from .spans import agent_run_span, model_complete, step_span, tool_answer
 from .tools import (
     CREATE_DRAFT,
     ToolFailed,
@@ -80,14 +81,19 @@ class _Stop(Exception):
     status: str
     stop_reason: str
     detail: str
+    span_ok = True  # a stop, not an error, for the OpenTelemetry spans it leaves
 
 
 class _Done(Exception):
     """The decision stopped the run (already persisted)."""
 
+    span_ok = True
+
 
 class LostClaim(Exception):
     """Another task took this run over (lease expired) or it was stopped: stop writing."""
+
+    span_ok = True
 
 
 def agent_run_ticket(*, ticket_id: int, provider: Provider | None = None, task_id: str | None = None) -> AgentRun | None:
@@ -102,8 +108,9 @@ def agent_run_ticket(*, ticket_id: int, provider: Provider | None = None, task_i
     try:
         # The run's trace events wait in a batch and are written by the persist that follows
         # them, in the same statement: a step and its trace commit together.
-        with trace_batch():
-            _Loop(run=run, provider=provider, task_id=task_id).go(how)
+        loop = _Loop(run=run, provider=provider, task_id=task_id)
+        with trace_batch(), agent_run_span(ticket=loop.ticket, run=run, how=how):
+            loop.go(how)
     except LostClaim:
         pass  # the events of the lost steps were dropped with the batch
     return run
@@ -173,7 +180,8 @@ class _Loop:
             if not self.messages:
                 self.messages = [ticket_first_message(self.ticket)]
             while True:
-                self.step()
+                with step_span(iteration=self.run.iterations + 1):
+                    self.step()
         except _Stop as stop:
             self.finish(stop)
         except _Done:
@@ -201,8 +209,8 @@ class _Loop:
         max_tokens = self.budget_check(model_call=True)
         started = time.monotonic()
         try:
-            turn = self.provider.complete(system=SYSTEM_PROMPT, tools=self.tools, messages=self.messages,
-                                          max_tokens=max_tokens)
+            turn = model_complete(self.provider, sensitive=self.sensitive, system=SYSTEM_PROMPT, tools=self.tools,
+                                  messages=self.messages, max_tokens=max_tokens)
         except ProviderError as exc:
             self.trace(span="model", status="error", decision="provider_error", reason=str(exc)[:200],
                        duration_ms=int((time.monotonic() - started) * 1000),
@@ -248,7 +256,7 @@ class _Loop:
                 self.persist()
                 return
             self.budget_check(model_call=False)
-            results[call.id] = self.handle(call)
+            results[call.id] = tool_answer(call, self.handle, sensitive=self.sensitive)
             if n < len(blocks) - 1:
                 self.persist()
         self.messages.append({"role": "user", "content": [results[b["id"]] for b in blocks]})

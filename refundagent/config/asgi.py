@@ -1,6 +1,13 @@
 import os
 
-from django.core.asgi import get_asgi_application
+import django
+from django.core.handlers.asgi import ASGIHandler
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "refundagent.config.settings")
-application = get_asgi_application()
+# get_asgi_application(), in two steps: see wsgi.py.
+django.setup(set_prefix=False)
+
+from .observability import observability_setup  # noqa: E402 - needs the apps loaded
+
+observability_setup()
+application = ASGIHandler()

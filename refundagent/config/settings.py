@@ -68,6 +68,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # The request id every log line and span of the request carries (docs/operations.md).
+    "refundagent.config.logs.RequestContextMiddleware",
     # Every 4xx/5xx under /api/ as problem details, whoever answered it (so it sits outside the rest).
     "refundagent.config.middleware.ApiProblemMiddleware",
     # Control characters in any input answer 400 here, before anything reads them.
@@ -253,12 +255,40 @@ LEDGER_CURRENCIES = {"USD", "EUR", "GBP", "CAD", "AUD", "JPY", "CHF", "SEK", "NO
 
 DEMO_PASSWORD = os.getenv("DEMO_PASSWORD", "demo")
 
+# --- Observability (docs/operations.md) -------------------------------------------------
+# Tracing is configured by the standard OTEL_* variables alone (see config/observability.py).
+# Prompts, tool arguments and results go on spans only with this opt-in, after the redaction
+# that the stored trace gets.
+OTEL_EXPORT_CONTENT = envbool("OTEL_EXPORT_CONTENT", "0")
+SENTRY_DSN = os.getenv("SENTRY_DSN", "")
+# /api/health: how long a worker has to answer a ping, and the ages that make a check fail.
+HEALTH_WORKER_PING_TIMEOUT = float(envdecimal("HEALTH_WORKER_PING_TIMEOUT", "1.0"))
+HEALTH_QUEUED_TICKET_MAX_AGE = timedelta(seconds=envint("HEALTH_QUEUED_TICKET_MAX_AGE_SECONDS", "900"))
+HEALTH_APPROVED_UNEXECUTED_MAX_AGE = timedelta(seconds=envint("HEALTH_APPROVED_UNEXECUTED_MAX_AGE_SECONDS", "900"))
+# Beat is late when its task's last run is older than this many of its intervals.
+HEALTH_BEAT_LATE_INTERVALS = envint("HEALTH_BEAT_LATE_INTERVALS", "3")
+# The operator dashboard's daily model budget (USD); 0 hides the budget line.
+DASHBOARD_DAILY_MODEL_BUDGET_USD = envdecimal("DASHBOARD_DAILY_MODEL_BUDGET_USD", "20.00")
+
+# JSON lines in production (one object per record, for the log pipeline), a readable line in
+# development; LOG_FORMAT=json|text overrides. Every record carries the request id, task id,
+# tenant, ticket and trace id (config/logs.py).
+LOG_FORMAT = os.getenv("LOG_FORMAT", "text" if DEBUG else "json").strip().lower()
+if LOG_FORMAT not in {"json", "text"}:
+    raise ImproperlyConfigured(f"LOG_FORMAT must be json or text, got {LOG_FORMAT!r}")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"context": {"()": "refundagent.config.logs.ContextFilter"}},
+    "formatters": {
+        "json": {"()": "refundagent.config.logs.JsonFormatter"},
+        "text": {"()": "refundagent.config.logs.ConsoleFormatter",
+                 "format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["context"]}},
     "root": {"handlers": ["console"], "level": os.getenv("LOG_LEVEL", "WARNING")},
+    # The decisions that move or refuse money are logged at INFO whatever the root level.
+    "loggers": {"money": {"level": os.getenv("LOG_LEVEL_MONEY", "INFO")}},
 }
 
 # --- Payments (ledger gateways, issue 9; see docs/payments.md) -----------------------------

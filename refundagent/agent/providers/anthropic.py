@@ -44,6 +44,8 @@ class AnthropicProvider:
                 base_url=base_url if base_url is not None else settings.ANTHROPIC_BASE_URL,
                 timeout=settings.ANTHROPIC_TIMEOUT_SECONDS if timeout is None else timeout,
                 max_retries=self.max_retries,
+                # The SDK's own span of each call nests under ours; never with content (unredacted).
+                open_telemetry={"traces": {"content_mode": "metadata_only"}},
             )
 
     # -- the Provider interface -------------------------------------------------------------

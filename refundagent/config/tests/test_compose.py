@@ -1,5 +1,6 @@
 """docker-compose.yml: valid for docker-compose (no engine needed to check), with the five
-services, health checks, and the same variables the settings read."""
+services and the optional Flower (profile `flower`), health checks, and the same variables the
+settings read."""
 
 import json
 import os
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 COMPOSE = shutil.which("docker-compose")
 
 pytestmark = pytest.mark.skipif(
@@ -32,7 +33,7 @@ def test_compose_file_is_valid_and_complete():
 
     config = yaml.safe_load(result.stdout)
     services = config["services"]
-    assert set(services) == {"web", "worker", "beat", "postgres", "redis"}
+    assert set(services) == {"web", "worker", "beat", "postgres", "redis", "flower"}
     for name, service in services.items():
         assert "healthcheck" in service, f"{name} has no health check"
     for name in ("web", "worker", "beat"):
@@ -44,6 +45,17 @@ def test_compose_file_is_valid_and_complete():
     assert "gunicorn" in json.dumps(services["web"]["command"])
     assert "worker" in json.dumps(services["worker"]["command"])
     assert "beat" in json.dumps(services["beat"]["command"])
+    # the worker is healthy when it answers a ping, beat when the sweep it schedules ran lately
+    assert "inspect ping" in json.dumps(services["worker"]["healthcheck"]["test"])
+    assert services["beat"]["healthcheck"]["test"] == ["CMD", "python", "-m", "refundagent.config.healthcheck", "--only", "beat"]
+    # Flower only on demand, on the same broker
+    assert services["flower"]["profiles"] == ["flower"]
+    assert services["flower"]["environment"]["CELERY_BROKER_URL"] == "redis://redis:6379/0"
+    # tracing and error reporting are configured from the environment, off by default
+    for name in ("web", "worker", "beat"):
+        env = services[name]["environment"]
+        assert (env["OTEL_EXPORTER_OTLP_ENDPOINT"], env["SENTRY_DSN"], env["OTEL_EXPORT_CONTENT"]) == ("", "", "0")
+        assert env["LOG_FORMAT"] == "json"
 
 
 def test_compose_refuses_to_start_without_a_secret_key():

@@ -1,0 +1,152 @@
+"""The operator dashboard's data (evals/views.operations_dashboard): one tenant's health at a glance.
+
+It reads every layer (tickets, approvals, the ledger, agent runs, evals, the capability
+registry), which is why it lives in the top app. Every panel is one aggregate query, so the
+page costs the same number of queries whatever the number of tickets (tested).
+"""
+
+from dataclasses import dataclass
+from datetime import date, datetime, timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.db.models import Count, F, Min, Sum
+from django.db.models.functions import TruncDate
+from django.utils import timezone
+
+from approvals.models import ApprovalRequest, Capability
+from ledger.models import RefundEntry
+from refundagent.models import AgentRun, Ticket
+
+from .selectors import eval_runs_recent
+
+DAYS = 14
+WIDTH, HEIGHT, PAD_LEFT, PAD_RIGHT, PAD_TOP, PAD_BOTTOM = 720, 200, 56, 16, 16, 36
+
+
+@dataclass
+class Queue:
+    count: int
+    oldest: datetime | None
+
+    @property
+    def age(self) -> timedelta | None:
+        return timezone.now() - self.oldest if self.oldest else None
+
+
+def operations_overview(*, tenant, now: datetime | None = None) -> dict:
+    """Every panel of the dashboard for `tenant` (tickets, approvals, refunds, runs are its own;
+    the eval trend and the kill switches are the installation's)."""
+    now = now or timezone.now()
+    today = timezone.localtime(now).replace(hour=0, minute=0, second=0, microsecond=0)
+    since = today - timedelta(days=DAYS - 1)
+    days = [(since + timedelta(days=n)).date() for n in range(DAYS)]
+
+    statuses = dict(
+        Ticket.objects.filter(tenant=tenant, created_at__gte=today).values_list("status").annotate(n=Count("pk"))
+    )
+    pending = ApprovalRequest.objects.filter(tenant=tenant, status=ApprovalRequest.Status.PENDING).aggregate(
+        count=Count("pk"), oldest=Min("created_at")
+    )
+    escalated = Ticket.objects.filter(tenant=tenant, status=Ticket.Status.ESCALATED).aggregate(
+        count=Count("pk"), oldest=Min("updated_at")
+    )
+    refunds = (
+        # Written by this product (approved or by an operator); imported history is not "executed".
+        RefundEntry.objects.filter(tenant=tenant, created_at__gte=since)
+        .exclude(source=RefundEntry.Source.IMPORT)
+        .annotate(day=TruncDate("created_at"))
+        .values("day", "currency")
+        .annotate(count=Count("pk"), total=Sum("amount"))
+        .order_by("day", "currency")
+    )
+    failures = list(
+        ApprovalRequest.objects.filter(tenant=tenant, status=ApprovalRequest.Status.FAILED, updated_at__gte=since)
+        .order_by("-updated_at")
+        .values("pk", "amount", "currency", "updated_at", "ticket_ref", "verification")[:20]
+    )
+    usage = (
+        AgentRun.objects.filter(ticket__tenant=tenant, created_at__gte=since)
+        .annotate(day=TruncDate("created_at"))
+        .values("day")
+        .annotate(
+            runs=Count("pk"),
+            tokens=Sum(
+                F("input_tokens") + F("output_tokens") + F("cache_creation_input_tokens") + F("cache_read_input_tokens")
+            ),
+            cost=Sum("cost_usd"),
+        )
+        .order_by("day")
+    )
+    runs = eval_runs_recent(limit=30)
+    capabilities = list(Capability.objects.order_by("name").values("name", "side_effect", "enabled", "updated_at"))
+
+    refunds = list(refunds)
+    by_day = {row["day"]: row for row in usage}
+    budget = settings.DASHBOARD_DAILY_MODEL_BUDGET_USD
+    cost_per_day = [(day, Decimal(by_day[day]["cost"] or 0) if day in by_day else Decimal(0)) for day in days]
+    count_per_day = {day: 0 for day in days}
+    for row in refunds:
+        count_per_day[row["day"]] = count_per_day.get(row["day"], 0) + row["count"]
+    return {
+        "today": today.date(),
+        "statuses": [(label, statuses.get(value, 0)) for value, label in Ticket.Status.choices],
+        "tickets_today": sum(statuses.values()),
+        "pending": Queue(pending["count"], pending["oldest"]),
+        "escalated": Queue(escalated["count"], escalated["oldest"]),
+        "refunds": refunds,
+        "refund_chart": bar_chart([(day, Decimal(count_per_day[day])) for day in days], unit=""),
+        "failures": [{**f, "reason": _failure_reason(f["verification"])} for f in failures],
+        "usage": [{"day": day, **by_day.get(day, {"runs": 0, "tokens": 0, "cost": Decimal(0)})} for day in days],
+        "cost_chart": bar_chart(cost_per_day, budget=budget or None, unit="$"),
+        "budget": budget,
+        "over_budget": [day for day, cost in cost_per_day if budget and cost > budget],
+        "eval_runs": runs,
+        "capabilities": capabilities,
+        "switched_off": [c["name"] for c in capabilities if not c["enabled"]],
+    }
+
+
+def _failure_reason(verification) -> str:
+    verification = verification or {}
+    return verification.get("detail") or ", ".join(verification.get("failed") or []) or verification.get("error", "")
+
+
+def bar_chart(values: list[tuple[date, Decimal]], *, budget: Decimal | None = None, unit: str = "") -> dict:
+    """Coordinates of an SVG bar chart, one bar per day, with an optional budget line."""
+    plot_w, plot_h = WIDTH - PAD_LEFT - PAD_RIGHT, HEIGHT - PAD_TOP - PAD_BOTTOM
+    top = max([v for _, v in values] + [budget or 0, Decimal(1)])
+    slot = plot_w / max(len(values), 1)
+    bars, labels = [], []
+    for i, (day, value) in enumerate(values):
+        height = float(value) / float(top) * plot_h
+        x = PAD_LEFT + slot * i
+        bars.append(
+            {
+                "x": round(x + slot * 0.15, 1),
+                "y": round(PAD_TOP + plot_h - height, 1),
+                "w": round(slot * 0.7, 1),
+                "h": round(height, 1),
+                "day": day,
+                "value": value,
+                "over": budget is not None and value > budget,
+            }
+        )
+        if i % 2 == 0 or len(values) <= 7:
+            labels.append({"x": round(x + slot / 2, 1), "text": day.strftime("%m-%d")})
+    budget_y = round(PAD_TOP + plot_h * (1 - float(budget) / float(top)), 1) if budget else None
+    return {
+        "width": WIDTH,
+        "height": HEIGHT,
+        "left": PAD_LEFT,
+        "right": WIDTH - PAD_RIGHT,
+        "top": PAD_TOP,
+        "bottom": HEIGHT - PAD_BOTTOM,
+        "label_y": HEIGHT - PAD_BOTTOM + 16,
+        "bars": bars,
+        "labels": labels,
+        "max": f"{unit}{top:.2f}" if unit else f"{top:.0f}",
+        "budget_y": budget_y,
+        "budget": budget,
+        "unit": unit,
+    }
