@@ -115,8 +115,9 @@ def _customer_values(customer, payments) -> list[str]:
     values = [customer.email, customer.name]
     if customer.name:
         values.extend(_name_words(customer.name))
-    for payment_ref, last4 in payments:
-        values.extend((payment_ref, last4))
-    for external_id, last4 in customer.payment_methods.values_list("external_id", "last4"):
-        values.extend((external_id, last4))
+    # The payments' references and card last4, and the customer's method ids and last4, in one
+    # query (read at filing and at every run).
+    methods = customer.payment_methods.values_list("external_id", "last4")
+    for reference, last4 in payments.union(methods, all=True):
+        values.extend((reference, last4))
     return list(dict.fromkeys(v for v in values if v))

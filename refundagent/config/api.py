@@ -210,6 +210,14 @@ class HealthOut(Schema):
     status: str = Field(description="ok, or error when any check failed (then 503).")
     database: str
     broker: str
+    worker: str | None = Field(None, description="A worker answered a ping in time (eager: none needed).")
+    beat: str | None = Field(None, description="Beat ran the sweep within its interval (eager: none needed).")
+    migrations: str | None = Field(None, description="Every migration is applied.")
+    queued_tickets: str | None = Field(None, description="The oldest queued ticket is younger than the threshold.")
+    approved_unexecuted: str | None = Field(
+        None, description="The oldest approved, unexecuted refund is younger than the threshold."
+    )
+    details: dict = Field(default_factory=dict, description="Ages and timestamps behind the verdicts.")
 
 
 @api.get("/health", auth=None, throttle=[], tags=["ops"], response={200: HealthOut, 503: HealthOut})

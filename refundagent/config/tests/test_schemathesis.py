@@ -32,6 +32,9 @@ def token(user, settings):
     a rate limit that the run cannot reach."""
 
     settings.API_THROTTLE_RATE = "100000/min"
+    # Tasks run in the server's process (as the test's Celery app does): /api/health's 503 without
+    # a live worker or beat is right, and test_health.py checks it; here it would read as a crash.
+    settings.CELERY_TASK_ALWAYS_EAGER = True
     return api_token_create(user=user("acme-lead"))
 
 
