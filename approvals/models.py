@@ -137,6 +137,7 @@ class ApprovalRequest(models.Model):
         EXPIRED = "expired"
         INVALIDATED = "invalidated", "invalidated (facts changed)"
         FAILED = "failed", "execution or verification failed"
+        PAYMENT_FAILED = "payment_failed", "payment failed (the provider refused it)"
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="approval_requests")
     action = models.CharField(max_length=100, default="refunds.issue_refund")
@@ -176,6 +177,12 @@ class ApprovalRequest(models.Model):
         help_text="The refund entry written.",
     )
     verification = models.JSONField(null=True, blank=True, help_text="The evaluator's verdict and evidence.")
+    # The outbox: an `approved` row IS the execution instruction (written with the decision);
+    # this is when it was last handed to Celery. The sweep re-enqueues approved rows whose last
+    # hand-off (or decision) is older than SWEEP_GRACE_SECONDS.
+    dispatched_at = models.DateTimeField(null=True, blank=True, help_text="Last time the execution was enqueued.")
+    dispatch_attempts = models.PositiveIntegerField(default=0)
+    dispatch_error = models.TextField(blank=True, help_text="Why the last enqueue failed (the broker's error).")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -191,6 +198,8 @@ class ApprovalRequest(models.Model):
         indexes = [
             # The review queue and the expiry sweep read pending requests by age.
             models.Index(fields=["created_at"], condition=Q(status="pending"), name="approval_pending_idx"),
+            # The sweep reads approved (not yet executed) requests.
+            models.Index(fields=["decided_at"], condition=Q(status="approved"), name="approval_approved_idx"),
         ]
 
     def __str__(self):

@@ -61,6 +61,10 @@ class Ticket(models.Model):
     stop_detail = models.TextField(blank=True)
     trace_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="filed_tickets")
+    # The outbox: a `queued` row IS the agent-run instruction (written with the ticket, or with
+    # the "request changes" that re-queued it); this is when it was last handed to Celery. The
+    # sweep re-enqueues queued tickets whose last hand-off is older than SWEEP_GRACE_SECONDS.
+    run_dispatched_at = models.DateTimeField(null=True, blank=True, help_text="Last time the agent run was enqueued.")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

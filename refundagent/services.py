@@ -13,8 +13,8 @@ from ledger.tenancy import tenant_for_user, user_require_role
 
 from .exceptions import TicketStateConflict
 from .models import Ticket
+from .outbox import ticket_run_publish
 from .redaction import sensitive_values_for_ticket
-from .tasks import agent_run_ticket_task
 from .ticket_state import ticket_transition
 from .tracing import trace_record
 
@@ -95,6 +95,8 @@ def ticket_create(
             created_by=user,
         )
         _trace(ticket, span="run", status="queued", decision="filed", reason=f"Filed by {user.get_username()}.")
+        # The queued row is the agent-run instruction (refundagent.outbox): a broker that is down
+        # when this commits never fails the filing; the sweep enqueues it later.
         transaction.on_commit(lambda: ticket_run_enqueue(ticket.pk))
     return ticket
 
@@ -106,7 +108,8 @@ def _trace(ticket: Ticket, **kwargs):
 
 
 def ticket_run_enqueue(ticket_id: int) -> None:
-    agent_run_ticket_task.delay(ticket_id)
+    """Hand a queued ticket to a worker (after commit). Never raises: see refundagent.outbox."""
+    ticket_run_publish(ticket_id=ticket_id)
 
 
 def ticket_escalate(*, ticket: Ticket, user, note: str = "") -> Ticket:
