@@ -222,7 +222,10 @@ def ticket_follow_payment_failed(*, request: ApprovalRequest, entry, reason: str
         return
     detail = (f"The payment provider refused the refund of {_money(request)} (request #{request.pk}, ledger entry "
               f"#{entry.pk} {entry.status}): {reason}. Nothing was paid; the amount is refundable again.")
-    ticket_transition(ticket=ticket, to=S.PAYMENT_FAILED, detail=detail)
+    if not ticket_transition(ticket=ticket, to=S.PAYMENT_FAILED, detail=detail) and ticket.status == S.REFUNDED:
+        # The provider reported the refund succeeded, then failed it: a settled ticket moves
+        # only by the alert.
+        ticket_transition(ticket=ticket, to=S.FAILED, detail=detail)
     trace_record(ticket=ticket, span="ledger", status="error", decision="payment_failed", tool="refunds.issue_refund",
                  reason=detail, data=_request_data(request, entry=entry.pk, entry_status=entry.status,
                                                    provider_ref=entry.provider_ref, provider_reason=reason))

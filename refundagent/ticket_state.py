@@ -43,9 +43,8 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     S.APPROVED: frozenset({S.APPROVAL_REQUIRED}),
     # Only the evaluator's verdict on an executed refund settles a ticket as refunded.
     S.REFUNDED: frozenset({S.APPROVED}),
-    # The provider refused the payout: back with finance (also a refund the provider reported
-    # succeeded and later failed, which un-settles a refunded ticket).
-    S.PAYMENT_FAILED: frozenset({S.APPROVED, S.REFUNDED}),
+    # The provider refused the payout: back with finance.
+    S.PAYMENT_FAILED: frozenset({S.APPROVED}),
     # A person (or finance, or an expiry) can hand any unsettled ticket to the human queue.
     S.ESCALATED: _EVERY - SETTLED,
     # A run that failed, or an execution whose verification failed (the alert moves even a
