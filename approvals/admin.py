@@ -43,6 +43,7 @@ BADGE_COLOURS = {
     S.ESCALATED: "#8a6d3b",
     S.EXPIRED: "#6b6b6b",
     S.INVALIDATED: "#6b6b6b",
+    S.PAYMENT_FAILED: "#ba2121",
 }
 DECISION_LABELS = {
     "approve": "Approve",
@@ -103,7 +104,7 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
     change_form_template = "admin/approvals/approvalrequest/change_form.html"
     list_display = (
         "id", "status_badge", "ticket", "order_id_display", "customer", "amount_display", "policy_version",
-        "requested_by", "age", "time_to_expiry", "approvals_display",
+        "requested_by", "age", "time_to_expiry", "approvals_display", "payment_problem",
     )
     list_display_links = ("id", "order_id_display")
     list_filter = ("status", "policy_version", ExpiryFilter)
@@ -119,6 +120,7 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
         ("Decision", {"fields": ("requested_by", "decided_by", "decided_at", "decision_note",
                                  "requested_amount_change", "replaced_by", "ledger_entry")}),
         ("Record", {"fields": ("refundable_at_request", "created_at", "updated_at")}),
+        ("Execution hand-off (outbox)", {"fields": ("dispatched_at", "dispatch_attempts", "dispatch_error")}),
     )
 
     def get_queryset(self, request):
@@ -134,8 +136,9 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
         )
 
     def get_ordering(self, request):
-        # The queue: pending first, then oldest first.
-        return [Case(When(status=S.PENDING, then=Value(0)), default=Value(1), output_field=IntegerField()), "created_at"]
+        # The queue: pending and refused payments (back with finance) first, then oldest first.
+        return [Case(When(status__in=(S.PENDING, S.PAYMENT_FAILED), then=Value(0)), default=Value(1),
+                     output_field=IntegerField()), "created_at"]
 
     # --- columns -------------------------------------------------------------------------
 
@@ -170,6 +173,13 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
     @admin.display(description="approvals")
     def approvals_display(self, obj):
         return f"{getattr(obj, 'approvals_so_far', 0)}/{obj.required_approvals}"
+
+    @admin.display(description="payment")
+    def payment_problem(self, obj):
+        """The provider's reason when it refused the payout (finance files it again)."""
+        if obj.status != S.PAYMENT_FAILED:
+            return "—"
+        return format_html('<span style="color:#ba2121">{}</span>', (obj.verification or {}).get("detail", ""))
 
     @admin.display(description="status", ordering="status")
     def status_badge(self, obj):

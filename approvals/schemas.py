@@ -37,6 +37,8 @@ class ApprovalOut(Schema):
     decision_note: str
     ticket: int | None
     ledger_entry: int | None
+    # status payment_failed: the provider's reason (finance may file the refund again)
+    payment_failure: str | None = None
 
 
 def approval_serialize(request) -> dict:
@@ -69,4 +71,5 @@ def approval_serialize(request) -> dict:
         "decision_note": request.decision_note,
         "ticket": request.ticket_ref,
         "ledger_entry": request.ledger_entry_id,
+        "payment_failure": (request.verification or {}).get("detail") if request.status == "payment_failed" else None,
     }
