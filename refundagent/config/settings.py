@@ -175,7 +175,8 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # A publish while the broker is down fails fast (the outbox row is already committed and the
 # sweep re-sends it) instead of blocking the request that made the hand-off.
 CELERY_BROKER_CONNECTION_TIMEOUT = envint("CELERY_BROKER_CONNECTION_TIMEOUT", "2")
-CELERY_TASK_PUBLISH_RETRY = False
+# One quick reconnect (a pooled connection gone stale after a broker restart), then give up.
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 CELERY_TIMEZONE = TIME_ZONE
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 
