@@ -23,9 +23,9 @@ from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 from django.utils.timesince import timesince, timeuntil
 
-from ledger.admin import NoDeleteAdminMixin, ReadOnlyAdminMixin, TenantScopedAdminMixin
+from ledger.admin import NoDeleteAdminMixin, ReadOnlyAdminMixin, TenantScopedAdminMixin, admin_tenant
 from ledger.exceptions import DomainError
-from ledger.selectors import order_ledger, order_refund_position
+from ledger.selectors import order_ledger, order_refund_position, reconciliation_findings_unresolved
 
 from .decisions import DECISIONS, approval_request_decide, user_can_decide
 from .models import ApprovalRequest, ApprovalVote, Capability, RefundPolicy
@@ -186,6 +186,21 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
         return status_badge_html(obj)
 
     # --- the review page -----------------------------------------------------------------
+
+    def changelist_view(self, request, extra_context=None):
+        # The queue tells finance when the ledger and the provider disagree.
+        tenant = None if request.user.is_superuser else admin_tenant(request)
+        if request.user.is_superuser or tenant is not None:
+            unresolved = reconciliation_findings_unresolved(tenant=tenant).count()
+            if unresolved:
+                messages.warning(request, format_html(
+                    '{} unresolved payment reconciliation finding(s): <a href="{}">review them</a>.', unresolved,
+                    reverse("admin:ledger_reconciliationfinding_changelist")))
+        payment_failed = self.get_queryset(request).filter(status=S.PAYMENT_FAILED, replaced_by=None).count()
+        if payment_failed:
+            messages.error(request, f"{payment_failed} refund(s) refused by the payment provider: file them again "
+                                    "or close the ticket.")
+        return super().changelist_view(request, extra_context=extra_context)
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         obj = self.get_object(request, object_id)

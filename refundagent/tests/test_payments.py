@@ -10,7 +10,7 @@ from approvals.execution import approval_execute
 from approvals.models import ApprovalRequest
 from approvals.payouts import approval_request_payment_retry
 from ledger.exceptions import PaymentProviderUnavailable
-from ledger.models import RefundEntry
+from ledger.models import ReconciliationFinding, RefundEntry
 from ledger.selectors import order_refund_position
 from ledger.tests.fake_stripe import FakeStripe
 from refundagent.models import Ticket
@@ -140,6 +140,7 @@ def test_a_refused_payout_goes_back_to_finance_and_a_new_approval_pays_it(
     web.force_login(admin_user)
     page = web.get("/admin/approvals/approvalrequest/").content.decode()
     assert "payment failed" in page and reason in page
+    assert "1 refund(s) refused by the payment provider" in page
 
     # when finance files it again and approves the new request
     again = approval_request_payment_retry(request_id=request.pk, user=shop["finance"], note="customer updated card")
@@ -164,3 +165,15 @@ def test_without_a_gateway_the_refund_is_recorded_as_paid_by_hand(shop, approved
     entry = RefundEntry.objects.get(order=shop["order"])
     assert (entry.gateway, entry.status) == ("manual", "succeeded")
     assert request.status == ApprovalRequest.Status.EXECUTED and ticket.status == Ticket.Status.REFUNDED
+
+
+def test_the_finance_queue_counts_unresolved_reconciliation_findings(shop, make_user):
+    # given a difference between the ledger and the provider, not yet resolved
+    ReconciliationFinding.objects.create(tenant=shop["order"].tenant, kind="missing_at_provider", currency="USD",
+                                         detail="refund not found at the provider")
+    # when a finance user of the shop opens the queue
+    web = Client()
+    web.force_login(make_user("queue-reader", "finance", is_staff=True))
+    page = web.get("/admin/approvals/approvalrequest/", follow=True).content.decode()
+    # then it says so
+    assert "1 unresolved payment reconciliation finding(s)" in page
