@@ -28,7 +28,7 @@ from .exceptions import ApprovalConflict
 from .invalidation import approval_facts_changed, approval_request_invalidate
 from .locks import order_lock
 from .models import ApprovalRequest
-from .signals import refund_executed, refund_verified
+from .signals import refund_executed, refund_payment_failed, refund_verified
 from .verification import approval_verify
 
 logger = logging.getLogger(__name__)
@@ -98,6 +98,12 @@ def approval_execute(*, request_id: int) -> ApprovalRequest:
         entry = ledger_refund_payout(entry_id=entry.pk, metadata=approval_payout_metadata(request=request))
     if entry.status == RefundStatus.SUCCEEDED:
         approval_verify(request_id=request.pk)
+    elif entry.status in (RefundStatus.FAILED, RefundStatus.CANCELED):
+        # Normally done by the ledger's signal when the refusal was recorded (approvals.payouts);
+        # here too, so a request never stays approved over a refused refund.
+        reason = entry.events.order_by("-id").values_list("reason", flat=True).first() or ""
+        with transaction.atomic():
+            approval_payment_failed(request=request, entry=entry, reason=reason)
     else:
         logger.info("approval %s: refund #%s is %s; not verified yet", request.pk, entry.pk, entry.status,
                     extra={"approval": request.pk})
@@ -108,6 +114,31 @@ def approval_execute(*, request_id: int) -> ApprovalRequest:
 def approval_payout_metadata(*, request: ApprovalRequest) -> dict[str, str]:
     """What the provider's refund carries besides the ledger's own (entry, approval, tenant)."""
     return {"ticket": str(request.ticket_ref)} if request.ticket_ref is not None else {}
+
+
+def approval_payment_failed(*, request: ApprovalRequest, entry: RefundEntry, reason: str) -> ApprovalRequest:
+    """Mark a request whose refund the provider refused `payment_failed`, once."""
+    now = timezone.now()
+    verdict = {
+        "ok": False,
+        "stage": "payment",
+        "error": entry.status,
+        "detail": reason or f"The provider reported the refund {entry.status}.",
+        "entry": entry.pk,
+        "provider_ref": entry.provider_ref,
+        "checks": [{"name": "provider_paid", "ok": False, "expected": RefundStatus.SUCCEEDED,
+                    "actual": f"{entry.status}: {reason}".strip(": ")}],
+        "verified_at": now.isoformat(),
+    }
+    updated = ApprovalRequest.objects.filter(
+        pk=request.pk, status__in=(ApprovalRequest.Status.APPROVED, ApprovalRequest.Status.EXECUTED)
+    ).update(status=ApprovalRequest.Status.PAYMENT_FAILED, verification=verdict, ledger_entry=entry, updated_at=now)
+    request.refresh_from_db()
+    if updated == 1:
+        logger.error("approval %s: the provider refused refund #%s (%s): %s", request.pk, entry.pk, entry.status,
+                     reason, extra={"approval": request.pk, "verification": verdict})
+        refund_payment_failed.send(sender=ApprovalRequest, request=request, entry=entry, reason=verdict["detail"])
+    return request
 
 
 def _approval_execution_failed(*, request: ApprovalRequest, exc: DomainError) -> ApprovalRequest:

@@ -31,12 +31,13 @@ from ledger.tenancy import tenant_for_user
 
 from .decisions import approval_decider_check
 from .exceptions import ApprovalConflict
+from .execution import approval_payment_failed
 from .gate import policy_current
 from .locks import order_lock
 from .models import ApprovalRequest
 from .outbox import approval_execution_publish
 from .requests import approval_request_replacement_key
-from .signals import approval_replaced, refund_payment_failed
+from .signals import approval_replaced
 
 logger = logging.getLogger(__name__)
 
@@ -65,31 +66,6 @@ def approval_follow_refund_status(*, entry: RefundEntry, to_status: str, reason:
     if to_status == RefundStatus.SUCCEEDED and request.status == ApprovalRequest.Status.APPROVED:
         request_id = request.pk
         transaction.on_commit(lambda: approval_execution_publish(request_id=request_id))
-    return request
-
-
-def approval_payment_failed(*, request: ApprovalRequest, entry: RefundEntry, reason: str) -> ApprovalRequest:
-    """Mark a request whose refund the provider refused `payment_failed`, once."""
-    now = timezone.now()
-    verdict = {
-        "ok": False,
-        "stage": "payment",
-        "error": entry.status,
-        "detail": reason or f"The provider reported the refund {entry.status}.",
-        "entry": entry.pk,
-        "provider_ref": entry.provider_ref,
-        "checks": [{"name": "provider_paid", "ok": False, "expected": RefundStatus.SUCCEEDED,
-                    "actual": f"{entry.status}: {reason}".strip(": ")}],
-        "verified_at": now.isoformat(),
-    }
-    updated = ApprovalRequest.objects.filter(
-        pk=request.pk, status__in=(ApprovalRequest.Status.APPROVED, ApprovalRequest.Status.EXECUTED)
-    ).update(status=ApprovalRequest.Status.PAYMENT_FAILED, verification=verdict, ledger_entry=entry, updated_at=now)
-    request.refresh_from_db()
-    if updated == 1:
-        logger.error("approval %s: the provider refused refund #%s (%s): %s", request.pk, entry.pk, entry.status,
-                     reason, extra={"approval": request.pk, "verification": verdict})
-        refund_payment_failed.send(sender=ApprovalRequest, request=request, entry=entry, reason=verdict["detail"])
     return request
 
 

@@ -17,7 +17,6 @@ class RefundagentConfig(AppConfig):
     }
 
     def ready(self):
-        # Receivers for the approvals layer's signals (approval decided, refund executed, verified).
-        from . import receivers  # noqa: F401
-        # The outbox sweep's task, so every worker and beat process knows it.
-        from . import sweep  # noqa: F401
+        # Receivers for the approvals layer's signals (approval decided, refund executed,
+        # verified), and the outbox sweep's task, so every worker and beat process knows it.
+        from . import receivers, sweep  # noqa: F401

@@ -2,6 +2,7 @@
 Stripe server), exactly once, with the ticket following what the provider said."""
 
 from decimal import Decimal
+from unittest import mock
 
 import pytest
 from django.test import Client
@@ -177,3 +178,14 @@ def test_the_finance_queue_counts_unresolved_reconciliation_findings(shop, make_
     page = web.get("/admin/approvals/approvalrequest/", follow=True).content.decode()
     # then it says so
     assert "1 unresolved payment reconciliation finding(s)" in page
+
+
+def test_a_refusal_whose_receiver_failed_still_sends_the_request_back_to_finance(fake_stripe, shop, approved_ticket):
+    # given the provider refuses, and the receiver of the ledger's signal breaks (its writes roll back alone)
+    fake_stripe.fail_next("402")
+    with mock.patch("approvals.payouts.approval_follow_refund_status", side_effect=RuntimeError("bug")):
+        ticket, request = approved_ticket("30.00")
+    # then the ledger recorded the refusal and the execution itself sent the request back to finance
+    assert RefundEntry.objects.get(order=shop["order"]).status == "failed"
+    assert request.status == ApprovalRequest.Status.PAYMENT_FAILED and "card_declined" in request.verification["detail"]
+    assert ticket.status == Ticket.Status.PAYMENT_FAILED
