@@ -1,11 +1,13 @@
 """An approved refund paid out at the provider (the real `stripe` SDK against the local fake
 Stripe server), exactly once, with the ticket following what the provider said."""
 
+from datetime import timedelta
 from decimal import Decimal
 from unittest import mock
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from approvals.execution import approval_execute
 from approvals.models import ApprovalRequest
@@ -15,6 +17,7 @@ from ledger.models import ReconciliationFinding, RefundEntry
 from ledger.selectors import order_refund_position
 from ledger.tests.fake_stripe import FakeStripe
 from refundagent.models import Ticket
+from refundagent.sweep import outbox_sweep
 from refundagent.tests.payments_support import approve, ticket_awaiting_approval
 
 pytestmark = pytest.mark.django_db
@@ -189,3 +192,28 @@ def test_a_refusal_whose_receiver_failed_still_sends_the_request_back_to_finance
     assert RefundEntry.objects.get(order=shop["order"]).status == "failed"
     assert request.status == ApprovalRequest.Status.PAYMENT_FAILED and "card_declined" in request.verification["detail"]
     assert ticket.status == Ticket.Status.PAYMENT_FAILED
+
+
+def test_a_pending_refund_waits_until_the_sweep_polls_the_provider_then_the_ticket_is_refunded(
+        fake_stripe, shop, approved_ticket, settings, django_capture_on_commit_callbacks):
+    # given the provider answers the refund is pending (a bank refund that takes days)
+    fake_stripe.refund_status = "pending"
+    ticket, request = approved_ticket("30.00")
+    # then it counts, the request waits, the ticket is not refunded yet
+    entry = RefundEntry.objects.get(order=shop["order"])
+    assert entry.status == "pending" and entry.provider_ref
+    assert order_refund_position(shop["order"]).refundable == Decimal("70.00")
+    assert request.status == ApprovalRequest.Status.APPROVED and ticket.status == Ticket.Status.APPROVED
+    # when the provider completes it (its webhook is lost) and the sweep polls pending payouts
+    fake_stripe.refunds[entry.provider_ref]["status"] = "succeeded"
+    settings.SWEEP_GRACE_SECONDS = 1
+    with mock.patch("django.utils.timezone.now", return_value=timezone.now() + timedelta(seconds=5)), \
+            django_capture_on_commit_callbacks(execute=True):
+        done = outbox_sweep()
+    # then the entry succeeded, the execution was enqueued again and verified it: refunded, one refund
+    assert done["payouts_polled"] == 1
+    entry.refresh_from_db()
+    request.refresh_from_db()
+    ticket.refresh_from_db()
+    assert entry.status == "succeeded" and request.status == ApprovalRequest.Status.EXECUTED
+    assert ticket.status == Ticket.Status.REFUNDED and len(fake_stripe.refunds) == 1
