@@ -57,9 +57,10 @@ class PrivateRedis:
 
 def app_use_broker(url: str):
     """Point this process's Celery app at `url`, dropping pooled connections to the old one
-    (Celery reads CELERY_BROKER_URL from the environment before its own setting)."""
+    (Celery reads CELERY_BROKER_URL from the environment before its own setting, and another
+    test may have pinned the read/write URLs)."""
     os.environ["CELERY_BROKER_URL"] = url
-    app.conf.broker_url = url
+    app.conf.broker_url = app.conf.broker_write_url = app.conf.broker_read_url = url
     app._pool = None  # dropped, not closed: kombu's shared pools may still hand its connections out
     app.amqp._producer_pool = None
 
