@@ -29,6 +29,7 @@ from ledger.selectors import order_ledger, order_refund_position, reconciliation
 
 from .decisions import DECISIONS, approval_request_decide, user_can_decide
 from .models import ApprovalRequest, ApprovalVote, Capability, RefundPolicy
+from .payouts import approval_request_payment_retry
 from .policies import refund_policy_publish
 from .review import review_sections
 
@@ -113,6 +114,7 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
     list_select_related = ("order", "order__customer", "requested_by")
     list_per_page = 50
     show_full_result_count = False
+    actions = ["payment_file_again"]
     fieldsets = (
         ("The exact action", {"fields": ("status", "action", "order", "amount", "currency", "policy_version",
                                          "required_approvals", "approver_role", "expires_at")}),
@@ -186,6 +188,16 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
         return status_badge_html(obj)
 
     # --- the review page -----------------------------------------------------------------
+
+    @admin.action(description="File a refused payment again (a new request to approve)")
+    def payment_file_again(self, request, queryset):
+        for obj in queryset:
+            try:
+                again = approval_request_payment_retry(request_id=obj.pk, user=request.user)
+            except DomainError as exc:
+                messages.error(request, f"#{obj.pk}: {exc.message}")
+            else:
+                messages.success(request, f"#{obj.pk} filed again as #{again.pk}: approve it to pay.")
 
     def changelist_view(self, request, extra_context=None):
         # The queue tells finance when the ledger and the provider disagree.

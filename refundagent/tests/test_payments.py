@@ -217,3 +217,21 @@ def test_a_pending_refund_waits_until_the_sweep_polls_the_provider_then_the_tick
     ticket.refresh_from_db()
     assert entry.status == "succeeded" and request.status == ApprovalRequest.Status.EXECUTED
     assert ticket.status == Ticket.Status.REFUNDED and len(fake_stripe.refunds) == 1
+
+
+def test_finance_files_a_refused_payment_again_from_the_queue(fake_stripe, shop, approved_ticket, make_user):
+    # given a refund the provider declined
+    fake_stripe.fail_next("402")
+    ticket, request = approved_ticket("30.00")
+    assert request.status == ApprovalRequest.Status.PAYMENT_FAILED
+    # when finance uses the queue's action on it
+    web = Client()
+    web.force_login(make_user("queue-finance", "finance", is_staff=True))
+    web.post("/admin/approvals/approvalrequest/", {"action": "payment_file_again", "_selected_action": [request.pk]})
+    # then a new request for the same refund waits for approval, and the ticket is back with finance
+    request.refresh_from_db()
+    again = request.replaced_by
+    assert again is not None and again.status == ApprovalRequest.Status.PENDING
+    assert (again.amount, again.args_hash) == (request.amount, request.args_hash)
+    ticket.refresh_from_db()
+    assert ticket.status == Ticket.Status.APPROVAL_REQUIRED
