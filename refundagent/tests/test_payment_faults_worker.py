@@ -18,9 +18,9 @@ import pytest
 
 from approvals.decisions import approval_request_decide
 from approvals.models import ApprovalRequest
+from approvals.tasks import approval_execute_task
 from ledger.models import RefundEntry
 from ledger.tests.fake_stripe import FakeStripe
-from refundagent.config.celery import app
 from refundagent.models import Ticket
 from refundagent.sweep import outbox_sweep_task
 from refundagent.tests.payments_support import ticket_awaiting_approval
@@ -30,6 +30,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.worker, pytest.mark.django_db(tr
 FAULTS = Path(__file__).parent / "faults"
 PAYOUT_CRASH_ENV = "PAYOUT_CRASH_AFTER_PROVIDER_CALL_MARKER"
 REDIS_PORT = 6409  # this helper's own Redis, started and stopped by the test
+app = approval_execute_task.app  # the product's Celery app (tests never import the wiring)
 
 
 class PrivateRedis:
