@@ -29,10 +29,11 @@ from django.utils.timesince import timesince, timeuntil
 from ledger.admin import NoDeleteAdminMixin, ReadOnlyAdminMixin, TenantScopedAdminMixin, admin_tenant
 from ledger.exceptions import DomainError
 from ledger.money import MoneyFormField, StrictMoneyAdminMixin
-from ledger.selectors import order_ledger, order_refund_position
+from ledger.selectors import order_ledger, order_refund_position, reconciliation_findings_unresolved
 
 from .decisions import DECISIONS, approval_decisions_open, approval_request_decide, user_can_decide
 from .models import QUEUE_RANK, ApprovalRequest, ApprovalVote, Capability, RefundPolicy
+from .payouts import approval_request_payment_retry
 from .policies import refund_policy_publish
 from .review import review_sections
 
@@ -47,6 +48,7 @@ BADGE_COLOURS = {
     S.ESCALATED: "#8a6d3b",
     S.EXPIRED: "#6b6b6b",
     S.INVALIDATED: "#6b6b6b",
+    S.PAYMENT_FAILED: "#ba2121",
 }
 DECISION_LABELS = {
     "approve": "Approve",
@@ -145,7 +147,7 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
     # who filed it and when share a column, and the admin's app menu is folded away on these pages.
     list_display = (
         "id", "status_badge", "ticket", "order_id_display", "customer", "amount_display", "policy_version",
-        "approvals_display", "time_to_expiry", "filed",
+        "approvals_display", "time_to_expiry", "filed", "payment_problem",
     )
     list_display_links = ("id", "order_id_display")
     list_filter = ("status", PolicyVersionFilter, ExpiryFilter)
@@ -155,11 +157,13 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
     list_per_page = 50
     show_full_result_count = False
     paginator = CappedCountPaginator
+    actions = ["payment_file_again"]
     # The review above the form shows the action, the keys, the votes and the evidence; the stock
     # form keeps only the record of the decision that the review does not repeat.
     fieldsets = (
         ("Decision record", {"fields": ("decided_by", "decided_at", "decision_note", "requested_amount_change",
                                         "replaced_by", "ledger_entry", "approver_role", "updated_at")}),
+        ("Execution hand-off (outbox)", {"fields": ("dispatched_at", "dispatch_attempts", "dispatch_error")}),
     )
 
     def get_queryset(self, request):
@@ -175,8 +179,8 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
         )
 
     def get_ordering(self, request):
-        # The queue: pending first, then oldest first (the admin adds -pk); served by the
-        # index approval_queue_idx, which has this very expression after the tenant.
+        # The queue: pending and refused payments (back with finance) first, then oldest first (the
+        # admin adds -pk); served by the index approval_queue_idx, which has this very expression.
         return [QUEUE_RANK, "created_at"]
 
     # --- columns -------------------------------------------------------------------------
@@ -214,6 +218,13 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
     def approvals_display(self, obj):
         return f"{getattr(obj, 'approvals_so_far', 0)}/{obj.required_approvals}"
 
+    @admin.display(description="payment")
+    def payment_problem(self, obj):
+        """The provider's reason when it refused the payout (finance files it again)."""
+        if obj.status != S.PAYMENT_FAILED:
+            return "—"
+        return format_html('<span style="color:#ba2121">{}</span>', (obj.verification or {}).get("detail", ""))
+
     @admin.display(description="status", ordering="status")
     def status_badge(self, obj):
         return status_badge_html(obj)
@@ -223,7 +234,29 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
     # The admin's app menu would take a quarter of a laptop screen from the queue and the review.
     WIDE = {"is_nav_sidebar_enabled": False}
 
+    @admin.action(description="File a refused payment again (a new request to approve)")
+    def payment_file_again(self, request, queryset):
+        for obj in queryset:
+            try:
+                again = approval_request_payment_retry(request_id=obj.pk, user=request.user)
+            except DomainError as exc:
+                messages.error(request, f"#{obj.pk}: {exc.message}")
+            else:
+                messages.success(request, f"#{obj.pk} filed again as #{again.pk}: approve it to pay.")
+
     def changelist_view(self, request, extra_context=None):
+        # The queue tells finance when the ledger and the provider disagree.
+        tenant = None if request.user.is_superuser else admin_tenant(request)
+        if request.user.is_superuser or tenant is not None:
+            unresolved = reconciliation_findings_unresolved(tenant=tenant).count()
+            if unresolved:
+                messages.warning(request, format_html(
+                    '{} unresolved payment reconciliation finding(s): <a href="{}">review them</a>.', unresolved,
+                    reverse("admin:ledger_reconciliationfinding_changelist")))
+        payment_failed = self.get_queryset(request).filter(status=S.PAYMENT_FAILED, replaced_by=None).count()
+        if payment_failed:
+            messages.error(request, f"{payment_failed} refund(s) refused by the payment provider: file them again "
+                                    "or close the ticket.")
         return super().changelist_view(request, {**self.WIDE, **(extra_context or {})})
 
     def change_view(self, request, object_id, form_url="", extra_context=None):

@@ -1,3 +1,5 @@
+from importlib import import_module
+
 from django.apps import AppConfig
 
 
@@ -14,3 +16,8 @@ class ApprovalsConfig(AppConfig):
         ],
         "operator": ["approvals.view_capability", "approvals.change_capability"],
     }
+
+    def ready(self):
+        # Connects the receiver of the ledger's refund status changes (a refused payout, a late
+        # success): the module needs the models loaded, so it is imported once the app is ready.
+        import_module(f"{self.name}.payouts")

@@ -20,6 +20,7 @@ from .exceptions import ApprovalConflict, Forbidden, MakerChecker
 from .invalidation import approval_facts_changed, approval_request_invalidate
 from .locks import approval_request_lock
 from .models import ApprovalRequest, ApprovalVote
+from .outbox import approval_execution_publish
 from .requests import approval_required_count
 from .signals import (
     approval_approved,
@@ -28,7 +29,6 @@ from .signals import (
     approval_escalated,
     approval_vote_recorded,
 )
-from .tasks import approval_execute_task
 
 APPROVE_PERMISSION = "approvals.approve_approvalrequest"
 DECISIONS = {
@@ -199,8 +199,10 @@ def _approval_vote_approve(*, request, user, args_hash, note, now) -> None:
         )
         if updated != 1:
             raise ApprovalConflict(f"Request #{request.pk} was decided by someone else.", code="already_decided")
+        # The approved row is the execution instruction (approvals.outbox); the publish after
+        # commit only saves the sweep's wait, and a broker outage never fails the decision.
         request_id = request.pk
-        transaction.on_commit(lambda: approval_execute_task.delay(request_id))
+        transaction.on_commit(lambda: approval_execution_publish(request_id=request_id))
     request.refresh_from_db()
     event = approval_approved if request.status == ApprovalRequest.Status.APPROVED else approval_vote_recorded
     event.send(sender=ApprovalRequest, request=request, vote=vote, actor=user)

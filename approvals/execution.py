@@ -1,6 +1,16 @@
 """Executing an approved request: the ledger write, exactly as approved and keyed by the
-request's idempotency key, then the evaluator's verification (approvals.verification).
-The Celery task (approvals.tasks) calls this; so do the evals, synchronously."""
+request's idempotency key (`pending` under the order lock), the payout at the provider outside
+any lock and transaction, then the evaluator's verification (approvals.verification) once the
+entry `succeeded`. The Celery task (approvals.tasks) calls this; so do the evals, synchronously.
+
+What the provider answers:
+- `succeeded`: verified now; the ticket becomes `refunded`.
+- `failed` / `canceled`: recorded by the ledger, whose signal makes the request and the ticket
+  `payment_failed` (approvals.payouts); the amount is refundable again.
+- `pending`: the request stays `approved`; a webhook, the reconciliation or the sweep's next
+  execution (same key, same refund) records the answer.
+- unreachable: `PaymentProviderUnavailable` propagates; the task retries with backoff.
+"""
 
 import logging
 from decimal import Decimal
@@ -9,7 +19,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from ledger.exceptions import DomainError, InvalidInput
-from ledger.models import RefundEntry
+from ledger.models import RefundEntry, RefundStatus
+from ledger.payouts import ledger_refund_payout
 from ledger.services import canonical_hash, ledger_refund_issue
 from ledger.telemetry import traced
 
@@ -18,7 +29,7 @@ from .exceptions import ApprovalConflict
 from .invalidation import approval_facts_changed, approval_request_invalidate
 from .locks import order_lock
 from .models import ApprovalRequest
-from .signals import refund_executed, refund_verified
+from .signals import refund_executed, refund_payment_failed, refund_verified
 from .verification import approval_verify
 
 logger = logging.getLogger(__name__)
@@ -32,7 +43,8 @@ def approval_execute(*, request_id: int) -> ApprovalRequest:
     write): the request's idempotency key makes the ledger return the entry already written.
     Callable synchronously (evals run it inside a transaction where on_commit never fires)."""
     request = ApprovalRequest.objects.select_related("order", "order__customer", "order__tenant").get(pk=request_id)
-    if request.status in (ApprovalRequest.Status.EXECUTED, ApprovalRequest.Status.FAILED):
+    if request.status in (ApprovalRequest.Status.EXECUTED, ApprovalRequest.Status.FAILED,
+                          ApprovalRequest.Status.PAYMENT_FAILED):
         return request  # done before: executing again changes nothing
     if request.status != ApprovalRequest.Status.APPROVED:
         raise ApprovalConflict(f"Request #{request.pk} is {request.status}; only an approved request is executed.")
@@ -82,8 +94,52 @@ def approval_execute(*, request_id: int) -> ApprovalRequest:
     except DomainError as exc:
         return _approval_execution_failed(request=request, exc=exc)
 
-    approval_verify(request_id=request.pk)
+    if entry.status == RefundStatus.PENDING:
+        # The provider call: outside the transaction above, no row locked. The same metadata on every
+        # attempt (the provider compares a retried request's parameters with the first).
+        entry = ledger_refund_payout(entry_id=entry.pk, metadata=approval_payout_metadata(request=request))
+    if entry.status == RefundStatus.SUCCEEDED:
+        approval_verify(request_id=request.pk)
+    elif entry.status in (RefundStatus.FAILED, RefundStatus.CANCELED):
+        # Normally done by the ledger's signal when the refusal was recorded (approvals.payouts);
+        # here too, so a request never stays approved over a refused refund.
+        reason = entry.events.order_by("-id").values_list("reason", flat=True).first() or ""
+        with transaction.atomic():
+            approval_payment_failed(request=request, entry=entry, reason=reason)
+    else:
+        logger.info("approval %s: refund #%s is %s; not verified yet", request.pk, entry.pk, entry.status,
+                    extra={"approval": request.pk})
     request.refresh_from_db()
+    return request
+
+
+def approval_payout_metadata(*, request: ApprovalRequest) -> dict[str, str]:
+    """What the provider's refund carries besides the ledger's own (entry, approval, tenant)."""
+    return {"ticket": str(request.ticket_ref)} if request.ticket_ref is not None else {}
+
+
+def approval_payment_failed(*, request: ApprovalRequest, entry: RefundEntry, reason: str) -> ApprovalRequest:
+    """Mark a request whose refund the provider refused `payment_failed`, once."""
+    now = timezone.now()
+    verdict = {
+        "ok": False,
+        "stage": "payment",
+        "error": entry.status,
+        "detail": reason or f"The provider reported the refund {entry.status}.",
+        "entry": entry.pk,
+        "provider_ref": entry.provider_ref,
+        "checks": [{"name": "provider_paid", "ok": False, "expected": RefundStatus.SUCCEEDED,
+                    "actual": f"{entry.status}: {reason}".strip(": ")}],
+        "verified_at": now.isoformat(),
+    }
+    updated = ApprovalRequest.objects.filter(
+        pk=request.pk, status__in=(ApprovalRequest.Status.APPROVED, ApprovalRequest.Status.EXECUTED)
+    ).update(status=ApprovalRequest.Status.PAYMENT_FAILED, verification=verdict, ledger_entry=entry, updated_at=now)
+    request.refresh_from_db()
+    if updated == 1:
+        logger.error("approval %s: the provider refused refund #%s (%s): %s", request.pk, entry.pk, entry.status,
+                     reason, extra={"approval": request.pk, "verification": verdict})
+        refund_payment_failed.send(sender=ApprovalRequest, request=request, entry=entry, reason=verdict["detail"])
     return request
 
 

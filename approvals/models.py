@@ -134,7 +134,9 @@ class Capability(models.Model):
 
 
 # The review queue's rank: pending requests first (the admin orders by it; an index has it).
-QUEUE_RANK = Case(When(status="pending", then=Value(0)), default=Value(1), output_field=IntegerField())
+# Pending requests and refused payments (both back with finance) first.
+QUEUE_RANK = Case(When(status__in=("pending", "payment_failed"), then=Value(0)), default=Value(1),
+                  output_field=IntegerField())
 
 
 class ApprovalRequest(models.Model):
@@ -155,6 +157,7 @@ class ApprovalRequest(models.Model):
         INVALIDATED = "invalidated", "invalidated (facts changed)"
         FAILED = "failed", "execution or verification failed"
         WITHDRAWN = "withdrawn", "withdrawn (ticket closed or escalated)"
+        PAYMENT_FAILED = "payment_failed", "payment failed (the provider refused it)"
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="approval_requests")
     action = models.CharField(max_length=100, default="refunds.issue_refund")
@@ -202,6 +205,12 @@ class ApprovalRequest(models.Model):
         help_text="The refund entry written.",
     )
     verification = models.JSONField(null=True, blank=True, help_text="The evaluator's verdict and evidence.")
+    # The outbox: an `approved` row IS the execution instruction (written with the decision);
+    # this is when it was last handed to Celery. The sweep re-enqueues approved rows whose last
+    # hand-off (or decision) is older than SWEEP_GRACE_SECONDS.
+    dispatched_at = models.DateTimeField(null=True, blank=True, help_text="Last time the execution was enqueued.")
+    dispatch_attempts = models.PositiveIntegerField(default=0)
+    dispatch_error = models.TextField(blank=True, help_text="Why the last enqueue failed (the broker's error).")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -220,6 +229,8 @@ class ApprovalRequest(models.Model):
             # The admin review queue's order within a tenant (pending first, oldest first, then
             # the admin's -pk): a page is read from the index, not sorted from the whole table.
             models.Index(F("tenant"), QUEUE_RANK, F("created_at"), F("id").desc(), name="approval_queue_idx"),
+            # The sweep reads approved (not yet executed) requests.
+            models.Index(fields=["decided_at"], condition=Q(status="approved"), name="approval_approved_idx"),
         ]
 
     def __str__(self):

@@ -41,6 +41,8 @@ class ApprovalOut(Schema):
     policy_exception: bool
     waived_rules: list[str]
     proposal_reason: str
+    # status payment_failed: the provider's reason (finance may file the refund again)
+    payment_failure: str | None = None
 
 
 def approval_serialize(request) -> dict:
@@ -77,4 +79,5 @@ def approval_serialize(request) -> dict:
         "policy_exception": request.policy_exception,
         "waived_rules": list(request.waived_rules or []),
         "proposal_reason": request.proposal_reason,
+        "payment_failure": (request.verification or {}).get("detail") if request.status == "payment_failed" else None,
     }

@@ -72,3 +72,6 @@ refund_executed = ApprovalEvent()
 # request=ApprovalRequest, verdict=dict (the evaluator's, with "ok": bool and the evidence;
 # stage "execute" when the ledger refused the write, "verify" otherwise)
 refund_verified = ApprovalEvent()
+# request=ApprovalRequest (payment_failed), entry=ledger.RefundEntry (failed or canceled),
+# reason=str (the provider's): the provider refused the payout; the amount is refundable again
+refund_payment_failed = ApprovalEvent()

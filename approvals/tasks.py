@@ -1,12 +1,13 @@
 """Celery tasks of the approvals layer. Thin: they take ids and call one service.
 
-Nothing in approvals.execution or approvals.requests imports this module: the decision that
-enqueues the execution (approvals.decisions) does, so there is no import cycle.
+Nothing in approvals.execution or approvals.requests imports this module: the outbox that
+enqueues the execution (approvals.outbox) does, so there is no import cycle.
 """
 
 from celery import shared_task
 from django.db import OperationalError
 
+from ledger.exceptions import PaymentProviderUnavailable
 from ledger.telemetry import ticket_trace_span
 
 from .execution import approval_execute
@@ -18,9 +19,14 @@ from .requests import approval_requests_expire
     acks_late=True,
     reject_on_worker_lost=True,
     ignore_result=True,
-    autoretry_for=(OperationalError,),
-    retry_backoff=True,
-    max_retries=5,
+    # A provider that cannot be reached (after the SDK's own retries) and a database hiccup are
+    # transient: retry with backoff. The same idempotency key makes the same refund; once the
+    # retries are spent the request stays approved and the outbox sweep enqueues it again.
+    autoretry_for=(OperationalError, PaymentProviderUnavailable),
+    retry_backoff=5,
+    retry_backoff_max=300,
+    retry_jitter=True,
+    max_retries=8,
 )
 def approval_execute_task(request_id: int) -> None:
     # Redelivery is safe: the ledger write is keyed by the request's idempotency key.

@@ -6,6 +6,12 @@ under the request's key, on that order, for exactly the approved amount and curr
 exactly the approved payment method, the order's refunds within its total, the order within the
 policy window when the request was made (unless a person's policy exception waived the window
 as the policy allows), and the approvals the policy asked for, none by the filer.
+
+It also asks where the money moved: the entry must be `succeeded`, and for a refund paid through
+a provider (stripe) the provider's own record of the refund, read through the gateway by its
+provider_ref, must be that refund: succeeded, the same amount and currency, carrying this
+approval in its metadata. A provider that cannot be asked raises PaymentProviderUnavailable
+(the task retries); nothing is recorded then.
 """
 
 import logging
@@ -14,7 +20,8 @@ from decimal import Decimal
 from django.db import transaction
 from django.utils import timezone
 
-from ledger.models import Order, RefundEntry
+from ledger.models import Order, RefundEntry, RefundStatus
+from ledger.payouts import refund_entry_provider_record
 from ledger.selectors import order_refunded_total, refund_entries_with_effective_amount
 from ledger.services import canonical_hash
 
@@ -75,6 +82,9 @@ def approval_verdict(*, request: ApprovalRequest) -> dict:
         if request.ledger_entry_id is not None:
             checks.append(_check("entry_recorded_on_request", request.ledger_entry_id == entry.pk,
                                  request.ledger_entry_id, entry.pk))
+        checks.append(_check("entry_succeeded", entry.status == RefundStatus.SUCCEEDED, RefundStatus.SUCCEEDED,
+                             entry.status))
+        checks.extend(_provider_checks(request=request, entry=entry))
 
     refunded = order_refunded_total(order)
     checks.append(_check("order_refunds_within_total", refunded <= order.total, f"<= {order.total}", refunded))
@@ -120,6 +130,24 @@ def approval_verdict(*, request: ApprovalRequest) -> dict:
     }
 
 
+def _provider_checks(*, request: ApprovalRequest, entry: RefundEntry) -> list[dict]:
+    """The provider's record of the refund against the ledger's (none for manual / store credit)."""
+    if entry.gateway != RefundEntry.Gateway.STRIPE:
+        return []
+    record = refund_entry_provider_record(entry_id=entry.pk)
+    if record is None:
+        return [_check("provider_has_refund", False, entry.provider_ref or "a provider refund", None)]
+    return [
+        _check("provider_refund_id", record.provider_ref == entry.provider_ref, entry.provider_ref,
+               record.provider_ref),
+        _check("provider_status", record.status == RefundStatus.SUCCEEDED, RefundStatus.SUCCEEDED, record.status),
+        _check("provider_amount", record.amount == request.amount and record.currency == request.currency,
+               f"{request.amount} {request.currency}", f"{record.amount} {record.currency}"),
+        _check("provider_metadata_approval", record.metadata.get("approval") == str(request.pk), str(request.pk),
+               record.metadata.get("approval")),
+    ]
+
+
 def approval_verify(*, request_id: int) -> dict:
     """Verify an executed approval against the ledger and record the verdict.
 
@@ -130,6 +158,9 @@ def approval_verify(*, request_id: int) -> dict:
     request = ApprovalRequest.objects.select_related("policy").get(pk=request_id)
     verdict = approval_verdict(request=request)
     Status = ApprovalRequest.Status
+    entry_status = RefundEntry.objects.filter(idempotency_key=request.idempotency_key).values_list("status", flat=True)
+    if request.status == Status.APPROVED and list(entry_status) == [RefundStatus.PENDING]:
+        return verdict  # the provider has not answered yet: nothing to judge
     if request.status == Status.APPROVED:
         new_status = Status.EXECUTED if verdict["ok"] else Status.FAILED
     elif request.status == Status.EXECUTED and not verdict["ok"]:

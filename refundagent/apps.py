@@ -19,9 +19,11 @@ class RefundagentConfig(AppConfig):
     }
 
     def ready(self):
-        # Receivers for the approvals layer's signals (approval decided, refund executed, verified).
-        # One log line per money decision, from the same signals (docs/operations.md).
+        # Receivers for the approvals layer's signals (approval decided, refund executed, verified),
+        # one log line per money decision from the same signals (docs/operations.md), and the
+        # outbox sweep's task, so every worker and beat process knows it.
         from . import (
             money_log,  # noqa: F401
             receivers,  # noqa: F401
+            sweep,  # noqa: F401
         )

@@ -69,6 +69,10 @@ class Ticket(models.Model):
         blank=True, help_text="The reply support may send now, written by the runtime from the ticket's current "
         "outcome (the model's draft stays on the draft).",
     )
+    # The outbox: a `queued` row IS the agent-run instruction (written with the ticket, or with
+    # the "request changes" that re-queued it); this is when it was last handed to Celery. The
+    # sweep re-enqueues queued tickets whose last hand-off is older than SWEEP_GRACE_SECONDS.
+    run_dispatched_at = models.DateTimeField(null=True, blank=True, help_text="Last time the agent run was enqueued.")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

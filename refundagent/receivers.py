@@ -63,6 +63,11 @@ def on_refund_verified(sender, request: ApprovalRequest, verdict: dict, **kwargs
     ticket_events.ticket_follow_verified(request=request, verdict=verdict)
 
 
+@receiver(signals.refund_payment_failed, dispatch_uid="refundagent.ticket_follow_payment_failed")
+def on_refund_payment_failed(sender, request: ApprovalRequest, entry, reason: str = "", **kwargs):
+    ticket_events.ticket_follow_payment_failed(request=request, entry=entry, reason=reason)
+
+
 @review_context_register
 def ticket_review_sections(request: ApprovalRequest) -> list[dict]:
     """The review page's sections from this layer: the ticket, the draft and its rationale, the

@@ -20,9 +20,9 @@ from ledger.tenancy import tenant_for_user, user_require_role
 
 from .exceptions import TicketStateConflict
 from .models import Ticket
+from .outbox import ticket_run_publish
 from .redaction import sensitive_values_for_ticket
 from .selectors import QUEUE_STATUSES
-from .tasks import agent_run_ticket_task
 from .ticket_state import ticket_transition, ticket_transition_allowed
 from .tracing import trace_record
 
@@ -108,6 +108,8 @@ def ticket_create(
         )
         ticket_span_mark(ticket)
         _trace(ticket, span="run", status="queued", decision="filed", reason=f"Filed by {user.get_username()}.")
+        # The queued row is the agent-run instruction (refundagent.outbox): a broker that is down
+        # when this commits never fails the filing; the sweep enqueues it later.
         transaction.on_commit(lambda: ticket_run_enqueue(ticket.pk))
     return ticket
 
@@ -131,7 +133,8 @@ def _trace(ticket: Ticket, **kwargs):
 
 
 def ticket_run_enqueue(ticket_id: int) -> None:
-    agent_run_ticket_task.delay(ticket_id)
+    """Hand a queued ticket to a worker (after commit). Never raises: see refundagent.outbox."""
+    ticket_run_publish(ticket_id=ticket_id)
 
 
 def ticket_escalate(*, ticket: Ticket, user, note: str = "") -> Ticket:

@@ -211,3 +211,21 @@ def ticket_follow_verified(*, request: ApprovalRequest, verdict: dict) -> None:
     trace_record(ticket=ticket, span="verify", status="error", decision="verification_failed",
                  reason=f"Evaluator: {', '.join(c['name'] for c in failed)} failed on request #{request.pk}.", data=data)
 
+
+
+def ticket_follow_payment_failed(*, request: ApprovalRequest, entry, reason: str) -> None:
+    """The provider refused (or canceled) the payout: the ticket goes back to finance as
+    `payment_failed` with the provider's reason; nothing was paid and the amount is refundable
+    again (finance files it again: approvals.payouts.approval_request_payment_retry)."""
+    ticket = ticket_of_request(request)
+    if ticket is None:
+        return
+    detail = (f"The payment provider refused the refund of {_money(request)} (request #{request.pk}, ledger entry "
+              f"#{entry.pk} {entry.status}): {reason}. Nothing was paid; the amount is refundable again.")
+    if not ticket_transition(ticket=ticket, to=S.PAYMENT_FAILED, detail=detail) and ticket.status == S.REFUNDED:
+        # The provider reported the refund succeeded, then failed it: a settled ticket moves
+        # only by the alert.
+        ticket_transition(ticket=ticket, to=S.FAILED, detail=detail)
+    trace_record(ticket=ticket, span="ledger", status="error", decision="payment_failed", tool="refunds.issue_refund",
+                 reason=detail, data=_request_data(request, entry=entry.pk, entry_status=entry.status,
+                                                   provider_ref=entry.provider_ref, provider_reason=reason))

@@ -15,6 +15,6 @@ class Migration(migrations.Migration):
     operations = [
         migrations.AddIndex(
             model_name='approvalrequest',
-            index=models.Index(models.F('tenant'), models.Case(models.When(status='pending', then=models.Value(0)), default=models.Value(1), output_field=models.IntegerField()), models.F('created_at'), models.OrderBy(models.F('id'), descending=True), name='approval_queue_idx'),
+            index=models.Index(models.F('tenant'), models.Case(models.When(status__in=('pending', 'payment_failed'), then=models.Value(0)), default=models.Value(1), output_field=models.IntegerField()), models.F('created_at'), models.OrderBy(models.F('id'), descending=True), name='approval_queue_idx'),
         ),
     ]

@@ -196,8 +196,16 @@ CELERY_TASK_SERIALIZER = "json"
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": envint("CELERY_VISIBILITY_TIMEOUT", "3600")}
+# A message a killed worker took (acks_late: never acknowledged) is redelivered by Redis only
+# after this; 15 minutes by default, not Redis's hour. It must outlast the longest task (the
+# agent's lease, checked below); the outbox sweep recovers such work sooner anyway.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": envint("CELERY_VISIBILITY_TIMEOUT", "900")}
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# A publish while the broker is down fails fast (the outbox row is already committed and the
+# sweep re-sends it) instead of blocking the request that made the hand-off.
+CELERY_BROKER_CONNECTION_TIMEOUT = envint("CELERY_BROKER_CONNECTION_TIMEOUT", "2")
+# One quick reconnect (a pooled connection gone stale after a broker restart), then give up.
+CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 CELERY_TIMEZONE = TIME_ZONE
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 
@@ -238,6 +246,14 @@ AGENT_MAX_REPEATED_CALLS = envint("AGENT_MAX_REPEATED_CALLS", "1")
 AGENT_LEASE_SECONDS = envint("AGENT_LEASE_SECONDS", str(AGENT_MAX_WALL_SECONDS + 60))
 if CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] <= AGENT_LEASE_SECONDS:
     raise ImproperlyConfigured("CELERY_VISIBILITY_TIMEOUT must be longer than AGENT_LEASE_SECONDS.")
+
+# --- The outbox sweep -----------------------------------------------------------------------
+# A hand-off (an approval's execution, a queued ticket's agent run) not picked up this long after
+# it was written or last enqueued is enqueued again by the periodic sweep (every minute by
+# default; the schedule is a django-celery-beat PeriodicTask, editable in the admin).
+SWEEP_GRACE_SECONDS = envint("SWEEP_GRACE_SECONDS", "60")
+if SWEEP_GRACE_SECONDS < 1:
+    raise ImproperlyConfigured(f"SWEEP_GRACE_SECONDS must be a positive integer, got {SWEEP_GRACE_SECONDS}")
 
 # --- Approvals ----------------------------------------------------------------------------
 APPROVAL_EXPIRY = timedelta(hours=envint("APPROVAL_EXPIRY_HOURS", "72"))

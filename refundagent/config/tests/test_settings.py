@@ -43,3 +43,11 @@ def test_a_malformed_boolean_is_refused():
     result = run_manage("check", DJANGO_DEBUG="maybe")
     assert result.returncode != 0
     assert "DJANGO_DEBUG must be a boolean" in result.stderr
+
+
+def test_a_sweep_grace_that_is_not_a_positive_integer_is_refused():
+    for value, message in (("soon", "SWEEP_GRACE_SECONDS must be an integer"),
+                           ("0", "SWEEP_GRACE_SECONDS must be a positive integer")):
+        result = run_manage("check", SWEEP_GRACE_SECONDS=value)
+        assert result.returncode != 0
+        assert message in result.stderr

@@ -4,6 +4,11 @@ a Celery worker's PYTHONPATH, and Python imports this module at start-up.
 With APPROVALS_CRASH_AFTER_LEDGER_WRITE_MARKER set to a path, the first refund executed in a
 worker process whose marker does not exist yet creates the marker and SIGKILLs that process
 right after the ledger write committed (before the task is acknowledged).
+
+With PAYOUT_CRASH_AFTER_PROVIDER_CALL_MARKER set to a path, the first payout in a worker whose
+marker does not exist yet creates the marker and SIGKILLs the whole worker (its process group:
+the main process too, so nothing requeues the message) after the provider answered and before
+the ledger recorded the answer.
 """
 
 import os
@@ -33,6 +38,29 @@ def _connect(**kwargs):
 
     refund_executed.connect(_crash_after_commit, dispatch_uid="tests.faults.crash_after_ledger_write")
 
+
+PAYOUT_CRASH_ENV = "PAYOUT_CRASH_AFTER_PROVIDER_CALL_MARKER"
+
+
+def _connect_payout_crash(**kwargs):
+    from ledger import payouts
+
+    record = payouts.ledger_refund_record_outcome
+
+    def crash_before_record(**record_kwargs):
+        marker = Path(os.environ[PAYOUT_CRASH_ENV])
+        if not marker.exists():
+            marker.write_text(str(os.getpid()))
+            os.killpg(os.getpgid(0), signal.SIGKILL)
+        return record(**record_kwargs)
+
+    payouts.ledger_refund_record_outcome = crash_before_record
+
+
+if os.environ.get(PAYOUT_CRASH_ENV):
+    from celery.signals import worker_process_init
+
+    worker_process_init.connect(_connect_payout_crash, weak=False)
 
 if os.environ.get(CRASH_AFTER_LEDGER_WRITE_ENV):
     from celery.signals import worker_process_init

@@ -1,0 +1,64 @@
+"""The approvals layer's outbox: an `approved` request is its own execution instruction.
+
+The decision writes `status=approved` in its transaction, so the instruction commits with the
+decision or not at all. Handing it to Celery after commit (`approval_execution_publish`) is an
+optimisation: when the broker is down the publish fails, is logged and recorded on the row, and
+the decision still answers 200. The periodic sweep (`approval_executions_sweep`) enqueues again
+every approved request whose decision or last hand-off is older than the grace period, so a lost
+message, a broker outage or a killed worker delays the refund by minutes and never loses it.
+Executing twice is safe: the ledger and the provider are keyed by the request's idempotency key.
+"""
+
+import logging
+from datetime import timedelta
+
+from django.db.models import F, Q
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from .models import ApprovalRequest
+from .tasks import approval_execute_task
+
+logger = logging.getLogger(__name__)
+
+
+def approval_execution_publish(*, request_id: int) -> bool:
+    """Enqueue the execution of one approved request; True if the broker took it. Never raises:
+    the instruction is already committed and the sweep re-sends what this could not."""
+    now = timezone.now()
+    try:
+        approval_execute_task.delay(request_id)
+    except Exception as exc:  # noqa: BLE001 - any broker failure; the sweep recovers the instruction
+        logger.error("approval %s: enqueueing its execution failed (%s); the sweep will re-send it",
+                     request_id, exc, extra={"approval": request_id})
+        ApprovalRequest.objects.filter(pk=request_id).update(
+            dispatch_attempts=F("dispatch_attempts") + 1, dispatch_error=f"{type(exc).__name__}: {exc}"[:2000]
+        )
+        return False
+    ApprovalRequest.objects.filter(pk=request_id).update(
+        dispatched_at=now, dispatch_attempts=F("dispatch_attempts") + 1, dispatch_error=""
+    )
+    return True
+
+
+def approval_executions_due(*, older_than: timedelta):
+    """Approved requests (not yet executed and verified) whose decision and last hand-off are
+    both older than `older_than`: the instructions nobody picked up (or whose worker died)."""
+    cutoff = timezone.now() - older_than
+    return (
+        ApprovalRequest.objects.filter(status=ApprovalRequest.Status.APPROVED)
+        .annotate(last_handoff=Coalesce("dispatched_at", "decided_at", "updated_at"))
+        .filter(Q(last_handoff__lte=cutoff))
+        .order_by("decided_at", "id")
+    )
+
+
+def approval_executions_sweep(*, older_than: timedelta, limit: int = 500) -> int:
+    """Enqueue again the executions not picked up within `older_than`. Returns how many were
+    enqueued (a publish that fails again is logged and left for the next sweep)."""
+    sent = 0
+    for request_id in approval_executions_due(older_than=older_than).values_list("pk", flat=True)[:limit]:
+        logger.warning("approval %s: execution not done within the grace period; enqueued again", request_id,
+                       extra={"approval": request_id})
+        sent += approval_execution_publish(request_id=request_id)
+    return sent

@@ -1,0 +1,117 @@
+"""What the approvals layer does when the provider answers about a refund it executed, and how
+finance pays a refused refund again.
+
+The ledger sends `refund_entry_status_changed` inside the transaction that records the
+provider's answer (from the payout, a webhook or the reconciliation):
+- `failed` / `canceled`: the request becomes `payment_failed` (compare-and-set) with the
+  provider's reason in its verification record, and `refund_payment_failed` tells the ticket
+  (which goes back to finance as `payment_failed`). The entry no longer counts, so the amount is
+  refundable again.
+- `succeeded` (a webhook or the reconciliation learned it after the payout said `pending`):
+  the execution is enqueued again after commit; it replays the entry and runs the evaluator.
+  The provider is never called inside the ledger's transaction.
+
+Paying again: `approval_request_payment_retry` (finance, never the filer) files a new request
+for the same exact refund under a new idempotency key (`<key>:r<n>`), linked as the refused
+request's replacement; the ticket goes back to `approval_required` and finance approves it as
+any other request. A new key means a new refund at the provider.
+"""
+
+import logging
+
+from django.db import transaction
+from django.dispatch import receiver
+from django.utils import timezone
+
+from ledger.exceptions import InvalidInput, NotFound
+from ledger.models import RefundEntry, RefundStatus
+from ledger.selectors import order_refund_position
+from ledger.signals import refund_entry_status_changed
+from ledger.tenancy import tenant_for_user
+
+from .decisions import approval_decider_check
+from .exceptions import ApprovalConflict
+from .execution import approval_payment_failed
+from .gate import policy_current
+from .locks import order_lock
+from .models import ApprovalRequest
+from .outbox import approval_execution_publish
+from .requests import approval_request_replacement_key
+from .signals import approval_replaced
+
+logger = logging.getLogger(__name__)
+
+REFUSED = (RefundStatus.FAILED, RefundStatus.CANCELED)
+
+
+@receiver(refund_entry_status_changed, dispatch_uid="approvals.approval_follow_refund_status")
+def on_refund_entry_status_changed(sender, entry: RefundEntry, from_status: str, to_status: str, reason: str = "",
+                                   **kwargs):
+    # Runs inside the ledger's transaction, in its own savepoint: a bug here is logged and
+    # never undoes the ledger's record of what the provider said.
+    try:
+        with transaction.atomic():
+            approval_follow_refund_status(entry=entry, to_status=to_status, reason=reason)
+    except Exception:  # noqa: BLE001 - the ledger's record must stand
+        logger.exception("following refund #%s to %s failed; the ledger's record stands", entry.pk, to_status)
+
+
+def approval_follow_refund_status(*, entry: RefundEntry, to_status: str, reason: str = "") -> ApprovalRequest | None:
+    """The request whose refund the provider answered about follows it (see the module doc)."""
+    request = ApprovalRequest.objects.filter(idempotency_key=entry.idempotency_key).select_related("order").first()
+    if request is None:
+        return None
+    if to_status in REFUSED:
+        return approval_payment_failed(request=request, entry=entry, reason=reason)
+    if to_status == RefundStatus.SUCCEEDED and request.status == ApprovalRequest.Status.APPROVED:
+        request_id = request.pk
+        transaction.on_commit(lambda: approval_execution_publish(request_id=request_id))
+    return request
+
+
+def approval_request_payment_retry(*, request_id: int, user, note: str = "") -> ApprovalRequest:
+    """File the refund a provider refused again, as a new request for finance to decide.
+
+    Only a `payment_failed` request, once (a second retry of the same request is a conflict:
+    decide the first). The new request has the same exact args (and hash) under a new key, the
+    facts it is checked against taken now (what is refundable, the current policy), and needs the
+    same number of approvers. Who may: whoever may decide the request (finance, not the filer)."""
+    tenant = tenant_for_user(user)
+    try:
+        request = ApprovalRequest.objects.for_tenant(tenant).get(pk=request_id)
+    except (ApprovalRequest.DoesNotExist, ValueError, TypeError):
+        raise NotFound(f"Approval request {request_id} not found.") from None
+    approval_decider_check(user=user, request=request)
+    now = timezone.now()
+    with transaction.atomic():
+        order = order_lock(order_id=request.order_id)
+        request = ApprovalRequest.objects.select_for_update().get(pk=request.pk)
+        if request.status != ApprovalRequest.Status.PAYMENT_FAILED or request.replaced_by_id is not None:
+            raise ApprovalConflict(
+                f"Request #{request.pk} is {request.status}"
+                + (f" and was filed again as #{request.replaced_by_id}" if request.replaced_by_id else "")
+                + "; only a refused payment is filed again.",
+                code="not_payment_failed",
+            )
+        policy = policy_current(order.tenant)
+        if policy is None:
+            raise InvalidInput("The shop has no published refund policy.", code="no_policy")
+        refundable = order_refund_position(order).refundable
+        if request.amount > refundable:
+            raise ApprovalConflict(f"Only {refundable} {order.currency} is refundable on {order.external_id} now.",
+                                   code="refund_exceeds_refundable")
+        replacement = ApprovalRequest.objects.create(
+            tenant_id=request.tenant_id, action=request.action, order=order, amount=request.amount,
+            currency=request.currency, args=request.args, args_hash=request.args_hash,
+            idempotency_key=approval_request_replacement_key(key=request.idempotency_key),
+            policy=policy, policy_version=policy.version, refundable_at_request=refundable,
+            trace_id=request.trace_id, ticket_ref=request.ticket_ref, approver_role=request.approver_role,
+            required_approvals=request.required_approvals, expires_at=now + (request.expires_at - request.created_at),
+            requested_by=request.requested_by,
+            decision_note=f"Filed again by {user.get_username()} after the provider refused request #{request.pk}"
+                          + (f": {note}" if note else "."),
+        )
+        ApprovalRequest.objects.filter(pk=request.pk).update(replaced_by=replacement, updated_at=now)
+        request.refresh_from_db()
+        approval_replaced.send(sender=ApprovalRequest, request=replacement, old=request)
+    return replacement

@@ -1,0 +1,31 @@
+"""The agent layer's outbox: a `queued` ticket is its own agent-run instruction.
+
+`ticket_create` writes the ticket `queued` in its transaction, and "request changes" moves it
+back to `queued` in the decision's transaction, so the instruction commits with the step. The
+publish to Celery after commit (`ticket_run_publish`) is an optimisation: if the broker is down
+it is logged and the request still succeeds (201); the sweep (refundagent.sweep) enqueues again
+queued tickets not picked up within the grace period, and running tickets whose run's lease
+expired. Running twice is safe: the loop claims a ticket by compare-and-set (agent_run_claim).
+"""
+
+import logging
+
+from django.utils import timezone
+
+from .models import Ticket
+from .tasks import agent_run_ticket_task
+
+logger = logging.getLogger(__name__)
+
+
+def ticket_run_publish(*, ticket_id: int) -> bool:
+    """Enqueue the agent run of a ticket; True if the broker took it. Never raises."""
+    now = timezone.now()
+    try:
+        agent_run_ticket_task.delay(ticket_id)
+    except Exception as exc:  # noqa: BLE001 - any broker failure; the sweep recovers the instruction
+        logger.error("ticket %s: enqueueing its agent run failed (%s); the sweep will re-send it", ticket_id, exc,
+                     extra={"ticket": ticket_id})
+        return False
+    Ticket.objects.filter(pk=ticket_id).update(run_dispatched_at=now)
+    return True

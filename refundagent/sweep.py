@@ -1,0 +1,91 @@
+"""The periodic outbox sweep: one service per job, one thin task (`outbox_sweep_task` below,
+registered with django-celery-beat by migration 0007, every minute by default, editable in the
+admin; the app's ready() imports this module so every worker knows the task). This is the top layer, so it runs the jobs of every layer:
+
+- approvals: approved requests not executed within the grace (approvals.outbox);
+- agent: queued tickets not picked up within the grace, and runs whose lease expired;
+- ledger: pending payouts polled at the provider, unprocessed webhook events (ledger.sweep).
+
+Each job is idempotent (every side effect is keyed), so a sweep that overlaps a slow worker
+only costs a duplicate message.
+"""
+
+import logging
+from datetime import timedelta
+
+from celery import shared_task
+from django.conf import settings
+from django.db.models import Q
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from approvals.outbox import approval_executions_sweep
+from ledger.sweep import refund_entries_poll, webhook_events_republish
+
+from .models import AgentRun, Ticket
+from .outbox import ticket_run_publish
+
+logger = logging.getLogger(__name__)
+
+
+def sweep_grace() -> timedelta:
+    return timedelta(seconds=settings.SWEEP_GRACE_SECONDS)
+
+
+def tickets_queued_sweep(*, older_than: timedelta, limit: int = 500) -> int:
+    """Enqueue again queued tickets whose last hand-off (or the step that queued them) is older
+    than `older_than`. Returns how many were enqueued."""
+    cutoff = timezone.now() - older_than
+    due = (
+        Ticket.objects.filter(status=Ticket.Status.QUEUED, updated_at__lte=cutoff)
+        .annotate(last_handoff=Coalesce("run_dispatched_at", "updated_at"))
+        .filter(Q(last_handoff__lte=cutoff))
+        .order_by("updated_at", "id")
+        .values_list("pk", flat=True)[:limit]
+    )
+    sent = 0
+    for ticket_id in due:
+        logger.warning("ticket %s: queued and not picked up within the grace period; enqueued again", ticket_id,
+                       extra={"ticket": ticket_id})
+        sent += ticket_run_publish(ticket_id=ticket_id)
+    return sent
+
+
+def agent_runs_lease_expired_sweep(*, limit: int = 500) -> int:
+    """Enqueue again the tickets whose run's lease expired (its worker died): the new task
+    takes the run over (agent_run_claim) and resumes it. Returns how many were enqueued."""
+    now = timezone.now()
+    cutoff = now - sweep_grace()
+    due = (
+        AgentRun.objects.filter(status=AgentRun.Status.RUNNING, ticket__status=Ticket.Status.RUNNING,
+                                lease_expires_at__lt=now)
+        .filter(Q(ticket__run_dispatched_at=None) | Q(ticket__run_dispatched_at__lte=cutoff))
+        .order_by("lease_expires_at")
+        .values_list("ticket_id", flat=True)[:limit]
+    )
+    sent = 0
+    for ticket_id in due:
+        logger.warning("ticket %s: its run's lease expired; enqueued again to take it over", ticket_id,
+                       extra={"ticket": ticket_id})
+        sent += ticket_run_publish(ticket_id=ticket_id)
+    return sent
+
+
+def outbox_sweep() -> dict[str, int]:
+    """Every sweep job once, with SWEEP_GRACE_SECONDS as the grace; what each one did."""
+    grace = sweep_grace()
+    done = {
+        "approval_executions": approval_executions_sweep(older_than=grace),
+        "tickets_queued": tickets_queued_sweep(older_than=grace),
+        "agent_runs_lease_expired": agent_runs_lease_expired_sweep(),
+        "payouts_polled": refund_entries_poll(older_than=grace),
+        "webhook_events": webhook_events_republish(older_than=grace),
+    }
+    if any(done.values()):
+        logger.info("outbox sweep: %s", done)
+    return done
+
+
+@shared_task(ignore_result=True)
+def outbox_sweep_task() -> dict[str, int]:
+    return outbox_sweep()

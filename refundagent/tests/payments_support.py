@@ -1,0 +1,31 @@
+"""Builders for the payment tests: a shop's ticket waiting for finance with its approval request
+(made through the gate, as the agent's decision would), and approving it as finance does."""
+
+from decimal import Decimal
+
+from django.utils import timezone
+
+from approvals.decisions import approval_request_decide
+from approvals.gate import Proposal, policy_current, policy_gate_evaluate
+from approvals.requests import approval_request_create
+from refundagent.models import Ticket
+
+
+def ticket_awaiting_approval(*, order, filer, amount: str, key: str) -> tuple[Ticket, "ApprovalRequest"]:  # noqa: F821
+    """A ticket of `order`'s customer in approval_required, and its pending request for `amount`."""
+    ticket = Ticket.objects.create(tenant=order.tenant, order=order, customer=order.customer, message="Refund please.",
+                                   currency=order.currency, created_by=filer, status=Ticket.Status.APPROVAL_REQUIRED,
+                                   stop_reason=Ticket.StopReason.APPROVAL_REQUIRED)
+    policy = policy_current(order.tenant)
+    verdict = policy_gate_evaluate(
+        order=order, policy=policy, now=timezone.now(), item_ids=[], refund_to=None,
+        proposal=Proposal(recommendation="refund", amount=Decimal(amount), policy_version=policy.version,
+                          destination=None),
+    )
+    request, _ = approval_request_create(order=order, policy=policy, verdict=verdict, idempotency_key=key,
+                                         requested_by=filer, ticket_ref=ticket.pk)
+    return ticket, request
+
+
+def approve(request, user):
+    return approval_request_decide(request_id=request.pk, user=user, decision="approve", args_hash=request.args_hash)
