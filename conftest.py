@@ -56,8 +56,10 @@ def _capability_registry(request):
 
     from approvals.models import Capability
 
-    migrations = [importlib.import_module(f"approvals.migrations.{name}")
-                  for name in ("0002_seed_capabilities", "0004_seed_list_customer_orders")]
+    migrations = [
+        importlib.import_module(f"approvals.migrations.{name}")
+        for name in ("0002_seed_capabilities", "0004_seed_list_customer_orders")
+    ]
     if Capability.objects.count() < sum(len(m.CAPABILITIES) for m in migrations):
         for migration in migrations:
             migration.seed(apps, None)
@@ -137,8 +139,16 @@ def make_order(tenant, customer, card):
 
     counter = iter(range(1, 10_000))
 
-    def make(total="100.00", *, items=(), currency="USD", external_id=None, days_old=5, status=Order.Status.DELIVERED,
-             payment_ref="pi_test"):
+    def make(
+        total="100.00",
+        *,
+        items=(),
+        currency="USD",
+        external_id=None,
+        days_old=5,
+        status=Order.Status.DELIVERED,
+        payment_ref="pi_test",
+    ):
         order = Order.objects.create(
             tenant=tenant,
             customer=customer,
@@ -150,11 +160,22 @@ def make_order(tenant, customer, card):
         )
         for line_no, (item_id, price, quantity) in enumerate(items, start=1):
             OrderItem.objects.create(
-                order=order, line_no=line_no, item_id=item_id, name=item_id.title(), price=Decimal(price), quantity=quantity
+                order=order,
+                line_no=line_no,
+                item_id=item_id,
+                name=item_id.title(),
+                price=Decimal(price),
+                quantity=quantity,
             )
         Payment.objects.create(
-            order=order, payment_method=card, method="card", card_brand="visa", card_last4="4242",
-            payment_ref=payment_ref, amount=Decimal(total), currency=currency,
+            order=order,
+            payment_method=card,
+            method="card",
+            card_brand="visa",
+            card_last4="4242",
+            payment_ref=payment_ref,
+            amount=Decimal(total),
+            currency=currency,
         )
         return order
 
@@ -254,9 +275,22 @@ class WorkerProcess:
         self.hostname = f"test-{uuid.uuid4().hex[:8]}@localhost"
         env = dict(os.environ, DATABASE_URL=self.database_url, **(extra_env or {}))
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "refundagent", "worker", "--pool=prefork",
-             f"--concurrency={self.concurrency}", "--loglevel=INFO", "-n", self.hostname, "--without-gossip",
-             "--without-mingle", "--without-heartbeat"],
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "refundagent",
+                "worker",
+                "--pool=prefork",
+                f"--concurrency={self.concurrency}",
+                "--loglevel=INFO",
+                "-n",
+                self.hostname,
+                "--without-gossip",
+                "--without-mingle",
+                "--without-heartbeat",
+            ],
             env=env,
             start_new_session=True,
             stdout=open(f"/tmp/celery-worker-{os.getpid()}-{self.n}.log", "w"),

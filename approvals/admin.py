@@ -64,7 +64,9 @@ def status_badge_html(request: ApprovalRequest):
     return format_html(
         '<span class="ra-badge ra-badge-{}" style="background:{};color:#fff;padding:2px 7px;border-radius:9px;'
         'font-weight:600;white-space:nowrap">{}</span>',
-        request.status, colour, label,
+        request.status,
+        colour,
+        label,
     )
 
 
@@ -125,7 +127,8 @@ class DecisionForm(forms.Form):
     args_hash = forms.CharField(widget=forms.HiddenInput, max_length=64)
     note = forms.CharField(widget=forms.Textarea(attrs={"rows": 4, "cols": 80}), required=False, max_length=4000)
     wanted_amount = MoneyFormField(
-        required=False, min_value=Decimal("0.01"),
+        required=False,
+        min_value=Decimal("0.01"),
         help_text="Optional: the amount you would approve instead. The agent drafts a new request.",
     )
 
@@ -146,8 +149,17 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
     # Everything finance decides on fits 1280 px beside the filters (the browser test measures it):
     # who filed it and when share a column, and the admin's app menu is folded away on these pages.
     list_display = (
-        "id", "status_badge", "ticket", "order_id_display", "customer", "amount_display", "policy_version",
-        "approvals_display", "time_to_expiry", "filed", "payment_problem",
+        "id",
+        "status_badge",
+        "ticket",
+        "order_id_display",
+        "customer",
+        "amount_display",
+        "policy_version",
+        "approvals_display",
+        "time_to_expiry",
+        "filed",
+        "payment_problem",
     )
     list_display_links = ("id", "order_id_display")
     list_filter = ("status", PolicyVersionFilter, ExpiryFilter)
@@ -161,8 +173,21 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
     # The review above the form shows the action, the keys, the votes and the evidence; the stock
     # form keeps only the record of the decision that the review does not repeat.
     fieldsets = (
-        ("Decision record", {"fields": ("decided_by", "decided_at", "decision_note", "requested_amount_change",
-                                        "replaced_by", "ledger_entry", "approver_role", "updated_at")}),
+        (
+            "Decision record",
+            {
+                "fields": (
+                    "decided_by",
+                    "decided_at",
+                    "decision_note",
+                    "requested_amount_change",
+                    "replaced_by",
+                    "ledger_entry",
+                    "approver_role",
+                    "updated_at",
+                )
+            },
+        ),
         ("Execution hand-off (outbox)", {"fields": ("dispatched_at", "dispatch_attempts", "dispatch_error")}),
     )
 
@@ -174,8 +199,12 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
             .annotate(n=Count("*"))
             .values("n")
         )
-        return super().get_queryset(request).annotate(
-            approvals_so_far=Coalesce(Subquery(approvals, output_field=IntegerField()), Value(0)),
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                approvals_so_far=Coalesce(Subquery(approvals, output_field=IntegerField()), Value(0)),
+            )
         )
 
     def get_ordering(self, request):
@@ -250,13 +279,20 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
         if request.user.is_superuser or tenant is not None:
             unresolved = reconciliation_findings_unresolved(tenant=tenant).count()
             if unresolved:
-                messages.warning(request, format_html(
-                    '{} unresolved payment reconciliation finding(s): <a href="{}">review them</a>.', unresolved,
-                    reverse("admin:ledger_reconciliationfinding_changelist")))
+                messages.warning(
+                    request,
+                    format_html(
+                        '{} unresolved payment reconciliation finding(s): <a href="{}">review them</a>.',
+                        unresolved,
+                        reverse("admin:ledger_reconciliationfinding_changelist"),
+                    ),
+                )
         payment_failed = self.get_queryset(request).filter(status=S.PAYMENT_FAILED, replaced_by=None).count()
         if payment_failed:
-            messages.error(request, f"{payment_failed} refund(s) refused by the payment provider: file them again "
-                                    "or close the ticket.")
+            messages.error(
+                request,
+                f"{payment_failed} refund(s) refused by the payment provider: file them again or close the ticket.",
+            )
         return super().changelist_view(request, {**self.WIDE, **(extra_context or {})})
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
@@ -274,7 +310,8 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
         is_filer = obj.requested_by_id == request.user.pk
         open_decisions, closed_why = (
             approval_decisions_open(request=obj, user=request.user, now=now)
-            if user_can_decide(request.user) else ([], "")
+            if user_can_decide(request.user)
+            else ([], "")
         )
         votes = list(obj.votes.select_related("approver"))
         payments = [
@@ -359,8 +396,11 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
                     messages.error(request, f"Not decided: {exc.message}")
                     return HttpResponseRedirect(change_url)
                 obj.refresh_from_db()
-                messages.success(request, f"Request #{obj.pk}: {DECISION_LABELS[decision].lower()} recorded; "
-                                          f"it is now {obj.get_status_display()}.")
+                messages.success(
+                    request,
+                    f"Request #{obj.pk}: {DECISION_LABELS[decision].lower()} recorded; "
+                    f"it is now {obj.get_status_display()}.",
+                )
                 return HttpResponseRedirect(change_url)
         else:
             form = DecisionForm(initial={"args_hash": obj.args_hash}, decision=decision)
@@ -392,8 +432,16 @@ class ApprovalVoteAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelA
 
 @admin.register(RefundPolicy)
 class RefundPolicyAdmin(StrictMoneyAdminMixin, TenantScopedAdminMixin, NoDeleteAdminMixin, admin.ModelAdmin):
-    list_display = ("version", "tenant", "status", "window_days", "two_approver_threshold",
-                    "approvals_above_threshold", "published_at", "retired_at")
+    list_display = (
+        "version",
+        "tenant",
+        "status",
+        "window_days",
+        "two_approver_threshold",
+        "approvals_above_threshold",
+        "published_at",
+        "retired_at",
+    )
     list_filter = ("status", "tenant")
     list_select_related = ("tenant",)
     search_fields = ("version",)
@@ -413,13 +461,17 @@ class RefundPolicyAdmin(StrictMoneyAdminMixin, TenantScopedAdminMixin, NoDeleteA
             while RefundPolicy.objects.filter(tenant=policy.tenant, version=f"{policy.version}-next{n}").exists():
                 n += 1
             draft = RefundPolicy.objects.create(
-                tenant=policy.tenant, version=f"{policy.version}-next{n}", status=RefundPolicy.Status.DRAFT,
-                window_days=policy.window_days, full_refund_statuses=policy.full_refund_statuses,
+                tenant=policy.tenant,
+                version=f"{policy.version}-next{n}",
+                status=RefundPolicy.Status.DRAFT,
+                window_days=policy.window_days,
+                full_refund_statuses=policy.full_refund_statuses,
                 item_refund_statuses=policy.item_refund_statuses,
                 full_refund_destinations=policy.full_refund_destinations,
                 item_refund_destinations=policy.item_refund_destinations,
                 two_approver_threshold=policy.two_approver_threshold,
-                approvals_above_threshold=policy.approvals_above_threshold, text=policy.text,
+                approvals_above_threshold=policy.approvals_above_threshold,
+                text=policy.text,
             )
             messages.success(request, f"Draft {draft.version} created from {policy.version}: edit it, then publish it.")
 
@@ -430,8 +482,11 @@ class RefundPolicyAdmin(StrictMoneyAdminMixin, TenantScopedAdminMixin, NoDeleteA
                 messages.error(request, f"{policy.version} is {policy.status}; only drafts are published.")
                 continue
             refund_policy_publish(tenant=policy.tenant, policy=policy)
-            messages.success(request, f"{policy.version} is now the current policy of {policy.tenant}; pending "
-                                      "approval requests made under the old version are re-checked before approval.")
+            messages.success(
+                request,
+                f"{policy.version} is now the current policy of {policy.tenant}; pending "
+                "approval requests made under the old version are re-checked before approval.",
+            )
 
 
 @admin.register(Capability)

@@ -46,8 +46,14 @@ DECISION_EVENTS = {
 MAX_NOTE_LENGTH = 4000
 
 
-@traced("refund.approval.decide", result=lambda r: {"refund.approval.status": r.status,
-        "refund.ticket.id": r.ticket_ref, "refund.ticket.trace_id": r.trace_id.replace("-", "")})
+@traced(
+    "refund.approval.decide",
+    result=lambda r: {
+        "refund.approval.status": r.status,
+        "refund.ticket.id": r.ticket_ref,
+        "refund.ticket.trace_id": r.trace_id.replace("-", ""),
+    },
+)
 def approval_request_decide(
     *,
     request_id: int,
@@ -78,9 +84,7 @@ def approval_request_decide(
     """
     now = now or timezone.now()
     if decision not in DECISIONS:
-        raise InvalidInput(
-            f"Unknown decision {decision!r}; one of {', '.join(DECISIONS)}.", code="bad_decision"
-        )
+        raise InvalidInput(f"Unknown decision {decision!r}; one of {', '.join(DECISIONS)}.", code="bad_decision")
     note = (note or "").strip()
     if len(note) > MAX_NOTE_LENGTH:
         raise InvalidInput(f"The note is longer than {MAX_NOTE_LENGTH} characters.", code="note_too_long")
@@ -175,8 +179,7 @@ def _approval_required_recount(*, request, order) -> None:
     """Dual control counts the order's other refunds as they are now: a request made alone needs
     a second approver once another request on the order would take it above the threshold. It
     only ever goes up (under the order lock, so two decisions on one order see each other)."""
-    required = approval_required_count(order=order, policy=request.policy, amount=request.amount,
-                                       exclude_pk=request.pk)
+    required = approval_required_count(order=order, policy=request.policy, amount=request.amount, exclude_pk=request.pk)
     if required > request.required_approvals:
         ApprovalRequest.objects.filter(pk=request.pk).update(required_approvals=required)
         request.required_approvals = required
@@ -242,7 +245,10 @@ def approval_decisions_open(*, request: ApprovalRequest, user, now=None) -> tupl
     if request.status != ApprovalRequest.Status.PENDING:
         return [], f"Request #{request.pk} is {request.get_status_display()}: it can no longer be decided."
     if request.expires_at <= now:
-        return [], f"Request #{request.pk} expired at {request.expires_at:%Y-%m-%d %H:%M} UTC: it can no longer be decided."
+        return (
+            [],
+            f"Request #{request.pk} expired at {request.expires_at:%Y-%m-%d %H:%M} UTC: it can no longer be decided.",
+        )
     try:
         approval_decider_check(user=user, request=request)
     except DomainError as exc:
@@ -250,5 +256,6 @@ def approval_decisions_open(*, request: ApprovalRequest, user, now=None) -> tupl
     if request.votes.filter(approver=user, decision=ApprovalVote.Decision.APPROVE).exists():
         return [str(d) for d in DECISIONS if d != ApprovalVote.Decision.APPROVE], (
             f"You already approved request #{request.pk}; it needs {request.required_approvals} distinct approvers, "
-            "so another finance user gives the next approval.")
+            "so another finance user gives the next approval."
+        )
     return [str(d) for d in DECISIONS], ""

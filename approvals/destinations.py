@@ -49,4 +49,3 @@ def approval_destination_resolve(*, request: ApprovalRequest) -> tuple[PaymentMe
     if kind == "gift_card" and method.kind != PaymentMethod.Kind.GIFT_CARD:
         raise InvalidInput(f"Payment method {method_id} is not a gift card.", code="destination_not_gift_card")
     return method, kind
-

@@ -43,16 +43,21 @@ def approval_execute(*, request_id: int) -> ApprovalRequest:
     write): the request's idempotency key makes the ledger return the entry already written.
     Callable synchronously (evals run it inside a transaction where on_commit never fires)."""
     request = ApprovalRequest.objects.select_related("order", "order__customer", "order__tenant").get(pk=request_id)
-    if request.status in (ApprovalRequest.Status.EXECUTED, ApprovalRequest.Status.FAILED,
-                          ApprovalRequest.Status.PAYMENT_FAILED):
+    if request.status in (
+        ApprovalRequest.Status.EXECUTED,
+        ApprovalRequest.Status.FAILED,
+        ApprovalRequest.Status.PAYMENT_FAILED,
+    ):
         return request  # done before: executing again changes nothing
     if request.status != ApprovalRequest.Status.APPROVED:
         raise ApprovalConflict(f"Request #{request.pk} is {request.status}; only an approved request is executed.")
 
     args = request.args
     try:
-        if canonical_hash(args) != request.args_hash or Decimal(args["amount"]) != request.amount or (
-            args["currency"] != request.currency or args["order"] != request.order.external_id
+        if (
+            canonical_hash(args) != request.args_hash
+            or Decimal(args["amount"]) != request.amount
+            or (args["currency"] != request.currency or args["order"] != request.order.external_id)
         ):
             raise InvalidInput("The stored args no longer match their hash or the request.", code="args_tampered")
         destination, destination_kind = approval_destination_resolve(request=request)
@@ -85,10 +90,16 @@ def approval_execute(*, request_id: int) -> ApprovalRequest:
                     ledger_entry=entry, updated_at=timezone.now()
                 )
                 request.refresh_from_db()
-                refund_executed.send(sender=ApprovalRequest, request=request, entry=entry, replayed=existing is not None)
+                refund_executed.send(
+                    sender=ApprovalRequest, request=request, entry=entry, replayed=existing is not None
+                )
         if changed:
-            logger.warning("approval %s not executed: %s (replacement %s)", request.pk, changed,
-                           replacement.pk if replacement else None)
+            logger.warning(
+                "approval %s not executed: %s (replacement %s)",
+                request.pk,
+                changed,
+                replacement.pk if replacement else None,
+            )
             request.refresh_from_db()
             return request
     except DomainError as exc:
@@ -107,8 +118,13 @@ def approval_execute(*, request_id: int) -> ApprovalRequest:
         with transaction.atomic():
             approval_payment_failed(request=request, entry=entry, reason=reason)
     else:
-        logger.info("approval %s: refund #%s is %s; not verified yet", request.pk, entry.pk, entry.status,
-                    extra={"approval": request.pk})
+        logger.info(
+            "approval %s: refund #%s is %s; not verified yet",
+            request.pk,
+            entry.pk,
+            entry.status,
+            extra={"approval": request.pk},
+        )
     request.refresh_from_db()
     return request
 
@@ -128,8 +144,14 @@ def approval_payment_failed(*, request: ApprovalRequest, entry: RefundEntry, rea
         "detail": reason or f"The provider reported the refund {entry.status}.",
         "entry": entry.pk,
         "provider_ref": entry.provider_ref,
-        "checks": [{"name": "provider_paid", "ok": False, "expected": RefundStatus.SUCCEEDED,
-                    "actual": f"{entry.status}: {reason}".strip(": ")}],
+        "checks": [
+            {
+                "name": "provider_paid",
+                "ok": False,
+                "expected": RefundStatus.SUCCEEDED,
+                "actual": f"{entry.status}: {reason}".strip(": "),
+            }
+        ],
         "verified_at": now.isoformat(),
     }
     updated = ApprovalRequest.objects.filter(
@@ -137,8 +159,14 @@ def approval_payment_failed(*, request: ApprovalRequest, entry: RefundEntry, rea
     ).update(status=ApprovalRequest.Status.PAYMENT_FAILED, verification=verdict, ledger_entry=entry, updated_at=now)
     request.refresh_from_db()
     if updated == 1:
-        logger.error("approval %s: the provider refused refund #%s (%s): %s", request.pk, entry.pk, entry.status,
-                     reason, extra={"approval": request.pk, "verification": verdict})
+        logger.error(
+            "approval %s: the provider refused refund #%s (%s): %s",
+            request.pk,
+            entry.pk,
+            entry.status,
+            reason,
+            extra={"approval": request.pk, "verification": verdict},
+        )
         refund_payment_failed.send(sender=ApprovalRequest, request=request, entry=entry, reason=verdict["detail"])
     return request
 
@@ -149,8 +177,14 @@ def _approval_execution_failed(*, request: ApprovalRequest, exc: DomainError) ->
         "stage": "execute",
         "error": exc.code,
         "detail": exc.message,
-        "checks": [{"name": "ledger_write", "ok": False, "expected": f"{request.amount} {request.currency}",
-                    "actual": exc.message}],
+        "checks": [
+            {
+                "name": "ledger_write",
+                "ok": False,
+                "expected": f"{request.amount} {request.currency}",
+                "actual": exc.message,
+            }
+        ],
         "verified_at": timezone.now().isoformat(),
     }
     with transaction.atomic():
@@ -160,9 +194,11 @@ def _approval_execution_failed(*, request: ApprovalRequest, exc: DomainError) ->
         request.refresh_from_db()
         if updated == 1:
             logger.error(
-                "approval %s execution failed: %s (%s)", request.pk, exc.message, exc.code,
+                "approval %s execution failed: %s (%s)",
+                request.pk,
+                exc.message,
+                exc.code,
                 extra={"approval": request.pk, "verification": verdict},
             )
             refund_verified.send(sender=ApprovalRequest, request=request, verdict=verdict)
     return request
-

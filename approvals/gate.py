@@ -68,7 +68,9 @@ def policy_current(tenant) -> RefundPolicy | None:
 def order_original_method(order: Order) -> PaymentMethod | None:
     """The payment method the order was paid with (its first recorded payment's), or None when
     the shop recorded none."""
-    payment = order.payments.filter(payment_method__isnull=False).select_related("payment_method").order_by("id").first()
+    payment = (
+        order.payments.filter(payment_method__isnull=False).select_related("payment_method").order_by("id").first()
+    )
     return payment.payment_method if payment else None
 
 
@@ -87,9 +89,13 @@ def refund_destination_of(*, order: Order, refund_to: PaymentMethod | None) -> t
 
 
 def _verdict_attributes(verdict: "GateVerdict") -> dict:
-    return {"refund.gate.outcome": verdict.outcome, "refund.gate.codes": verdict.codes,
-            "refund.gate.allowed_amount": verdict.allowed_amount, "refund.gate.currency": verdict.currency,
-            "refund.gate.policy_version": verdict.policy_version}
+    return {
+        "refund.gate.outcome": verdict.outcome,
+        "refund.gate.codes": verdict.codes,
+        "refund.gate.allowed_amount": verdict.allowed_amount,
+        "refund.gate.currency": verdict.currency,
+        "refund.gate.policy_version": verdict.policy_version,
+    }
 
 
 @traced("refund.gate.verdict", result=_verdict_attributes)
@@ -141,7 +147,9 @@ def policy_gate_evaluate(
             f"Payment method {refund_to.external_id} is not one of customer {order.customer.external_id}'s.",
         )
     if policy is None or policy.status != RefundPolicy.Status.PUBLISHED:
-        return stop(Outcome.ESCALATED, "policy_missing", "No current refund policy for this tenant: a person must decide.")
+        return stop(
+            Outcome.ESCALATED, "policy_missing", "No current refund policy for this tenant: a person must decide."
+        )
     if not proposal.policy_version:
         return stop(Outcome.ESCALATED, "citation_missing", "The draft cites no policy version.")
     if proposal.policy_version != policy.version:
@@ -164,7 +172,9 @@ def policy_gate_evaluate(
         return stop(
             Outcome.ESCALATED,
             f"model_recommends_{proposal.recommendation}",
-            f"The agent recommends '{proposal.recommendation}'." + ("" if eligible else f" {reason}") + " A person decides.",
+            f"The agent recommends '{proposal.recommendation}'."
+            + ("" if eligible else f" {reason}")
+            + " A person decides.",
         )
     if not eligible:
         outcome = Outcome.DENIED if code in {"fully_refunded", "items_already_refunded"} else Outcome.ESCALATED

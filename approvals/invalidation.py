@@ -44,12 +44,18 @@ def approval_facts_changed(*, request: ApprovalRequest, order: Order, now: datet
     except DomainError as exc:
         changes.append(f"destination: {exc.message}")
         return "; ".join(changes)
-    proposal = Proposal(recommendation="refund", amount=request.amount, policy_version=request.policy_version,
-                        destination=kind)
+    proposal = Proposal(
+        recommendation="refund", amount=request.amount, policy_version=request.policy_version, destination=kind
+    )
     verdict = policy_gate_evaluate(
-        order=order, policy=policy, proposal=proposal, requested_amount=request.amount,
-        requested_currency=request.currency, item_ids=list(args.get("items") or []),
-        refund_to=refund_to if kind != "original" else None, now=now,
+        order=order,
+        policy=policy,
+        proposal=proposal,
+        requested_amount=request.amount,
+        requested_currency=request.currency,
+        item_ids=list(args.get("items") or []),
+        refund_to=refund_to if kind != "original" else None,
+        now=now,
         # A person's exception was approved outside exactly these rules: they are not a change.
         waive=frozenset(request.waived_rules or ()),
     )
@@ -68,7 +74,11 @@ def approval_request_invalidate(*, request, reason: str, actor=None, now, from_s
     """Mark a request whose facts changed `invalidated` and, when the refund is still eligible,
     make its replacement (a new exact action with its own args, hash and key). Runs inside the
     caller's transaction with the order row locked. Returns the replacement or None."""
-    fields = {"status": ApprovalRequest.Status.INVALIDATED, "decision_note": f"Invalidated: {reason}", "updated_at": now}
+    fields = {
+        "status": ApprovalRequest.Status.INVALIDATED,
+        "decision_note": f"Invalidated: {reason}",
+        "updated_at": now,
+    }
     if from_status == ApprovalRequest.Status.PENDING:
         fields.update(decided_by=actor, decided_at=now)
     updated = ApprovalRequest.objects.filter(pk=request.pk, status=from_status).update(**fields)
@@ -89,8 +99,12 @@ def approval_request_invalidate(*, request, reason: str, actor=None, now, from_s
         destination=kind,
     )
     verdict = policy_gate_evaluate(
-        order=order, policy=policy, proposal=proposal, item_ids=request.args.get("items") or [],
-        refund_to=refund_to if kind != "original" else None, now=now,
+        order=order,
+        policy=policy,
+        proposal=proposal,
+        item_ids=request.args.get("items") or [],
+        refund_to=refund_to if kind != "original" else None,
+        now=now,
         # A person's exception stays one: the same rules waived, the same dual control.
         waive=frozenset(request.waived_rules or ()),
     )
@@ -117,4 +131,3 @@ def approval_request_invalidate(*, request, reason: str, actor=None, now, from_s
     if replacement is not None:
         approval_replaced.send(sender=ApprovalRequest, request=replacement, old=request)
     return replacement
-

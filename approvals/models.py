@@ -42,9 +42,13 @@ class RefundPolicy(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="refund_policies")
     version = models.CharField(max_length=100, help_text="What drafts cite, e.g. refund-policy-v4.")
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.DRAFT)
-    window_days = models.PositiveIntegerField(null=True, blank=True, help_text="Days after purchase; empty = no window.")
+    window_days = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Days after purchase; empty = no window."
+    )
     full_refund_statuses = models.JSONField(default=list, help_text="Order statuses that allow a refund of the order.")
-    item_refund_statuses = models.JSONField(default=list, help_text="Order statuses that allow a refund of named items.")
+    item_refund_statuses = models.JSONField(
+        default=list, help_text="Order statuses that allow a refund of named items."
+    )
     full_refund_destinations = models.JSONField(default=list, help_text="'original' and/or 'gift_card'.")
     item_refund_destinations = models.JSONField(default=list, help_text="'original' and/or 'gift_card'.")
     two_approver_threshold = models.DecimalField(
@@ -52,7 +56,8 @@ class RefundPolicy(models.Model):
     )
     approvals_above_threshold = models.PositiveSmallIntegerField(default=2)
     waivable_rules = models.JSONField(
-        default=waivable_rules_default, blank=True,
+        default=waivable_rules_default,
+        blank=True,
         help_text="The rules a person's policy exception may waive: 'window' and/or 'order_status'. The hard "
         "limits (refundable amount, currency, the customer's own methods) are never waivable.",
     )
@@ -135,8 +140,9 @@ class Capability(models.Model):
 
 # The review queue's rank: pending requests first (the admin orders by it; an index has it).
 # Pending requests and refused payments (both back with finance) first.
-QUEUE_RANK = Case(When(status__in=("pending", "payment_failed"), then=Value(0)), default=Value(1),
-                  output_field=IntegerField())
+QUEUE_RANK = Case(
+    When(status__in=("pending", "payment_failed"), then=Value(0)), default=Value(1), output_field=IntegerField()
+)
 
 
 class ApprovalRequest(models.Model):
@@ -176,8 +182,8 @@ class ApprovalRequest(models.Model):
     ticket_ref = models.PositiveBigIntegerField(null=True, blank=True, db_index=True, help_text="The ticket's id.")
     origin = models.CharField(max_length=10, choices=Origin.choices, default=Origin.AGENT)
     policy_exception = models.BooleanField(
-        default=False, help_text="A person's proposal outside the policy's waivable rules (two approvers, never "
-        "the proposer).",
+        default=False,
+        help_text="A person's proposal outside the policy's waivable rules (two approvers, never the proposer).",
     )
     waived_rules = models.JSONField(default=list, blank=True, help_text="The policy rules the exception waives.")
     proposal_reason = models.TextField(blank=True, help_text="The proposer's written reason (human proposals).")
@@ -186,22 +192,36 @@ class ApprovalRequest(models.Model):
     expires_at = models.DateTimeField()
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.PENDING)
     requested_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+",
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
         help_text="The maker: who filed the ticket, or the person who proposed the refund. Never an approver "
         "of this request.",
     )
-    decided_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
     decided_at = models.DateTimeField(null=True, blank=True)
     decision_note = models.TextField(blank=True)
     requested_amount_change = models.DecimalField(
         **MONEY, null=True, blank=True, help_text="With 'request changes': the amount finance wants instead."
     )
     replaced_by = models.OneToOneField(
-        "self", on_delete=models.PROTECT, null=True, blank=True, related_name="replaces",
+        "self",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="replaces",
         help_text="When facts changed before approval, the new request that replaced this one.",
     )
     ledger_entry = models.ForeignKey(
-        "ledger.RefundEntry", on_delete=models.PROTECT, null=True, blank=True, related_name="approval_requests",
+        "ledger.RefundEntry",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="approval_requests",
         help_text="The refund entry written.",
     )
     verification = models.JSONField(null=True, blank=True, help_text="The evaluator's verdict and evidence.")

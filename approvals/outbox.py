@@ -29,8 +29,12 @@ def approval_execution_publish(*, request_id: int) -> bool:
     try:
         approval_execute_task.delay(request_id)
     except Exception as exc:  # noqa: BLE001 - any broker failure; the sweep recovers the instruction
-        logger.error("approval %s: enqueueing its execution failed (%s); the sweep will re-send it",
-                     request_id, exc, extra={"approval": request_id})
+        logger.error(
+            "approval %s: enqueueing its execution failed (%s); the sweep will re-send it",
+            request_id,
+            exc,
+            extra={"approval": request_id},
+        )
         ApprovalRequest.objects.filter(pk=request_id).update(
             dispatch_attempts=F("dispatch_attempts") + 1, dispatch_error=f"{type(exc).__name__}: {exc}"[:2000]
         )
@@ -58,7 +62,10 @@ def approval_executions_sweep(*, older_than: timedelta, limit: int = 500) -> int
     enqueued (a publish that fails again is logged and left for the next sweep)."""
     sent = 0
     for request_id in approval_executions_due(older_than=older_than).values_list("pk", flat=True)[:limit]:
-        logger.warning("approval %s: execution not done within the grace period; enqueued again", request_id,
-                       extra={"approval": request_id})
+        logger.warning(
+            "approval %s: execution not done within the grace period; enqueued again",
+            request_id,
+            extra={"approval": request_id},
+        )
         sent += approval_execution_publish(request_id=request_id)
     return sent

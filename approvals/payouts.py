@@ -45,8 +45,9 @@ REFUSED = (RefundStatus.FAILED, RefundStatus.CANCELED)
 
 
 @receiver(refund_entry_status_changed, dispatch_uid="approvals.approval_follow_refund_status")
-def on_refund_entry_status_changed(sender, entry: RefundEntry, from_status: str, to_status: str, reason: str = "",
-                                   **kwargs):
+def on_refund_entry_status_changed(
+    sender, entry: RefundEntry, from_status: str, to_status: str, reason: str = "", **kwargs
+):
     # Runs inside the ledger's transaction, in its own savepoint: a bug here is logged and
     # never undoes the ledger's record of what the provider said.
     try:
@@ -98,18 +99,30 @@ def approval_request_payment_retry(*, request_id: int, user, note: str = "") -> 
             raise InvalidInput("The shop has no published refund policy.", code="no_policy")
         refundable = order_refund_position(order).refundable
         if request.amount > refundable:
-            raise ApprovalConflict(f"Only {refundable} {order.currency} is refundable on {order.external_id} now.",
-                                   code="refund_exceeds_refundable")
+            raise ApprovalConflict(
+                f"Only {refundable} {order.currency} is refundable on {order.external_id} now.",
+                code="refund_exceeds_refundable",
+            )
         replacement = ApprovalRequest.objects.create(
-            tenant_id=request.tenant_id, action=request.action, order=order, amount=request.amount,
-            currency=request.currency, args=request.args, args_hash=request.args_hash,
+            tenant_id=request.tenant_id,
+            action=request.action,
+            order=order,
+            amount=request.amount,
+            currency=request.currency,
+            args=request.args,
+            args_hash=request.args_hash,
             idempotency_key=approval_request_replacement_key(key=request.idempotency_key),
-            policy=policy, policy_version=policy.version, refundable_at_request=refundable,
-            trace_id=request.trace_id, ticket_ref=request.ticket_ref, approver_role=request.approver_role,
-            required_approvals=request.required_approvals, expires_at=now + (request.expires_at - request.created_at),
+            policy=policy,
+            policy_version=policy.version,
+            refundable_at_request=refundable,
+            trace_id=request.trace_id,
+            ticket_ref=request.ticket_ref,
+            approver_role=request.approver_role,
+            required_approvals=request.required_approvals,
+            expires_at=now + (request.expires_at - request.created_at),
             requested_by=request.requested_by,
             decision_note=f"Filed again by {user.get_username()} after the provider refused request #{request.pk}"
-                          + (f": {note}" if note else "."),
+            + (f": {note}" if note else "."),
         )
         ApprovalRequest.objects.filter(pk=request.pk).update(replaced_by=replacement, updated_at=now)
         request.refresh_from_db()

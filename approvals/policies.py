@@ -43,8 +43,8 @@ def refund_policy_retire(*, tenant: Tenant, now: datetime | None = None) -> int:
     now = now or timezone.now()
     retired = 0
     with transaction.atomic():
-        published = RefundPolicy.objects.select_for_update().for_tenant(tenant).filter(
-            status=RefundPolicy.Status.PUBLISHED
+        published = (
+            RefundPolicy.objects.select_for_update().for_tenant(tenant).filter(status=RefundPolicy.Status.PUBLISHED)
         )
         for policy in published:
             policy.status, policy.retired_at = RefundPolicy.Status.RETIRED, now

@@ -24,9 +24,7 @@ from decimal import Decimal
 # --- amounts -------------------------------------------------------------------------------
 
 _CURRENCY_SYMBOLS = "$€£¥₹₩₽₺"
-_CURRENCY_CODES = (
-    "usd|eur|gbp|cad|aud|jpy|chf|sek|nok|dkk|brl|mxn|nzd|pln|czk|inr|cny|hkd|sgd|zar"
-)
+_CURRENCY_CODES = "usd|eur|gbp|cad|aud|jpy|chf|sek|nok|dkk|brl|mxn|nzd|pln|czk|inr|cny|hkd|sgd|zar"
 _CURRENCY_WORDS = (
     r"dollars?|bucks|cents?|euros?|eur|pounds?|quid|pence|francs?|franken|yen|kronor|kroner|krona|krone|"
     r"dolares|dolar|libras?|centimos?|centavos?|reais|real|pesos?|livres?|sterlings?|pfund|rappen|"
@@ -121,17 +119,101 @@ _PAYOUT_VERB = re.compile(
     r"versat[oaie]|accreditat[oaie])$"
 )
 _MONEY_WORDS = {
-    "refund", "refunds", "money", "amount", "payment", "funds", "fund", "credit", "reimbursement", "sum", "cash",
-    "balance", "compensation", "payout", "chargeback", "card", "account", "bank", "wallet", "paypal", "statement",
-    "reembolso", "dinero", "importe", "pago", "fondos", "monto", "cantidad", "abono", "devolucion", "tarjeta",
-    "cuenta", "remboursement", "argent", "montant", "paiement", "fonds", "somme", "avoir", "carte", "compte",
-    "erstattung", "ruckerstattung", "geld", "betrag", "zahlung", "gutschrift", "summe", "karte", "konto",
-    "kreditkarte", "dinheiro", "valor", "pagamento", "quantia", "estorno", "cartao", "conta", "rimborso",
-    "denaro", "soldi", "importo", "somma", "accredito", "carta", "conto",
+    "refund",
+    "refunds",
+    "money",
+    "amount",
+    "payment",
+    "funds",
+    "fund",
+    "credit",
+    "reimbursement",
+    "sum",
+    "cash",
+    "balance",
+    "compensation",
+    "payout",
+    "chargeback",
+    "card",
+    "account",
+    "bank",
+    "wallet",
+    "paypal",
+    "statement",
+    "reembolso",
+    "dinero",
+    "importe",
+    "pago",
+    "fondos",
+    "monto",
+    "cantidad",
+    "abono",
+    "devolucion",
+    "tarjeta",
+    "cuenta",
+    "remboursement",
+    "argent",
+    "montant",
+    "paiement",
+    "fonds",
+    "somme",
+    "avoir",
+    "carte",
+    "compte",
+    "erstattung",
+    "ruckerstattung",
+    "geld",
+    "betrag",
+    "zahlung",
+    "gutschrift",
+    "summe",
+    "karte",
+    "konto",
+    "kreditkarte",
+    "dinheiro",
+    "valor",
+    "pagamento",
+    "quantia",
+    "estorno",
+    "cartao",
+    "conta",
+    "rimborso",
+    "denaro",
+    "soldi",
+    "importo",
+    "somma",
+    "accredito",
+    "carta",
+    "conto",
 }
-_NEGATIONS = {"not", "no", "never", "cannot", "cant", "can't", "won't", "wont", "don't", "dont", "didn't", "didnt",
-              "unable", "nothing", "nicht", "kein", "keine", "nie", "pas", "jamais", "nao", "non", "nunca", "ni",
-              "n't", "yet"}
+_NEGATIONS = {
+    "not",
+    "no",
+    "never",
+    "cannot",
+    "cant",
+    "can't",
+    "won't",
+    "wont",
+    "don't",
+    "dont",
+    "didn't",
+    "didnt",
+    "unable",
+    "nothing",
+    "nicht",
+    "kein",
+    "keine",
+    "nie",
+    "pas",
+    "jamais",
+    "nao",
+    "non",
+    "nunca",
+    "ni",
+    "n't",
+    "yet",
+}
 # Phrases that announce money on its way without a verb of the lists above.
 _PHRASES = re.compile(
     r"\bon (?:its|their|the) way\b|\bmoney back\b|\bback (?:to|in|on|into) your\b|\bin your (?:account|card|bank)\b"
@@ -180,11 +262,11 @@ def reply_says_money_moves(text: str) -> bool:
 
 
 def _negated(words: list[str], i: int) -> bool:
-    return any(w in _NEGATIONS for w in words[max(0, i - 3):i])
+    return any(w in _NEGATIONS for w in words[max(0, i - 3) : i])
 
 
 def _near_money(words: list[str], i: int) -> bool:
-    return any(w in _MONEY_WORDS for w in words[max(0, i - _WINDOW):i + _WINDOW + 1])
+    return any(w in _MONEY_WORDS for w in words[max(0, i - _WINDOW) : i + _WINDOW + 1])
 
 
 def reply_promises_payment(text: str) -> bool:
@@ -196,17 +278,18 @@ def reply_promises_payment(text: str) -> bool:
 
 _OUTCOME_SENTENCES = {
     "refunded": "We have refunded {amount} {currency} to your {destination}; depending on your bank it can take a "
-                "few days to appear.",
+    "few days to appear.",
     "approved": "Your refund of {amount} {currency} to your {destination} has been approved and is being paid out.",
     "denied": "After review, we are not able to refund this order.",
     "payment_failed": "We could not complete the refund of {amount} {currency} yet; our team is looking into it and "
-                      "will contact you.",
+    "will contact you.",
 }
 _DESTINATION_WORDS = {"original": "original payment method", "gift_card": "gift card"}
 
 
-def reply_outcome_sentence(*, outcome: str, amount: Decimal | str | None = None, currency: str = "",
-                           destination: str = "original") -> str:
+def reply_outcome_sentence(
+    *, outcome: str, amount: Decimal | str | None = None, currency: str = "", destination: str = "original"
+) -> str:
     """The sentence the runtime adds to the customer's reply once the outcome is decided
     (`refunded`, `approved`, `denied`, `payment_failed`): the only text that states an amount or
     says money moves, built from the decided facts, never from the model's draft."""

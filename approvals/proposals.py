@@ -73,8 +73,10 @@ def approval_proposal_create(
         order = order_lock(order_id=order.pk)
         order = Order.objects.select_related("tenant", "customer").get(pk=order.pk)
         if currency and currency.upper() != order.currency:
-            raise InvalidInput(f"The proposal is in {currency}, order {order.external_id} in {order.currency}.",
-                               code="currency_mismatch")
+            raise InvalidInput(
+                f"The proposal is in {currency}, order {order.external_id} in {order.currency}.",
+                code="currency_mismatch",
+            )
         if refund_to is not None and refund_to.customer_id != order.customer_id:
             raise InvalidInput(
                 f"Payment method {refund_to.external_id} is not one of customer {order.customer.external_id}'s.",
@@ -85,13 +87,16 @@ def approval_proposal_create(
         if items:
             match = position.items_match(items)
             if match.unmatched:
-                raise InvalidInput(f"Items {', '.join(match.unmatched)} are not refundable on {order.external_id}.",
-                                   code="items_not_refundable")
+                raise InvalidInput(
+                    f"Items {', '.join(match.unmatched)} are not refundable on {order.external_id}.",
+                    code="items_not_refundable",
+                )
             cap = min(cap, match.value)
         if amount > cap:
             raise InvalidInput(
                 f"{amount} {order.currency} is more than the {cap} {order.currency} still refundable"
-                + (f" on items {', '.join(items)}" if items else f" on {order.external_id}") + ".",
+                + (f" on items {', '.join(items)}" if items else f" on {order.external_id}")
+                + ".",
                 code="amount_above_refundable",
             )
         policy = policy_current(order.tenant)
@@ -109,11 +114,16 @@ def approval_proposal_create(
             waive=waive,
         )
         if verdict.outcome != Outcome.APPROVAL_REQUIRED or verdict.allowed_amount != amount:
-            hint = "" if exception else (
-                f" A policy exception may go outside: {', '.join(sorted(policy.waivable_rules)) or 'nothing'}."
+            hint = (
+                ""
+                if exception
+                else (f" A policy exception may go outside: {', '.join(sorted(policy.waivable_rules)) or 'nothing'}.")
             )
-            raise InvalidInput(f"The policy gate refuses this refund: {verdict.reason}{hint}",
-                               code=(verdict.codes or ["not_eligible"])[0], details={"gate": verdict.as_dict()})
+            raise InvalidInput(
+                f"The policy gate refuses this refund: {verdict.reason}{hint}",
+                code=(verdict.codes or ["not_eligible"])[0],
+                details={"gate": verdict.as_dict()},
+            )
         request, _ = approval_request_create(
             order=order,
             policy=policy,

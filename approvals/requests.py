@@ -73,8 +73,9 @@ def approval_request_create(
     # No look-up first: the unique key decides (a replay is the rare path, and the insert in a
     # savepoint costs the common path one query less).
     args = refund_args_canonical(order=order, verdict=verdict, ticket_ref=ticket_ref)
-    required = approval_required_count(order=order, policy=policy, amount=verdict.allowed_amount,
-                                       refunded=order.total - verdict.refundable)
+    required = approval_required_count(
+        order=order, policy=policy, amount=verdict.allowed_amount, refunded=order.total - verdict.refundable
+    )
     if policy_exception:
         required = max(required, EXCEPTION_APPROVALS)
     fields = dict(
@@ -113,7 +114,6 @@ def approval_request_create(
     return request, True
 
 
-
 def order_refund_exposure(*, order: Order, exclude_pk: int | None = None, refunded: Decimal | None = None) -> Decimal:
     """Everything already refunded or on its way out of `order`: the ledger's refunds (executed
     and external ones; `refunded` when the caller already knows it), approved requests not yet
@@ -121,8 +121,7 @@ def order_refund_exposure(*, order: Order, exclude_pk: int | None = None, refund
     rule counts all of it, so splitting one refund into several requests does not split the
     dual control."""
     in_flight = ApprovalRequest.objects.filter(order=order).filter(
-        Q(status=ApprovalRequest.Status.PENDING)
-        | Q(status=ApprovalRequest.Status.APPROVED, ledger_entry__isnull=True)
+        Q(status=ApprovalRequest.Status.PENDING) | Q(status=ApprovalRequest.Status.APPROVED, ledger_entry__isnull=True)
     )
     if exclude_pk is not None:
         in_flight = in_flight.exclude(pk=exclude_pk)
@@ -131,7 +130,11 @@ def order_refund_exposure(*, order: Order, exclude_pk: int | None = None, refund
 
 
 def approval_required_count(
-    *, order: Order, policy: RefundPolicy, amount: Decimal, exclude_pk: int | None = None,
+    *,
+    order: Order,
+    policy: RefundPolicy,
+    amount: Decimal,
+    exclude_pk: int | None = None,
     refunded: Decimal | None = None,
 ) -> int:
     """How many distinct approvers a refund of `amount` on `order` needs: the policy's count when
@@ -170,12 +173,15 @@ def approval_requests_expire(*, now: datetime | None = None) -> int:
         with transaction.atomic():
             updated = ApprovalRequest.objects.filter(
                 pk=request_id, status=ApprovalRequest.Status.PENDING, expires_at__lte=now
-            ).update(status=ApprovalRequest.Status.EXPIRED, decided_at=now, updated_at=now,
-                     decision_note="Expired before finance decided.")
+            ).update(
+                status=ApprovalRequest.Status.EXPIRED,
+                decided_at=now,
+                updated_at=now,
+                decision_note="Expired before finance decided.",
+            )
             if updated != 1:
                 continue
             request = ApprovalRequest.objects.get(pk=request_id)
             approval_expired.send(sender=ApprovalRequest, request=request)
             expired += 1
     return expired
-

@@ -22,9 +22,7 @@ class ApprovalEvent(Signal):
     def connect(self, receiver, sender=None, weak=True, dispatch_uid=None):
         # The wrapper is held strongly (weak=False: nothing else refers to it); the uid lets
         # disconnect(receiver) find it again.
-        super().connect(
-            _isolated(receiver), sender=sender, weak=False, dispatch_uid=dispatch_uid or _uid(receiver)
-        )
+        super().connect(_isolated(receiver), sender=sender, weak=False, dispatch_uid=dispatch_uid or _uid(receiver))
 
     def disconnect(self, receiver=None, sender=None, dispatch_uid=None):
         return super().disconnect(sender=sender, dispatch_uid=dispatch_uid or _uid(receiver))
@@ -43,7 +41,9 @@ def _isolated(receiver):
             request = kwargs.get("request")
             logger.exception(
                 "receiver %s.%s failed on approval %s; its writes were rolled back, the change stands",
-                receiver.__module__, receiver.__qualname__, getattr(request, "pk", None),
+                receiver.__module__,
+                receiver.__qualname__,
+                getattr(request, "pk", None),
             )
             return None
 

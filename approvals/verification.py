@@ -56,34 +56,74 @@ def approval_verdict(*, request: ApprovalRequest) -> dict:
     entry = entries[0] if len(entries) == 1 else None
     order = Order.objects.get(pk=request.order_id)
 
-    checks.append(_check("args_match_hash", canonical_hash(args) == request.args_hash, request.args_hash,
-                         canonical_hash(args)))
+    checks.append(
+        _check("args_match_hash", canonical_hash(args) == request.args_hash, request.args_hash, canonical_hash(args))
+    )
     if entry is not None:
-        checks.append(_check("entry_on_order", entry.order_id == request.order_id, order.external_id,
-                             entry.order.external_id))
-        checks.append(_check("entry_same_tenant", entry.tenant_id == request.tenant_id, request.tenant_id,
-                             entry.tenant_id))
-        checks.append(_check("amount_exact", entry.amount == request.amount and entry.effective_amount == request.amount
-                             and str(request.amount) == str(args.get("amount")),
-                             request.amount, entry.effective_amount))
-        checks.append(_check("currency_exact", entry.currency == request.currency == args.get("currency"),
-                             request.currency, entry.currency))
-        checks.append(_check("approval_ref", entry.approval_ref == str(request.pk), str(request.pk), entry.approval_ref))
-        checks.append(_check("destination", entry.destination_kind == (args.get("destination") or "original"),
-                             args.get("destination") or "original", entry.destination_kind))
+        checks.append(
+            _check("entry_on_order", entry.order_id == request.order_id, order.external_id, entry.order.external_id)
+        )
+        checks.append(
+            _check("entry_same_tenant", entry.tenant_id == request.tenant_id, request.tenant_id, entry.tenant_id)
+        )
+        checks.append(
+            _check(
+                "amount_exact",
+                entry.amount == request.amount
+                and entry.effective_amount == request.amount
+                and str(request.amount) == str(args.get("amount")),
+                request.amount,
+                entry.effective_amount,
+            )
+        )
+        checks.append(
+            _check(
+                "currency_exact",
+                entry.currency == request.currency == args.get("currency"),
+                request.currency,
+                entry.currency,
+            )
+        )
+        checks.append(
+            _check("approval_ref", entry.approval_ref == str(request.pk), str(request.pk), entry.approval_ref)
+        )
+        checks.append(
+            _check(
+                "destination",
+                entry.destination_kind == (args.get("destination") or "original"),
+                args.get("destination") or "original",
+                entry.destination_kind,
+            )
+        )
         if "destination_method" in args:  # requests made before the method was named have no such arg
             actual = entry.destination.external_id if entry.destination_id else None
             same_customer = entry.destination_id is None or entry.destination.customer_id == order.customer_id
-            checks.append(_check("destination_method_exact", actual == args["destination_method"] and same_customer,
-                                 args["destination_method"], actual))
+            checks.append(
+                _check(
+                    "destination_method_exact",
+                    actual == args["destination_method"] and same_customer,
+                    args["destination_method"],
+                    actual,
+                )
+            )
         entry_items = sorted(ri.order_item.item_id for ri in entry.items.all() for _ in range(ri.quantity))
-        checks.append(_check("items_exact", entry_items == sorted(args.get("items") or []),
-                             sorted(args.get("items") or []), entry_items))
+        checks.append(
+            _check(
+                "items_exact",
+                entry_items == sorted(args.get("items") or []),
+                sorted(args.get("items") or []),
+                entry_items,
+            )
+        )
         if request.ledger_entry_id is not None:
-            checks.append(_check("entry_recorded_on_request", request.ledger_entry_id == entry.pk,
-                                 request.ledger_entry_id, entry.pk))
-        checks.append(_check("entry_succeeded", entry.status == RefundStatus.SUCCEEDED, RefundStatus.SUCCEEDED,
-                             entry.status))
+            checks.append(
+                _check(
+                    "entry_recorded_on_request", request.ledger_entry_id == entry.pk, request.ledger_entry_id, entry.pk
+                )
+            )
+        checks.append(
+            _check("entry_succeeded", entry.status == RefundStatus.SUCCEEDED, RefundStatus.SUCCEEDED, entry.status)
+        )
         checks.extend(_provider_checks(request=request, entry=entry))
 
     refunded = order_refunded_total(order)
@@ -95,25 +135,51 @@ def approval_verdict(*, request: ApprovalRequest) -> dict:
         # A person's exception is legitimate only as the policy lets it be: rules the policy
         # lists as waivable, a written reason, and at least two distinct approvers.
         allowed = set(policy.waivable_rules or ())
-        checks.append(_check("exception_within_policy", waived <= allowed and bool(request.proposal_reason.strip())
-                             and request.required_approvals >= 2,
-                             f"waived within {sorted(allowed)}, a reason, >= 2 approvers",
-                             f"waived {sorted(waived)}, reason {'given' if request.proposal_reason.strip() else 'missing'}, "
-                             f"{request.required_approvals} approvers"))
+        checks.append(
+            _check(
+                "exception_within_policy",
+                waived <= allowed and bool(request.proposal_reason.strip()) and request.required_approvals >= 2,
+                f"waived within {sorted(allowed)}, a reason, >= 2 approvers",
+                f"waived {sorted(waived)}, reason {'given' if request.proposal_reason.strip() else 'missing'}, "
+                f"{request.required_approvals} approvers",
+            )
+        )
     if policy.window_days is not None and "window" not in waived:
         age_days = (request.created_at - order.placed_at).days
-        checks.append(_check("within_policy_window", age_days <= policy.window_days,
-                             f"<= {policy.window_days} days ({policy.version})", f"{age_days} days"))
-    checks.append(_check("amount_within_refundable_at_request", request.amount <= request.refundable_at_request,
-                         f"<= {request.refundable_at_request}", request.amount))
-
-    approvers = set(
-        request.votes.filter(decision=ApprovalVote.Decision.APPROVE).values_list("approver_id", flat=True)
+        checks.append(
+            _check(
+                "within_policy_window",
+                age_days <= policy.window_days,
+                f"<= {policy.window_days} days ({policy.version})",
+                f"{age_days} days",
+            )
+        )
+    checks.append(
+        _check(
+            "amount_within_refundable_at_request",
+            request.amount <= request.refundable_at_request,
+            f"<= {request.refundable_at_request}",
+            request.amount,
+        )
     )
-    checks.append(_check("distinct_approvers", len(approvers) >= request.required_approvals,
-                         request.required_approvals, len(approvers)))
-    checks.append(_check("filer_not_approver", request.requested_by_id not in approvers,
-                         "filer not among approvers", "filer approved" if request.requested_by_id in approvers else "ok"))
+
+    approvers = set(request.votes.filter(decision=ApprovalVote.Decision.APPROVE).values_list("approver_id", flat=True))
+    checks.append(
+        _check(
+            "distinct_approvers",
+            len(approvers) >= request.required_approvals,
+            request.required_approvals,
+            len(approvers),
+        )
+    )
+    checks.append(
+        _check(
+            "filer_not_approver",
+            request.requested_by_id not in approvers,
+            "filer not among approvers",
+            "filer approved" if request.requested_by_id in approvers else "ok",
+        )
+    )
 
     ok = all(c["ok"] for c in checks)
     return {
@@ -138,13 +204,22 @@ def _provider_checks(*, request: ApprovalRequest, entry: RefundEntry) -> list[di
     if record is None:
         return [_check("provider_has_refund", False, entry.provider_ref or "a provider refund", None)]
     return [
-        _check("provider_refund_id", record.provider_ref == entry.provider_ref, entry.provider_ref,
-               record.provider_ref),
+        _check(
+            "provider_refund_id", record.provider_ref == entry.provider_ref, entry.provider_ref, record.provider_ref
+        ),
         _check("provider_status", record.status == RefundStatus.SUCCEEDED, RefundStatus.SUCCEEDED, record.status),
-        _check("provider_amount", record.amount == request.amount and record.currency == request.currency,
-               f"{request.amount} {request.currency}", f"{record.amount} {record.currency}"),
-        _check("provider_metadata_approval", record.metadata.get("approval") == str(request.pk), str(request.pk),
-               record.metadata.get("approval")),
+        _check(
+            "provider_amount",
+            record.amount == request.amount and record.currency == request.currency,
+            f"{request.amount} {request.currency}",
+            f"{record.amount} {record.currency}",
+        ),
+        _check(
+            "provider_metadata_approval",
+            record.metadata.get("approval") == str(request.pk),
+            str(request.pk),
+            record.metadata.get("approval"),
+        ),
     ]
 
 
@@ -176,7 +251,9 @@ def approval_verify(*, request_id: int) -> dict:
         request.refresh_from_db()
         if not verdict["ok"]:
             logger.error(
-                "approval %s failed verification: %s", request.pk, ", ".join(verdict["failed"]),
+                "approval %s failed verification: %s",
+                request.pk,
+                ", ".join(verdict["failed"]),
                 extra={"approval": request.pk, "verification": verdict},
             )
         refund_verified.send(sender=ApprovalRequest, request=request, verdict=verdict)

@@ -11,8 +11,9 @@ from .locks import approval_request_lock, order_lock
 from .models import ApprovalRequest
 
 
-def approval_requests_withdraw(*, tenant, ticket_ref: int, reason: str, actor=None,
-                               now: datetime | None = None) -> list[ApprovalRequest]:
+def approval_requests_withdraw(
+    *, tenant, ticket_ref: int, reason: str, actor=None, now: datetime | None = None
+) -> list[ApprovalRequest]:
     """Mark the ticket's pending requests `withdrawn`. Call it inside the caller's transaction,
     before the caller moves the ticket: each request is taken under the lock order (its order,
     then the request), so a decision racing this one either sees `withdrawn` (409) or has
@@ -40,7 +41,10 @@ def approval_requests_withdraw(*, tenant, ticket_ref: int, reason: str, actor=No
     for request_id, order_id in rows:
         _order, request = approval_request_lock(order_id=order_id, request_id=request_id)
         updated = ApprovalRequest.objects.filter(pk=request_id, status=ApprovalRequest.Status.PENDING).update(
-            status=ApprovalRequest.Status.WITHDRAWN, decided_by=actor, decided_at=now, updated_at=now,
+            status=ApprovalRequest.Status.WITHDRAWN,
+            decided_by=actor,
+            decided_at=now,
+            updated_at=now,
             decision_note=f"Withdrawn: {reason}"[:4000],
         )
         if updated == 1:

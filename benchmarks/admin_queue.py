@@ -45,26 +45,52 @@ def fill(target: int) -> int:
     orders = list(Order.objects.filter(tenant=acme, external_id__startswith="QUEUE-"))
     if len(orders) < 10_000:
         orders += Order.objects.bulk_create(
-            [Order(tenant=acme, customer=customer, external_id=f"QUEUE-{i}", total=Decimal("120.00"), currency="USD",
-                   placed_at=now - timedelta(days=5), status="delivered") for i in range(len(orders), 10_000)],
-            batch_size=5000)
+            [
+                Order(
+                    tenant=acme,
+                    customer=customer,
+                    external_id=f"QUEUE-{i}",
+                    total=Decimal("120.00"),
+                    currency="USD",
+                    placed_at=now - timedelta(days=5),
+                    status="delivered",
+                )
+                for i in range(len(orders), 10_000)
+            ],
+            batch_size=5000,
+        )
     statuses = ["pending"] + ["executed"] * 6 + ["denied"] * 2 + ["expired"]
     k = have
     while k < target:
         n = min(5000, target - k)
         with transaction.atomic():
-            Request.objects.bulk_create([
-                Request(tenant=acme, order=orders[(k + i) % len(orders)], amount=Decimal("120.00"), currency="USD",
+            Request.objects.bulk_create(
+                [
+                    Request(
+                        tenant=acme,
+                        order=orders[(k + i) % len(orders)],
+                        amount=Decimal("120.00"),
+                        currency="USD",
                         args={"order": orders[(k + i) % len(orders)].external_id, "amount": "120.00"},
-                        args_hash=f"{k + i:064x}", idempotency_key=f"queue-bench:{k + i}", policy=policy,
-                        policy_version=policy.version, refundable_at_request=Decimal("120.00"),
-                        ticket_ref=k + i, expires_at=now + timedelta(days=2), status=statuses[(k + i) % len(statuses)],
-                        requested_by=user)
-                for i in range(n)])
+                        args_hash=f"{k + i:064x}",
+                        idempotency_key=f"queue-bench:{k + i}",
+                        policy=policy,
+                        policy_version=policy.version,
+                        refundable_at_request=Decimal("120.00"),
+                        ticket_ref=k + i,
+                        expires_at=now + timedelta(days=2),
+                        status=statuses[(k + i) % len(statuses)],
+                        requested_by=user,
+                    )
+                    for i in range(n)
+                ]
+            )
         k += n
     with connection.cursor() as cursor:  # spread the requests' ages over a year (created_at is auto_now_add)
-        cursor.execute(f"UPDATE {Request._meta.db_table} SET created_at = now() - (id % 8760) * interval '1 hour' "
-                       "WHERE idempotency_key LIKE 'queue-bench:%%'")
+        cursor.execute(
+            f"UPDATE {Request._meta.db_table} SET created_at = now() - (id % 8760) * interval '1 hour' "
+            "WHERE idempotency_key LIKE 'queue-bench:%%'"
+        )
         cursor.execute("ANALYZE")
     return Request.objects.count()
 
@@ -96,8 +122,12 @@ def measure(requests: int) -> dict:
             times.append((time.perf_counter() - started) * 1000)
         queries.append(count[0])
         assert response.status_code == 200, response.status_code
-    return {"median": statistics.median(times), "p90": p90(times), "q": int(statistics.median(queries)),
-            "q_max": max(queries)}
+    return {
+        "median": statistics.median(times),
+        "p90": p90(times),
+        "q": int(statistics.median(queries)),
+        "q_max": max(queries),
+    }
 
 
 def main() -> int:
@@ -127,16 +157,20 @@ def main() -> int:
         total = fill(target)
         print(f"  {total} approval requests ready ({time.perf_counter() - started:.0f} s)", flush=True)
         rows.append((total, measure(args.requests)))
-    print(f"\nadmin review queue (/admin/approvals/approvalrequest/, finance reviewer, DEBUG off), PostgreSQL "
-          f"{db_name(url)}, {args.requests} page loads per size after 3 warm-up")
+    print(
+        f"\nadmin review queue (/admin/approvals/approvalrequest/, finance reviewer, DEBUG off), PostgreSQL "
+        f"{db_name(url)}, {args.requests} page loads per size after 3 warm-up"
+    )
     print(f"{'approval requests':>17} {'queries':>7} {'median ms':>9} {'p90 ms':>8}")
     for total, r in rows:
         print(f"{total:>17} {r['q']:>7} {r['median']:>9.1f} {r['p90']:>8.1f}")
     (small_n, small), (large_n, large) = rows
     shutil.rmtree(settings.STATIC_ROOT, ignore_errors=True)
-    print(f"admin_queue_queries_{small_n}={small['q']} admin_queue_queries_{large_n}={large['q']} "
-          f"constant={'yes' if small['q_max'] == large['q_max'] else 'no'} median_ms_{large_n}={large['median']:.1f} "
-          f"ratio_ms_{large_n}_vs_{small_n}={large['median'] / small['median']:.2f}")
+    print(
+        f"admin_queue_queries_{small_n}={small['q']} admin_queue_queries_{large_n}={large['q']} "
+        f"constant={'yes' if small['q_max'] == large['q_max'] else 'no'} median_ms_{large_n}={large['median']:.1f} "
+        f"ratio_ms_{large_n}_vs_{small_n}={large['median'] / small['median']:.2f}"
+    )
     return 0
 
 

@@ -66,9 +66,13 @@ def measure(n: int, support) -> dict:
 
                 loop._Loop.step = step
                 started = time.perf_counter()
-                ticket = ticket_create(user=support, order="ORD-5001", customer="CUST-1001",
-                                       message="My headphones arrived broken, please refund $200.",
-                                       requested_amount="200.00")
+                ticket = ticket_create(
+                    user=support,
+                    order="ORD-5001",
+                    customer="CUST-1001",
+                    message="My headphones arrived broken, please refund $200.",
+                    requested_amount="200.00",
+                )
                 ended = time.perf_counter()
             ticket.refresh_from_db()
             assert ticket.status == Ticket.Status.APPROVAL_REQUIRED, (ticket.status, ticket.stop_detail)
@@ -113,11 +117,21 @@ def grow(orders: int, tickets: int, events_per_ticket: int):
     now = timezone.now()
     made_orders = []
     for tenant in (acme, other):
-        customer, _ = Customer.objects.get_or_create(tenant=tenant, external_id="BENCH-CUST",
-                                                     defaults={"name": "Bench", "email": "bench@example.com"})
+        customer, _ = Customer.objects.get_or_create(
+            tenant=tenant, external_id="BENCH-CUST", defaults={"name": "Bench", "email": "bench@example.com"}
+        )
         batch = Order.objects.bulk_create(
-            [Order(tenant=tenant, customer=customer, external_id=f"BENCH-{i}", total=Decimal("10.00"), currency="USD",
-                   placed_at=now - timedelta(days=i % 60)) for i in range(orders // 2)],
+            [
+                Order(
+                    tenant=tenant,
+                    customer=customer,
+                    external_id=f"BENCH-{i}",
+                    total=Decimal("10.00"),
+                    currency="USD",
+                    placed_at=now - timedelta(days=i % 60),
+                )
+                for i in range(orders // 2)
+            ],
             batch_size=2000,
         )
         OrderItem.objects.bulk_create(
@@ -125,19 +139,42 @@ def grow(orders: int, tickets: int, events_per_ticket: int):
             batch_size=2000,
         )
         Payment.objects.bulk_create(
-            [Payment(order=o, method="card", card_brand="visa", card_last4="0000", payment_ref=f"pi_bench{o.pk:08d}",
-                     amount=Decimal("10.00"), currency="USD") for o in batch],
+            [
+                Payment(
+                    order=o,
+                    method="card",
+                    card_brand="visa",
+                    card_last4="0000",
+                    payment_ref=f"pi_bench{o.pk:08d}",
+                    amount=Decimal("10.00"),
+                    currency="USD",
+                )
+                for o in batch
+            ],
             batch_size=2000,
         )
         made_orders.extend((tenant, customer, o) for o in batch if tenant == acme)
     made = Ticket.objects.bulk_create(
-        [Ticket(tenant=t, order=o, customer=c, message="bench", currency="USD", created_by=user,
-                status=Ticket.Status.ESCALATED) for t, c, o in made_orders[:tickets]],
+        [
+            Ticket(
+                tenant=t,
+                order=o,
+                customer=c,
+                message="bench",
+                currency="USD",
+                created_by=user,
+                status=Ticket.Status.ESCALATED,
+            )
+            for t, c, o in made_orders[:tickets]
+        ],
         batch_size=2000,
     )
     TraceEvent.objects.bulk_create(
-        [TraceEvent(ticket=t, trace_id=t.trace_id, seq=k + 1, span="tool", status="ok") for t in made
-         for k in range(events_per_ticket)],
+        [
+            TraceEvent(ticket=t, trace_id=t.trace_id, seq=k + 1, span="tool", status="ok")
+            for t in made
+            for k in range(events_per_ticket)
+        ],
         batch_size=5000,
     )
     return Order.objects.count(), Ticket.objects.count(), TraceEvent.objects.count()
@@ -173,8 +210,15 @@ def main():
         demo_seed()
         support = get_user_model().objects.get(username="acme-support")
         measure(2, support)  # warm-up: imports, caches
-        rows = [("few", Order.objects.count(), Ticket.objects.count(), TraceEvent.objects.count(),
-                 measure(args.tickets, support))]
+        rows = [
+            (
+                "few",
+                Order.objects.count(),
+                Ticket.objects.count(),
+                TraceEvent.objects.count(),
+                measure(args.tickets, support),
+            )
+        ]
         sizes = grow(args.orders, args.other_tickets, args.events)
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE") if connection.vendor == "postgresql" else None
@@ -182,27 +226,35 @@ def main():
     finally:
         connection.creation.destroy_test_db(old_name, verbosity=0)
 
-    print(f"agent runtime overhead, offline provider, {connection.vendor}, {args.tickets} tickets per row "
-          "(filing -> approval_required)")
-    header = (f"{'db size':8} {'orders':>7} {'tickets':>7} {'events':>8} | {'ms/ticket':>9} {'q/ticket':>8} "
-              f"{'q/ticket max':>12} | {'q filing+claim':>14} | {'steps':>5} {'ms/step':>7} {'q/step':>6} "
-              f"{'q/step max':>10} {'q last step':>11}")
+    print(
+        f"agent runtime overhead, offline provider, {connection.vendor}, {args.tickets} tickets per row "
+        "(filing -> approval_required)"
+    )
+    header = (
+        f"{'db size':8} {'orders':>7} {'tickets':>7} {'events':>8} | {'ms/ticket':>9} {'q/ticket':>8} "
+        f"{'q/ticket max':>12} | {'q filing+claim':>14} | {'steps':>5} {'ms/step':>7} {'q/step':>6} "
+        f"{'q/step max':>10} {'q last step':>11}"
+    )
     print(header)
     print("-" * len(header))
     for name, orders, tickets, events, r in rows:
-        print(f"{name:8} {orders:>7} {tickets:>7} {events:>8} | {r['ms_ticket']:>9.1f} {r['q_ticket']:>8.0f} "
-              f"{r['q_ticket_max']:>12} | {r['q_setup']:>14.0f} | {r['steps']:>5} {r['ms_step']:>7.1f} "
-              f"{r['q_step']:>6.0f} {r['q_step_max']:>10} {r['q_decision']:>11.0f}")
+        print(
+            f"{name:8} {orders:>7} {tickets:>7} {events:>8} | {r['ms_ticket']:>9.1f} {r['q_ticket']:>8.0f} "
+            f"{r['q_ticket_max']:>12} | {r['q_setup']:>14.0f} | {r['steps']:>5} {r['ms_step']:>7.1f} "
+            f"{r['q_step']:>6.0f} {r['q_step_max']:>10} {r['q_decision']:>11.0f}"
+        )
     step = max(r["q_step"] for *_, r in rows)
     worst_step = max(r["q_step_max"] for *_, r in rows)
     worst_ticket = max(r["q_ticket_max"] for *_, r in rows)
     constant = rows[0][-1]["q_ticket_max"] == rows[1][-1]["q_ticket_max"]
     ok = step <= QUERIES_PER_STEP_MAX and worst_ticket <= QUERIES_PER_TICKET_MAX and constant
-    print(f"targets: <= {QUERIES_PER_STEP_MAX} queries per step (median {step:.0f}; the heaviest, {worst_step}, is the "
-          f"runtime's decision: kill switch, policy, ledger, draft, approval, ticket, run, trace in one transaction), "
-          f"<= {QUERIES_PER_TICKET_MAX} per ticket "
-          f"(worst {worst_ticket}), constant in the database size ({'yes' if constant else 'no'}): "
-          f"{'PASS' if ok else 'FAIL'}")
+    print(
+        f"targets: <= {QUERIES_PER_STEP_MAX} queries per step (median {step:.0f}; the heaviest, {worst_step}, is the "
+        f"runtime's decision: kill switch, policy, ledger, draft, approval, ticket, run, trace in one transaction), "
+        f"<= {QUERIES_PER_TICKET_MAX} per ticket "
+        f"(worst {worst_ticket}), constant in the database size ({'yes' if constant else 'no'}): "
+        f"{'PASS' if ok else 'FAIL'}"
+    )
     return 0 if ok else 1
 
 

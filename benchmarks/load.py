@@ -108,14 +108,41 @@ def load_orders(run: str, n: int) -> list[str]:
     customer = Customer.objects.get(tenant=acme, external_id="CUST-1001")
     card = PaymentMethod.objects.get(customer=customer, external_id="card_4242")
     now = timezone.now()
-    orders = Order.objects.bulk_create([
-        Order(tenant=acme, customer=customer, external_id=f"{run}-{i}", total=Decimal("120.00"), currency="USD",
-              placed_at=now - timedelta(days=3), status="delivered") for i in range(n)])
-    OrderItem.objects.bulk_create([OrderItem(order=o, line_no=1, item_id=f"IT-{o.pk}", name="Headphones",
-                                             price=Decimal("120.00")) for o in orders])
-    Payment.objects.bulk_create([Payment(order=o, payment_method=card, method="card", card_brand="visa",
-                                         card_last4="4242", payment_ref=f"pi_load{o.pk:010d}", amount=Decimal("120.00"),
-                                         currency="USD") for o in orders])
+    orders = Order.objects.bulk_create(
+        [
+            Order(
+                tenant=acme,
+                customer=customer,
+                external_id=f"{run}-{i}",
+                total=Decimal("120.00"),
+                currency="USD",
+                placed_at=now - timedelta(days=3),
+                status="delivered",
+            )
+            for i in range(n)
+        ]
+    )
+    OrderItem.objects.bulk_create(
+        [
+            OrderItem(order=o, line_no=1, item_id=f"IT-{o.pk}", name="Headphones", price=Decimal("120.00"))
+            for o in orders
+        ]
+    )
+    Payment.objects.bulk_create(
+        [
+            Payment(
+                order=o,
+                payment_method=card,
+                method="card",
+                card_brand="visa",
+                card_last4="4242",
+                payment_ref=f"pi_load{o.pk:010d}",
+                amount=Decimal("120.00"),
+                currency="USD",
+            )
+            for o in orders
+        ]
+    )
     return [o.external_id for o in orders]
 
 
@@ -171,8 +198,10 @@ def wait_stopped(ids: list[int], deadline: float) -> dict[int, tuple[str, float]
 
     Ticket = apps.get_model("refundagent", "Ticket")
     while True:
-        rows = {pk: (status, at.timestamp()) for pk, status, at in
-                Ticket.objects.filter(pk__in=ids).values_list("pk", "status", "updated_at")}
+        rows = {
+            pk: (status, at.timestamp())
+            for pk, status, at in Ticket.objects.filter(pk__in=ids).values_list("pk", "status", "updated_at")
+        }
         open_ = [pk for pk, (status, _) in rows.items() if status in ("queued", "running")]
         if not open_ or time.monotonic() > deadline:
             return rows
@@ -211,9 +240,20 @@ def ledger_bench(url: str, run: str, ops: int, threads: int) -> dict:
     customer = Customer.objects.get(tenant=acme, external_id="CUST-1001")
     card = PaymentMethod.objects.get(customer=customer, external_id="card_4242")
     now = timezone.now()
-    orders = Order.objects.bulk_create([
-        Order(tenant=acme, customer=customer, external_id=f"{run}-L{i}", total=Decimal("10.00"), currency="USD",
-              placed_at=now - timedelta(days=1), status="delivered") for i in range(ops)])
+    orders = Order.objects.bulk_create(
+        [
+            Order(
+                tenant=acme,
+                customer=customer,
+                external_id=f"{run}-L{i}",
+                total=Decimal("10.00"),
+                currency="USD",
+                placed_at=now - timedelta(days=1),
+                status="delivered",
+            )
+            for i in range(ops)
+        ]
+    )
     main_connection.close()
 
     def timed(per_thread) -> float:
@@ -241,12 +281,26 @@ def ledger_bench(url: str, run: str, ops: int, threads: int) -> dict:
 
     def ledger_thread(chunk, barrier):
         mine = [orders[i] for i in chunk]
-        ledger_refund_issue(order=mine[0], amount="1.00", currency="USD", destination=card,
-                            idempotency_key=f"bench:{run}:warm:{chunk[0]}", source="import", reason="benchmark")
+        ledger_refund_issue(
+            order=mine[0],
+            amount="1.00",
+            currency="USD",
+            destination=card,
+            idempotency_key=f"bench:{run}:warm:{chunk[0]}",
+            source="import",
+            reason="benchmark",
+        )
         barrier.wait(timeout=60)
         for order in mine:
-            ledger_refund_issue(order=order, amount="5.00", currency="USD", destination=card,
-                                idempotency_key=f"bench:{run}:{order.pk}", source="import", reason="benchmark")
+            ledger_refund_issue(
+                order=order,
+                amount="5.00",
+                currency="USD",
+                destination=card,
+                idempotency_key=f"bench:{run}:{order.pk}",
+                source="import",
+                reason="benchmark",
+            )
         connections.close_all()
 
     def raw_thread(chunk, barrier):
@@ -258,8 +312,10 @@ def ledger_bench(url: str, run: str, ops: int, threads: int) -> dict:
                 conn.execute("INSERT INTO bench_raw_insert (k, amount) VALUES (%s, %s)", (f"{run}:{i}", "5.00"))
 
     with psycopg.connect(libpq_url(url), autocommit=True) as conn:
-        conn.execute("CREATE TABLE IF NOT EXISTS bench_raw_insert (id bigserial PRIMARY KEY, k text NOT NULL, "
-                     "amount numeric(12,2) NOT NULL, created_at timestamptz NOT NULL DEFAULT now())")
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS bench_raw_insert (id bigserial PRIMARY KEY, k text NOT NULL, "
+            "amount numeric(12,2) NOT NULL, created_at timestamptz NOT NULL DEFAULT now())"
+        )
     raw = timed(raw_thread)
     ledger = timed(ledger_thread)
     return {"ledger": ledger, "raw": raw}
@@ -296,8 +352,15 @@ def main() -> int:
 
     connection.close()
 
-    env = {**os.environ, **BENCH_ENV, "DATABASE_URL": url, "CELERY_BROKER_URL": broker, "AGENT_PROVIDER": "offline",
-           "DJANGO_SETTINGS_MODULE": settings_module(), "PYTHONUNBUFFERED": "1"}
+    env = {
+        **os.environ,
+        **BENCH_ENV,
+        "DATABASE_URL": url,
+        "CELERY_BROKER_URL": broker,
+        "AGENT_PROVIDER": "offline",
+        "DJANGO_SETTINGS_MODULE": settings_module(),
+        "PYTHONUNBUFFERED": "1",
+    }
     env.pop("AGENT_SCRIPT", None)
     port = free_port()
     base = f"http://127.0.0.1:{port}"
@@ -315,13 +378,45 @@ def main() -> int:
             purged = current_app.control.purge()  # leftovers of earlier runs on this broker would skew it
         except Exception as exc:  # noqa: BLE001 - reported, and the run goes on
             purged = f"not purged: {exc}"
-        procs.start("gunicorn", [str(PYTHON_BIN / "gunicorn"), wsgi_module(), "--bind", f"127.0.0.1:{port}",
-                                 "--workers", str(args.gunicorn_workers), "--access-logfile", "-", "--log-level",
-                                 "warning"], env, logs / "gunicorn.log")
+        procs.start(
+            "gunicorn",
+            [
+                str(PYTHON_BIN / "gunicorn"),
+                wsgi_module(),
+                "--bind",
+                f"127.0.0.1:{port}",
+                "--workers",
+                str(args.gunicorn_workers),
+                "--access-logfile",
+                "-",
+                "--log-level",
+                "warning",
+            ],
+            env,
+            logs / "gunicorn.log",
+        )
         for k in range(args.celery_workers):
-            procs.start(f"celery{k}", [str(PYTHON_BIN / "celery"), "-A", "refundagent", "worker", "--pool", "prefork",
-                                       "--concurrency", "1", "-n", f"{run.lower()}-{k}@%h", "--without-gossip",
-                                       "--without-mingle", "--loglevel", "warning"], env, logs / f"celery{k}.log")
+            procs.start(
+                f"celery{k}",
+                [
+                    str(PYTHON_BIN / "celery"),
+                    "-A",
+                    "refundagent",
+                    "worker",
+                    "--pool",
+                    "prefork",
+                    "--concurrency",
+                    "1",
+                    "-n",
+                    f"{run.lower()}-{k}@%h",
+                    "--without-gossip",
+                    "--without-mingle",
+                    "--loglevel",
+                    "warning",
+                ],
+                env,
+                logs / f"celery{k}.log",
+            )
         if not http_wait(f"{base}/api/health", min(deadline, time.monotonic() + 60)):
             raise SystemExit(f"gunicorn did not answer on {base} (logs in {logs})")
         # One ticket first: proves the workers consume, and warms them; not measured.
@@ -354,16 +449,22 @@ def main() -> int:
     ok = len(latencies)
     span = (max(stopped_at) - t0) if stopped_at else float("nan")
     latencies.sort()
-    print(f"\nend-to-end load: {args.tickets} tickets over HTTP, {args.clients} client threads, gunicorn "
-          f"{args.gunicorn_workers} sync workers, {args.celery_workers} Celery workers (prefork, 1 process each), "
-          f"offline provider, PostgreSQL {db_name(url)}, broker {broker} (purged: {purged})")
-    print(f"filing took {filed_at - t0:.1f} s ({len(filed) / (filed_at - t0):.1f} POST/s); "
-          f"whole HTTP part {elapsed_all:.0f} s")
+    print(
+        f"\nend-to-end load: {args.tickets} tickets over HTTP, {args.clients} client threads, gunicorn "
+        f"{args.gunicorn_workers} sync workers, {args.celery_workers} Celery workers (prefork, 1 process each), "
+        f"offline provider, PostgreSQL {db_name(url)}, broker {broker} (purged: {purged})"
+    )
+    print(
+        f"filing took {filed_at - t0:.1f} s ({len(filed) / (filed_at - t0):.1f} POST/s); "
+        f"whole HTTP part {elapsed_all:.0f} s"
+    )
     if ok:
         p50 = statistics.median(latencies)
         p95 = latencies[min(len(latencies) - 1, int(round(0.95 * len(latencies))) - 1)]
-        print(f"tickets_per_second={ok / span:.1f} p50_ms={p50:.0f} p95_ms={p95:.0f} "
-              f"approval_required={ok} errors={len(errors)}")
+        print(
+            f"tickets_per_second={ok / span:.1f} p50_ms={p50:.0f} p95_ms={p95:.0f} "
+            f"approval_required={ok} errors={len(errors)}"
+        )
     else:
         print(f"tickets_per_second=0 approval_required=0 errors={len(errors)}")
     for line in errors[:20]:
@@ -375,8 +476,10 @@ def main() -> int:
     figures = ledger_bench(url, run, args.ledger_ops, args.clients)
     ratio = figures["ledger"] / figures["raw"]
     print(f"\nledger: {args.ledger_ops} operations each, {args.clients} client threads, one process, same server")
-    print(f"ledger_refund_issue: {figures['ledger']:.0f} refunds/s; raw single-row INSERT+COMMIT: "
-          f"{figures['raw']:.0f} rows/s")
+    print(
+        f"ledger_refund_issue: {figures['ledger']:.0f} refunds/s; raw single-row INSERT+COMMIT: "
+        f"{figures['raw']:.0f} rows/s"
+    )
     print(f"ledger_vs_raw_insert={ratio:.2f}")
     return 0
 

@@ -56,14 +56,19 @@ def script(policy_version: str) -> list[dict]:
         {"tool": "orders_lookup_order", "input": {"order_id": ORDER}},
         {"tool": "payments_get_summary", "input": {"order_id": ORDER}},
         {"tool": "refund_policy_retrieve", "input": {}},
-        {"tool": "refunds_create_draft", "input": {
-            "recommendation": "refund", "amount": AMOUNT, "policy_version": policy_version,
-            "rationale": f"Order {ORDER} is delivered, 12 days old, within the 30-day window; {AMOUNT} USD is "
-                         "refundable. Finance approves before anything is issued.",
-            "customer_reply": f"Hello, we passed a refund request for {AMOUNT} USD on order {ORDER} to our finance "
-                              "team for review.",
-            "destination": "original",
-        }},
+        {
+            "tool": "refunds_create_draft",
+            "input": {
+                "recommendation": "refund",
+                "amount": AMOUNT,
+                "policy_version": policy_version,
+                "rationale": f"Order {ORDER} is delivered, 12 days old, within the 30-day window; {AMOUNT} USD is "
+                "refundable. Finance approves before anything is issued.",
+                "customer_reply": f"Hello, we passed a refund request for {AMOUNT} USD on order {ORDER} to our finance "
+                "team for review.",
+                "destination": "original",
+            },
+        },
     ]
 
 
@@ -108,19 +113,41 @@ class PeerTools:
             return {"error": "not_found"}
         items = self.conn.execute(ITEMS_SQL, (order["id"],)).fetchall()
         return {
-            "order": order["external_id"], "customer": order["customer"], "status": order["status"],
-            "placed_at": order["placed_at"].isoformat(), "currency": order["currency"],
-            "total": _money(order["total"]), "refunded_total": _money(order["refunded"]),
+            "order": order["external_id"],
+            "customer": order["customer"],
+            "status": order["status"],
+            "placed_at": order["placed_at"].isoformat(),
+            "currency": order["currency"],
+            "total": _money(order["total"]),
+            "refunded_total": _money(order["refunded"]),
             "refundable": _money(order["total"] - order["refunded"]),
-            "items": [{"item_id": i["item_id"], "name": i["name"], "price": _money(i["price"]),
-                       "quantity": i["quantity"], "refunded_quantity": int(i["refunded"])} for i in items],
+            "items": [
+                {
+                    "item_id": i["item_id"],
+                    "name": i["name"],
+                    "price": _money(i["price"]),
+                    "quantity": i["quantity"],
+                    "refunded_quantity": int(i["refunded"]),
+                }
+                for i in items
+            ],
         }
 
     def payment_summary(self, order_id: str) -> dict:
         rows = self.conn.execute(PAYMENTS_SQL, (TENANT, order_id)).fetchall()
-        return {"order": order_id, "payments": [
-            {"method": p["method"], "brand": p["card_brand"], "last4": p["card_last4"], "amount": _money(p["amount"]),
-             "currency": p["currency"]} for p in rows]}
+        return {
+            "order": order_id,
+            "payments": [
+                {
+                    "method": p["method"],
+                    "brand": p["card_brand"],
+                    "last4": p["card_last4"],
+                    "amount": _money(p["amount"]),
+                    "currency": p["currency"],
+                }
+                for p in rows
+            ],
+        }
 
     def policy_retrieve(self) -> dict:
         p = self.conn.execute(POLICY_SQL, (TENANT,)).fetchone()
@@ -169,8 +196,9 @@ class RefundAgent:
 
         with connection.execute_wrapper(counter):
             started = time.perf_counter()
-            ticket = ticket_create(user=self.support, order=ORDER, customer=CUSTOMER, message=MESSAGE,
-                                   requested_amount=AMOUNT)
+            ticket = ticket_create(
+                user=self.support, order=ORDER, customer=CUSTOMER, message=MESSAGE, requested_amount=AMOUNT
+            )
             elapsed = time.perf_counter() - started
         # The benchmark's own check, neither timed nor counted.
         status = self.Ticket.objects.values_list("status", flat=True).get(pk=ticket.pk)
@@ -230,7 +258,9 @@ class LangGraphPostgres:
         def run_tools(state: State) -> dict:
             call = state["messages"][-1]["tool_calls"][0]
             result = tools.call(call["name"], call["args"])
-            return {"messages": [{"role": "tool", "tool_call_id": call["id"], "content": json.dumps(result, default=str)}]}
+            return {
+                "messages": [{"role": "tool", "tool_call_id": call["id"], "content": json.dumps(result, default=str)}]
+            }
 
         def approval(state: State) -> dict:
             draft = state["messages"][-1]["tool_calls"][0]["args"]
@@ -250,10 +280,15 @@ class LangGraphPostgres:
     def one(self) -> float:
         config = {"configurable": {"thread_id": f"ticket-{uuid.uuid4().hex}"}}
         started = time.perf_counter()
-        out = self.graph.invoke({"ticket": {"order": ORDER, "customer": CUSTOMER, "message": MESSAGE,
-                                            "requested_amount": AMOUNT},
-                                 "messages": [{"role": "user", "content": MESSAGE}], "draft": None},
-                                config, durability=self.durability)
+        out = self.graph.invoke(
+            {
+                "ticket": {"order": ORDER, "customer": CUSTOMER, "message": MESSAGE, "requested_amount": AMOUNT},
+                "messages": [{"role": "user", "content": MESSAGE}],
+                "draft": None,
+            },
+            config,
+            durability=self.durability,
+        )
         ended = time.perf_counter()
         if "__interrupt__" not in out:
             raise SystemExit(f"langgraph did not stop for approval: {list(out)}")
@@ -290,8 +325,9 @@ class TightLoop:
             return json.dumps(db.policy_retrieve(), default=str)
 
         @loop_tool(name="refunds_create_draft")
-        def create_draft(recommendation: str, amount: str, policy_version: str, rationale: str,
-                         customer_reply: str, destination: str) -> str:
+        def create_draft(
+            recommendation: str, amount: str, policy_version: str, rationale: str, customer_reply: str, destination: str
+        ) -> str:
             """Record the recommendation (gated: a person approves)."""
             return "draft recorded"
 
@@ -305,8 +341,12 @@ class TightLoop:
             # is the number of iterations in the loop's state (= assistant turns so far).
             index = len(holder["loop"].state.iterations)
             turn = turns[index]
-            return LLMResponse(tool_calls=[ToolCallReq(id=f"call_{index}", name=turn["tool"], args=turn["input"])],
-                               input_tokens=100, output_tokens=20, model_id="scripted")
+            return LLMResponse(
+                tool_calls=[ToolCallReq(id=f"call_{index}", name=turn["tool"], args=turn["input"])],
+                input_tokens=100,
+                output_tokens=20,
+                model_id="scripted",
+            )
 
         self.holder, self.llm = holder, CallableLLM(model, model_id="scripted")
         from loop import Loop
@@ -319,9 +359,14 @@ class TightLoop:
         key = uuid.uuid4().hex
         started = time.perf_counter()
         run = self.Loop(
-            goal=f"Decide the refund ticket on order {ORDER}: {MESSAGE}", tools=self.tools, llm=self.llm,
-            policies=self.policies(), approval_runner=self.runner_cls(),
-            state_path=str(self.workdir / f"{key}.json"), trace_path=str(self.workdir / f"{key}.jsonl"), quiet=True,
+            goal=f"Decide the refund ticket on order {ORDER}: {MESSAGE}",
+            tools=self.tools,
+            llm=self.llm,
+            policies=self.policies(),
+            approval_runner=self.runner_cls(),
+            state_path=str(self.workdir / f"{key}.json"),
+            trace_path=str(self.workdir / f"{key}.jsonl"),
+            quiet=True,
         )
         self.holder["loop"] = run
         result = run.run()
@@ -361,32 +406,75 @@ def grow_large(orders: int, tickets: int, events_per_ticket: int) -> None:
             made = []
             for tenant in (acme, other):
                 customer, _ = Customer.objects.get_or_create(
-                    tenant=tenant, external_id="BENCH-CUST", defaults={"name": "Bench", "email": "bench@example.com"})
+                    tenant=tenant, external_id="BENCH-CUST", defaults={"name": "Bench", "email": "bench@example.com"}
+                )
                 made += Order.objects.bulk_create(
-                    [Order(tenant=tenant, customer=customer, external_id=f"BENCH-{k + i}", total=Decimal("10.00"),
-                           currency="USD", placed_at=now - timedelta(days=(k + i) % 60), status="delivered")
-                     for i in range(0 if tenant == acme else n // 2, n // 2 if tenant == acme else n)])
-            OrderItem.objects.bulk_create([OrderItem(order=o, line_no=1, item_id="B", name="Bench item",
-                                                     price=Decimal("10.00")) for o in made])
-            Payment.objects.bulk_create([Payment(order=o, method="card", card_brand="visa", card_last4="0000",
-                                                 payment_ref=f"pi_bench{o.pk:08d}", amount=Decimal("10.00"),
-                                                 currency="USD") for o in made])
+                    [
+                        Order(
+                            tenant=tenant,
+                            customer=customer,
+                            external_id=f"BENCH-{k + i}",
+                            total=Decimal("10.00"),
+                            currency="USD",
+                            placed_at=now - timedelta(days=(k + i) % 60),
+                            status="delivered",
+                        )
+                        for i in range(0 if tenant == acme else n // 2, n // 2 if tenant == acme else n)
+                    ]
+                )
+            OrderItem.objects.bulk_create(
+                [OrderItem(order=o, line_no=1, item_id="B", name="Bench item", price=Decimal("10.00")) for o in made]
+            )
+            Payment.objects.bulk_create(
+                [
+                    Payment(
+                        order=o,
+                        method="card",
+                        card_brand="visa",
+                        card_last4="0000",
+                        payment_ref=f"pi_bench{o.pk:08d}",
+                        amount=Decimal("10.00"),
+                        currency="USD",
+                    )
+                    for o in made
+                ]
+            )
         k += n
     if have < orders:
         print(f"  filled orders {have} -> {Order.objects.count()} in {time.perf_counter() - started:.0f} s", flush=True)
     have_tickets = Ticket.objects.count()
     if have_tickets < tickets:
-        pool = list(Order.objects.filter(tenant=acme, external_id__startswith="BENCH-")
-                    .select_related("customer")[: tickets - have_tickets])
+        pool = list(
+            Order.objects.filter(tenant=acme, external_id__startswith="BENCH-").select_related("customer")[
+                : tickets - have_tickets
+            ]
+        )
         with transaction.atomic():
             made = Ticket.objects.bulk_create(
-                [Ticket(tenant=acme, order=o, customer=o.customer, message="bench", currency="USD", created_by=user,
-                        status="escalated") for o in pool], batch_size=2000)
+                [
+                    Ticket(
+                        tenant=acme,
+                        order=o,
+                        customer=o.customer,
+                        message="bench",
+                        currency="USD",
+                        created_by=user,
+                        status="escalated",
+                    )
+                    for o in pool
+                ],
+                batch_size=2000,
+            )
             try:
                 TraceEvent = apps.get_model("refundagent", "TraceEvent")
                 TraceEvent.objects.bulk_create(
-                    [TraceEvent(ticket=t, trace_id=t.trace_id, seq=s + 1, span="tool", status="ok") for t in made
-                     for s in range(events_per_ticket)], batch_size=5000)
+                    [
+                        TraceEvent(ticket=t, trace_id=t.trace_id, seq=s + 1, span="tool", status="ok")
+                        for t in made
+                        for s in range(events_per_ticket)
+                    ],
+                    batch_size=5000,
+                )
             except (LookupError, TypeError) as exc:  # the trace model was restructured: tickets alone
                 print(f"  (no trace events added: {exc})")
         print(f"  filled tickets {have_tickets} -> {Ticket.objects.count()}", flush=True)
@@ -449,9 +537,11 @@ def main() -> int:
     Order, Ticket = apps.get_model("ledger", "Order"), apps.get_model("refundagent", "Ticket")
     refund, reference = runtimes[0], runtimes[1]
     queries = refund.queries
-    print(f"\nside by side, {args.size} database {db_name(url)} ({Order.objects.count()} orders, "
-          f"{Ticket.objects.count()} tickets), PostgreSQL, scripted 4-tool loop to the approval stop, "
-          f"{args.tickets} tickets per runtime after {args.warmup} warm-up, runtimes alternating")
+    print(
+        f"\nside by side, {args.size} database {db_name(url)} ({Order.objects.count()} orders, "
+        f"{Ticket.objects.count()} tickets), PostgreSQL, scripted 4-tool loop to the approval stop, "
+        f"{args.tickets} tickets per runtime after {args.warmup} warm-up, runtimes alternating"
+    )
     print(f"{'runtime':48} {'median ms':>9} {'p90 ms':>8} {'x refundagent':>13}")
     ra_median = statistics.median(times[refund.name])
     for r in runtimes:

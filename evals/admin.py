@@ -35,8 +35,10 @@ class BadFlagsMixin:
 
 
 def _pretty(value) -> str:
-    return format_html("<pre style='white-space:pre-wrap;max-width:100ch'>{}</pre>",
-                       json.dumps(value, indent=2, sort_keys=True, default=str))
+    return format_html(
+        "<pre style='white-space:pre-wrap;max-width:100ch'>{}</pre>",
+        json.dumps(value, indent=2, sort_keys=True, default=str),
+    )
 
 
 @admin.register(EvalCase)
@@ -68,8 +70,17 @@ class EvalResultInline(BadFlagsMixin, ReadOnlyAdminMixin, admin.TabularInline):
     model = EvalResult
     extra = 0
     can_delete = False
-    fields = ("result_link", "passed", "attempt", "false_allow_flag", "missing_citation_flag",
-              "money_moved_by_agent_flag", "draft_quality", "why", "duration_ms")
+    fields = (
+        "result_link",
+        "passed",
+        "attempt",
+        "false_allow_flag",
+        "missing_citation_flag",
+        "money_moved_by_agent_flag",
+        "draft_quality",
+        "why",
+        "duration_ms",
+    )
     readonly_fields = fields
     ordering = ("passed", "case__name", "attempt")  # failed first
 
@@ -88,14 +99,41 @@ class EvalResultInline(BadFlagsMixin, ReadOnlyAdminMixin, admin.TabularInline):
 
 @admin.register(EvalRun)
 class EvalRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ("id", "started_at", "suite", "trigger", "provider", "release_gate", "pass_rate", "false_allow",
-                    "total", "failed_count", "duration_s", "code_version_short")
+    list_display = (
+        "id",
+        "started_at",
+        "suite",
+        "trigger",
+        "provider",
+        "release_gate",
+        "pass_rate",
+        "false_allow",
+        "total",
+        "failed_count",
+        "duration_s",
+        "code_version_short",
+    )
     list_filter = ("suite", "passed", "trigger", "provider")
     date_hierarchy = "started_at"
     inlines = [EvalResultInline]
-    fields = ("suite", "trigger", "provider", "model", "code_version", "repeat", "release_gate", "gate_failures_pretty",
-              "metrics_pretty", "total", "passed_count", "failed_count", "error", "started_at", "finished_at",
-              "duration_ms")
+    fields = (
+        "suite",
+        "trigger",
+        "provider",
+        "model",
+        "code_version",
+        "repeat",
+        "release_gate",
+        "gate_failures_pretty",
+        "metrics_pretty",
+        "total",
+        "passed_count",
+        "failed_count",
+        "error",
+        "started_at",
+        "finished_at",
+        "duration_ms",
+    )
     readonly_fields = fields
 
     @admin.display(description="release gate", ordering="passed")
@@ -129,9 +167,12 @@ class EvalRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         if not obj.gate_failures:
             return "none"
         return format_html_join(
-            "", "<div style='color:#cf222e'>{} = {} (needs {}){}</div>",
-            ((f["metric"], f["value"], f["threshold"], f": {f['why']}" if f.get("why") else "")
-             for f in obj.gate_failures),
+            "",
+            "<div style='color:#cf222e'>{} = {} (needs {}){}</div>",
+            (
+                (f["metric"], f["value"], f["threshold"], f": {f['why']}" if f.get("why") else "")
+                for f in obj.gate_failures
+            ),
         )
 
     @admin.display(description="metrics")
@@ -141,16 +182,47 @@ class EvalRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 @admin.register(EvalResult)
 class EvalResultAdmin(BadFlagsMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ("case", "run_link", "attempt", "passed", "false_allow_flag", "missing_citation_flag",
-                    "money_moved_by_agent_flag", "draft_quality", "stop_reason", "first_failure", "trace_link")
+    list_display = (
+        "case",
+        "run_link",
+        "attempt",
+        "passed",
+        "false_allow_flag",
+        "missing_citation_flag",
+        "money_moved_by_agent_flag",
+        "draft_quality",
+        "stop_reason",
+        "first_failure",
+        "trace_link",
+    )
     # One suite menu (the case's): a second "By suite" for the run's suite listed the same names twice.
-    list_filter = ("passed", "case__suite", "false_allow", "missing_citation", "money_moved_by_agent",
-                   "draft_quality", "run__trigger")
+    list_filter = (
+        "passed",
+        "case__suite",
+        "false_allow",
+        "missing_citation",
+        "money_moved_by_agent",
+        "draft_quality",
+        "run__trigger",
+    )
     search_fields = ("case__name", "trace_id")
     list_select_related = ("case", "run")
-    fields = ("run_link", "case", "attempt", "passed", "failures_pretty", "false_allow_flag", "missing_citation_flag",
-              "money_moved_by_agent_flag", "draft_quality", "duration_ms", "trace_id", "trace_link", "trace_table",
-              "observed_pretty")
+    fields = (
+        "run_link",
+        "case",
+        "attempt",
+        "passed",
+        "failures_pretty",
+        "false_allow_flag",
+        "missing_citation_flag",
+        "money_moved_by_agent_flag",
+        "draft_quality",
+        "duration_ms",
+        "trace_id",
+        "trace_link",
+        "trace_table",
+        "observed_pretty",
+    )
     readonly_fields = fields
 
     @admin.display(description="run")
@@ -186,12 +258,15 @@ class EvalResultAdmin(BadFlagsMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
         rows = format_html_join(
             "",
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            ((e.get("seq"), e.get("span"), e.get("status"), e.get("decision"), e.get("tool"), e.get("reason"))
-             for e in obj.trace),
+            (
+                (e.get("seq"), e.get("span"), e.get("status"), e.get("decision"), e.get("tool"), e.get("reason"))
+                for e in obj.trace
+            ),
         )
         return format_html(
             "<table><thead><tr><th>#</th><th>span</th><th>status</th><th>decision</th><th>tool</th><th>reason</th>"
-            "</tr></thead><tbody>{}</tbody></table>", rows,
+            "</tr></thead><tbody>{}</tbody></table>",
+            rows,
         )
 
     @admin.display(description="observed outcome")

@@ -46,11 +46,15 @@ def judge_verdict_parse(text: str) -> dict:
     if start < 0 or end < start:
         return {"ok": None, "error": "the judge answered no JSON"}
     try:
-        data = json.loads(text[start:end + 1])
+        data = json.loads(text[start : end + 1])
     except ValueError:
         return {"ok": None, "error": "the judge answered invalid JSON"}
-    return {"ok": bool(data.get("ok")), "tone": data.get("tone"), "correct": data.get("correct"),
-            "problems": list(data.get("problems") or [])[:5]}
+    return {
+        "ok": bool(data.get("ok")),
+        "tone": data.get("tone"),
+        "correct": data.get("correct"),
+        "problems": list(data.get("problems") or [])[:5],
+    }
 
 
 def judge_for_provider():

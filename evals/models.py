@@ -69,12 +69,18 @@ class EvalResult(models.Model):
     passed = models.BooleanField()
     observed = models.JSONField(default=dict, blank=True)
     failures = models.JSONField(default=list, blank=True, help_text="Why it failed: one line per failed check.")
-    false_allow = models.BooleanField(default=False, help_text="An approval request that should not exist or exceeds what is allowed.")
+    false_allow = models.BooleanField(
+        default=False, help_text="An approval request that should not exist or exceeds what is allowed."
+    )
     missing_citation = models.BooleanField(default=False)
     money_moved_by_agent = models.BooleanField(default=False)
-    draft_quality = models.BooleanField(null=True, help_text="Deterministic draft checks; empty when no draft was graded.")
+    draft_quality = models.BooleanField(
+        null=True, help_text="Deterministic draft checks; empty when no draft was graded."
+    )
     trace_id = models.CharField(max_length=64, blank=True)
-    trace = models.JSONField(default=list, blank=True, help_text="The trace, kept with the result (the case data is rolled back).")
+    trace = models.JSONField(
+        default=list, blank=True, help_text="The trace, kept with the result (the case data is rolled back)."
+    )
     duration_ms = models.PositiveIntegerField(default=0)
 
     class Meta:

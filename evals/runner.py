@@ -80,10 +80,22 @@ class CaseSpec:
     @classmethod
     def of(cls, case) -> "CaseSpec":
         if isinstance(case, dict):
-            return cls(name=case["name"], ticket_input=case["ticket_input"], fixture=case["fixture"],
-                       expected=case["expected"], provider_script=case.get("provider_script"), tags=case.get("tags", []))
-        return cls(name=case.name, ticket_input=case.ticket_input, fixture=case.fixture, expected=case.expected,
-                   provider_script=case.provider_script, tags=case.tags)
+            return cls(
+                name=case["name"],
+                ticket_input=case["ticket_input"],
+                fixture=case["fixture"],
+                expected=case["expected"],
+                provider_script=case.get("provider_script"),
+                tags=case.get("tags", []),
+            )
+        return cls(
+            name=case.name,
+            ticket_input=case.ticket_input,
+            fixture=case.fixture,
+            expected=case.expected,
+            provider_script=case.provider_script,
+            tags=case.tags,
+        )
 
 
 # --- the sandbox ------------------------------------------------------------------------------
@@ -125,8 +137,9 @@ def _sandbox_staff(tenant: Tenant) -> dict:
     User = get_user_model()
     users = []
     for suffix, roles in SANDBOX_STAFF:
-        user = User(username=f"{tenant.slug}-{suffix}", email=f"{suffix}@{tenant.slug}.example",
-                    is_staff="finance" in roles)
+        user = User(
+            username=f"{tenant.slug}-{suffix}", email=f"{suffix}@{tenant.slug}.example", is_staff="finance" in roles
+        )
         user.set_unusable_password()
         users.append(user)
     users = User.objects.bulk_create(users)
@@ -135,7 +148,8 @@ def _sandbox_staff(tenant: Tenant) -> dict:
     Membership.objects.bulk_create(Membership(user=u, tenant=tenant) for u in users)
     User.groups.through.objects.bulk_create(
         User.groups.through(user_id=u.pk, group_id=groups[role].pk)
-        for u, (_, roles) in zip(users, SANDBOX_STAFF, strict=True) for role in roles
+        for u, (_, roles) in zip(users, SANDBOX_STAFF, strict=True)
+        for role in roles
     )
     return {suffix: u for u, (suffix, _) in zip(users, SANDBOX_STAFF, strict=True)}
 
@@ -249,8 +263,12 @@ def _case_in_sandbox(spec: CaseSpec, provider_name: str, box: dict, judge) -> No
     policy = gate.policy_current(ticket.tenant)
     evidence["policy_current"] = policy.version if policy else None
     if order is not None:
-        evidence["order"] = {"external_id": order.external_id, "total": str(order.total), "currency": order.currency,
-                             "status": order.status}
+        evidence["order"] = {
+            "external_id": order.external_id,
+            "total": str(order.total),
+            "currency": order.currency,
+            "status": order.status,
+        }
         evidence["refundable"] = graders.refundable_independent(
             order=order, policy=policy, item_ids=list(ticket.items) or expected_items, now=now
         )
@@ -260,9 +278,15 @@ def _case_in_sandbox(spec: CaseSpec, provider_name: str, box: dict, judge) -> No
     agent_run_ticket(ticket_id=ticket.pk, provider=provider)
 
     ticket.refresh_from_db()
-    evidence["ticket"] = {"id": ticket.pk, "status": ticket.status, "stop_reason": ticket.stop_reason,
-                          "stop_detail": ticket.stop_detail, "trace_id": str(ticket.trace_id),
-                          "filed_order": order_id, "order": ticket.order.external_id if ticket.order_id else None}
+    evidence["ticket"] = {
+        "id": ticket.pk,
+        "status": ticket.status,
+        "stop_reason": ticket.stop_reason,
+        "stop_detail": ticket.stop_detail,
+        "trace_id": str(ticket.trace_id),
+        "filed_order": order_id,
+        "order": ticket.order.external_id if ticket.order_id else None,
+    }
     evidence["model"] = getattr(provider, "model", "")
     evidence["draft"] = graders.evidence_draft(ticket)
     evidence["approvals"] = graders.evidence_approvals(tenant_ids=tenant_ids)
@@ -295,8 +319,13 @@ def _approve_and_execute(request_id: int, order: Order, sandbox: dict, tenant_id
     try:
         request = ApprovalRequest.objects.get(pk=request_id)
         for approver in sandbox["finance"][: request.required_approvals]:
-            request = approval_request_decide(request_id=request_id, user=approver, decision="approve",
-                                              args_hash=request.args_hash, note="eval: approved as shown")
+            request = approval_request_decide(
+                request_id=request_id,
+                user=approver,
+                decision="approve",
+                args_hash=request.args_hash,
+                note="eval: approved as shown",
+            )
         approval_execute(request_id=request_id)
         count = RefundEntry.objects.filter(tenant_id__in=tenant_ids).count()
         approval_execute(request_id=request_id)

@@ -12,4 +12,6 @@ def eval_runs_recent(*, suite: str | None = None, limit: int = 30) -> list[EvalR
 
 
 def eval_run_failures(run: EvalRun) -> list[EvalResult]:
-    return list(run.results.filter(passed=False).select_related("case").order_by("case__suite", "case__name", "attempt"))
+    return list(
+        run.results.filter(passed=False).select_related("case").order_by("case__suite", "case__name", "attempt")
+    )

@@ -61,8 +61,9 @@ def code_version() -> str:
         if os.getenv(name):
             return os.environ[name][:64]
     try:
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=settings.BASE_DIR, capture_output=True, text=True,
-                             timeout=5, check=False)
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=settings.BASE_DIR, capture_output=True, text=True, timeout=5, check=False
+        )
     except (OSError, subprocess.SubprocessError):
         return ""
     return out.stdout.strip()[:64] if out.returncode == 0 else ""
@@ -70,7 +71,8 @@ def code_version() -> str:
 
 def eval_cases_select(suite: str):
     return EvalCase.objects.filter(enabled=True, suite__in=[s.name for s in suites_select(suite)]).order_by(
-        "suite", "name")
+        "suite", "name"
+    )
 
 
 def suites_without_cases(suites: list[Suite], cases: list[EvalCase], empty: dict[str, str]) -> list[dict]:
@@ -81,7 +83,8 @@ def suites_without_cases(suites: list[Suite], cases: list[EvalCase], empty: dict
         if suite.name in present:
             continue
         why = empty.get(suite.name) or (
-            f"suite {suite.name}: no cases: no enabled EvalCase rows (switched off in the admin, or never synced)")
+            f"suite {suite.name}: no cases: no enabled EvalCase rows (switched off in the admin, or never synced)"
+        )
         failures.append({"metric": "cases", "value": 0, "threshold": "> 0", "suite": suite.name, "why": why})
     return failures
 
@@ -116,8 +119,9 @@ def eval_run_execute(
         judge, model = judge_for_provider()
     elif provider == "offline":
         model = OfflineProvider.model
-    run = EvalRun.objects.create(suite=suite, trigger=trigger, provider=provider, model=model,
-                                 code_version=code_version(), repeat=repeat)
+    run = EvalRun.objects.create(
+        suite=suite, trigger=trigger, provider=provider, model=model, code_version=code_version(), repeat=repeat
+    )
     started = time.monotonic()
     rows = []
     done, todo = 0, len(cases) * repeat
@@ -128,16 +132,30 @@ def eval_run_execute(
                 outcome = case_execute(case, provider_name=provider, judge=judge)
                 model = model or outcome.observed.get("model", "")
                 EvalResult.objects.create(
-                    run=run, case=case, attempt=attempt, passed=outcome.passed, observed=outcome.observed,
-                    failures=outcome.failures, trace_id=outcome.trace_id, trace=outcome.trace,
-                    duration_ms=outcome.duration_ms, false_allow=outcome.grade.get("false_allow", False),
+                    run=run,
+                    case=case,
+                    attempt=attempt,
+                    passed=outcome.passed,
+                    observed=outcome.observed,
+                    failures=outcome.failures,
+                    trace_id=outcome.trace_id,
+                    trace=outcome.trace,
+                    duration_ms=outcome.duration_ms,
+                    false_allow=outcome.grade.get("false_allow", False),
                     missing_citation=outcome.grade.get("missing_citation", False),
                     money_moved_by_agent=outcome.grade.get("money_moved_by_agent", False),
                     draft_quality=outcome.grade.get("draft_quality"),
                 )
                 judge_ok = (outcome.observed.get("judge") or {}).get("ok")
-                rows.append({"case": case.name, "passed": outcome.passed, "blocking": blocking,
-                             "judge_ok": judge_ok, **outcome.grade})
+                rows.append(
+                    {
+                        "case": case.name,
+                        "passed": outcome.passed,
+                        "blocking": blocking,
+                        "judge_ok": judge_ok,
+                        **outcome.grade,
+                    }
+                )
                 done += 1
                 if progress:
                     progress(done, todo, case.name, outcome.passed)
@@ -167,7 +185,11 @@ def eval_run_execute(
     run.save()
     if failures:
         logger.error(
-            "eval run #%s (%s, %s, trigger %s): the release gate FAILED: %s", run.pk, suite, provider, trigger,
+            "eval run #%s (%s, %s, trigger %s): the release gate FAILED: %s",
+            run.pk,
+            suite,
+            provider,
+            trigger,
             "; ".join(f.get("why") or f"{f['metric']}={f['value']} (needs {f['threshold']})" for f in failures),
         )
     return run

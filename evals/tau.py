@@ -92,7 +92,12 @@ def tau_load(directory: Path | str | None = None) -> TauData:
 def tau_payment_method(method: dict) -> dict:
     source = method["source"]
     if source == "credit_card":
-        return {"id": method["id"], "kind": "card", "brand": method.get("brand", ""), "last4": method.get("last_four", "")}
+        return {
+            "id": method["id"],
+            "kind": "card",
+            "brand": method.get("brand", ""),
+            "last4": method.get("last_four", ""),
+        }
     if source == "gift_card":
         return {"id": method["id"], "kind": "gift_card", "balance": str(dec(method.get("balance", 0)))}
     if source == "paypal":
@@ -203,7 +208,9 @@ def tau_users_ensure(tenant: Tenant, users=TAU_USERS, *, password: str | None = 
     User = get_user_model()
     made = {}
     for username, roles in users:
-        user, created = User.objects.get_or_create(username=username, defaults={"email": f"{username}@{tenant.slug}.example"})
+        user, created = User.objects.get_or_create(
+            username=username, defaults={"email": f"{username}@{tenant.slug}.example"}
+        )
         if created:
             if password:
                 user.set_password(password)

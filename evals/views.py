@@ -25,9 +25,11 @@ operator_required = user_passes_test(user_is_operator, login_url="admin:login")
 def suite_menu() -> list[tuple[str, str]]:
     """The suite filter: "" for every run, then each suite once (the known ones and any that has
     runs). "all" is the suite of runs over every case, not a second "every suite"."""
-    names = dict.fromkeys([*SUITE_CHOICES, *EvalRun.objects.order_by("suite").values_list("suite", flat=True)
-                           .distinct()])
+    names = dict.fromkeys(
+        [*SUITE_CHOICES, *EvalRun.objects.order_by("suite").values_list("suite", flat=True).distinct()]
+    )
     return [("", "every run"), *((n, "all suites in one run" if n == "all" else n) for n in names)]
+
 
 WIDTH, HEIGHT, PAD_LEFT, PAD_RIGHT, PAD_TOP, PAD_BOTTOM = 720, 240, 48, 48, 16, 36
 
@@ -48,19 +50,45 @@ def trend_chart(runs) -> dict:
         y = PAD_TOP + plot_h * (1 - rate)
         fa = run.metrics.get("false_allow", 0) or 0
         bar_h = plot_h * fa / max_fa
-        points.append({"x": round(x, 1), "y": round(y, 1), "run": run, "rate": round(rate * 100, 1),
-                       "failed_release_gate": run.passed is not True, "no_cases": no_cases})
+        points.append(
+            {
+                "x": round(x, 1),
+                "y": round(y, 1),
+                "run": run,
+                "rate": round(rate * 100, 1),
+                "failed_release_gate": run.passed is not True,
+                "no_cases": no_cases,
+            }
+        )
         if fa:
-            bars.append({"x": round(x - min(slot * 0.3, 10), 1), "y": round(PAD_TOP + plot_h - bar_h, 1),
-                         "w": round(min(slot * 0.6, 20), 1), "h": round(bar_h, 1), "value": fa, "run": run})
+            bars.append(
+                {
+                    "x": round(x - min(slot * 0.3, 10), 1),
+                    "y": round(PAD_TOP + plot_h - bar_h, 1),
+                    "w": round(min(slot * 0.6, 20), 1),
+                    "h": round(bar_h, 1),
+                    "value": fa,
+                    "run": run,
+                }
+            )
         if n <= 12 or i % max(1, n // 12) == 0:
             labels.append({"x": round(x, 1), "text": f"#{run.pk}"})
     grid = [{"y": round(PAD_TOP + plot_h * (1 - p / 100), 1), "label": f"{p}%"} for p in (0, 25, 50, 75, 100)]
     return {
-        "width": WIDTH, "height": HEIGHT, "left": PAD_LEFT, "right": WIDTH - PAD_RIGHT, "top": PAD_TOP,
-        "bottom": HEIGHT - PAD_BOTTOM, "label_y": HEIGHT - PAD_BOTTOM + 16, "right_label_x": WIDTH - PAD_RIGHT + 6,
-        "polyline": " ".join(f"{p['x']},{p['y']}" for p in points), "points": points, "bars": bars,
-        "labels": labels, "grid": grid, "max_false_allow": max_fa,
+        "width": WIDTH,
+        "height": HEIGHT,
+        "left": PAD_LEFT,
+        "right": WIDTH - PAD_RIGHT,
+        "top": PAD_TOP,
+        "bottom": HEIGHT - PAD_BOTTOM,
+        "label_y": HEIGHT - PAD_BOTTOM + 16,
+        "right_label_x": WIDTH - PAD_RIGHT + 6,
+        "polyline": " ".join(f"{p['x']},{p['y']}" for p in points),
+        "points": points,
+        "bars": bars,
+        "labels": labels,
+        "grid": grid,
+        "max_false_allow": max_fa,
     }
 
 
@@ -72,25 +100,36 @@ def evals_dashboard(request):
         suite = ""
     runs = eval_runs_recent(suite=suite or None, limit=30)
     last = runs[-1] if runs else None
-    return render(request, "evals/dashboard.html", {
-        "runs": runs,
-        "recent": runs[::-1][:10],
-        "last": last,
-        "failures": eval_run_failures(last) if last else [],
-        "chart": trend_chart(runs),
-        "suite": suite,
-        "suites": menu,
-        "nav": "evals",
-        "roles": user_roles(request.user),
-    })
+    return render(
+        request,
+        "evals/dashboard.html",
+        {
+            "runs": runs,
+            "recent": runs[::-1][:10],
+            "last": last,
+            "failures": eval_run_failures(last) if last else [],
+            "chart": trend_chart(runs),
+            "suite": suite,
+            "suites": menu,
+            "nav": "evals",
+            "roles": user_roles(request.user),
+        },
+    )
 
 
 @operator_required
 def result_trace(request, pk: int):
     """The trace stored with an eval result, as JSON (the case's own rows were rolled back)."""
     result = get_object_or_404(EvalResult.objects.select_related("case"), pk=pk)
-    return JsonResponse({"case": result.case.name, "run": result.run_id, "attempt": result.attempt,
-                         "trace_id": result.trace_id, "events": result.trace})
+    return JsonResponse(
+        {
+            "case": result.case.name,
+            "run": result.run_id,
+            "attempt": result.attempt,
+            "trace_id": result.trace_id,
+            "events": result.trace,
+        }
+    )
 
 
 @login_required
@@ -104,10 +143,14 @@ def operations_dashboard(request):
     except Forbidden as exc:
         return render(request, "403.html", {"reason": exc.message}, status=403)
     overview = operations_overview(tenant=tenant)
-    return render(request, "evals/operations.html", {
-        **overview,
-        "tenant": tenant,
-        "eval_chart": trend_chart(overview["eval_runs"]),
-        "roles": user_roles(user),
-        "nav": "operations",
-    })
+    return render(
+        request,
+        "evals/operations.html",
+        {
+            **overview,
+            "tenant": tenant,
+            "eval_chart": trend_chart(overview["eval_runs"]),
+            "roles": user_roles(user),
+            "nav": "operations",
+        },
+    )

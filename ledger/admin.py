@@ -244,8 +244,19 @@ class RefundEntryEventInline(ReadOnlyInline):
 
 @admin.register(RefundEntry)
 class RefundEntryAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ("id", "order", "amount", "currency", "status", "gateway", "source", "destination_kind",
-                    "approval_ref", "needs_review", "created_at")
+    list_display = (
+        "id",
+        "order",
+        "amount",
+        "currency",
+        "status",
+        "gateway",
+        "source",
+        "destination_kind",
+        "approval_ref",
+        "needs_review",
+        "created_at",
+    )
     list_filter = ("status", "gateway", "needs_review", "source", "currency", "tenant")
     search_fields = ("=id", "order__external_id", "idempotency_key", "approval_ref", "provider_ref")
     list_select_related = ("order",)
@@ -271,8 +282,17 @@ class WebhookEventAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelA
 
 @admin.register(ReconciliationRun)
 class ReconciliationRunAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ("id", "gateway", "tenant", "since", "started_at", "finished_at", "provider_refunds",
-                    "ledger_entries", "findings_count")
+    list_display = (
+        "id",
+        "gateway",
+        "tenant",
+        "since",
+        "started_at",
+        "finished_at",
+        "provider_refunds",
+        "ledger_entries",
+        "findings_count",
+    )
     list_filter = ("gateway", "tenant")
     search_fields = ("note",)
 
@@ -281,8 +301,21 @@ class ReconciliationRunAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.M
 class ReconciliationFindingAdmin(TenantScopedAdminMixin, NoDeleteAdminMixin, admin.ModelAdmin):
     """Finance reviews differences here. Read-only, except marking them resolved (who and when kept)."""
 
-    list_display = ("id", "kind", "tenant", "entry", "provider_ref", "ledger_amount", "provider_amount", "currency",
-                    "ledger_status", "provider_status", "created_at", "resolved_at", "resolved_by")
+    list_display = (
+        "id",
+        "kind",
+        "tenant",
+        "entry",
+        "provider_ref",
+        "ledger_amount",
+        "provider_amount",
+        "currency",
+        "ledger_status",
+        "provider_status",
+        "created_at",
+        "resolved_at",
+        "resolved_by",
+    )
     list_filter = ("kind", ("resolved_at", admin.EmptyFieldListFilter), "tenant")
     search_fields = ("provider_ref", "entry__order__external_id", "detail")
     list_select_related = ("tenant", "entry", "resolved_by")
@@ -296,8 +329,9 @@ class ReconciliationFindingAdmin(TenantScopedAdminMixin, NoDeleteAdminMixin, adm
 
     @admin.action(description="Mark the selected findings resolved", permissions=["change"])
     def resolve(self, request, queryset):
-        count = reconciliation_findings_resolve(queryset=queryset, user=request.user,
-                                                note=f"Resolved in the admin by {request.user.get_username()}.")
+        count = reconciliation_findings_resolve(
+            queryset=queryset, user=request.user, note=f"Resolved in the admin by {request.user.get_username()}."
+        )
         self.message_user(request, f"{count} finding(s) resolved.")
 
 

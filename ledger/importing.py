@@ -293,15 +293,22 @@ def _parse_customer(row: dict, label: str, errors: list[str]) -> _CustomerRow | 
                 seen.add(pm_id)
                 methods.append(
                     _PaymentMethodRow(
-                        external_id=pm_id, kind=kind, brand=r.text(pm, "brand", max_length=40), last4=last4,
+                        external_id=pm_id,
+                        kind=kind,
+                        brand=r.text(pm, "brand", max_length=40),
+                        last4=last4,
                         balance=r.amount(pm, "balance", required=False),
                     )
                 )
             except _Invalid as exc:
                 raise _Invalid(f"{where}: {exc}") from None
         return _CustomerRow(
-            label=label, external_id=external_id, name=r.text(row, "name", max_length=200), email=email,
-            address=r.mapping(row, "address"), payment_methods=methods,
+            label=label,
+            external_id=external_id,
+            name=r.text(row, "name", max_length=200),
+            email=email,
+            address=r.mapping(row, "address"),
+            payment_methods=methods,
         )
     except _Invalid as exc:
         errors.append(f"{label}: {exc}")
@@ -342,8 +349,11 @@ def _parse_order(row: dict, label: str, errors: list[str]) -> _OrderRow | None:
             except _Invalid as exc:
                 raise _Invalid(f"items[{j}]: {exc}") from None
         if not items:
-            items = [_ItemRow(item_id=external_id, name=f"Order {external_id}", price=total, quantity=1,
-                              product_id="", options={})]
+            items = [
+                _ItemRow(
+                    item_id=external_id, name=f"Order {external_id}", price=total, quantity=1, product_id="", options={}
+                )
+            ]
         raw_payments = []
         if row.get("payment") is not None:
             raw_payments.append(("payment", r.mapping(row, "payment")))
@@ -366,10 +376,12 @@ def _parse_order(row: dict, label: str, errors: list[str]) -> _OrderRow | None:
                     raise _Invalid("needs a method or a payment_method_id")
                 payments.append(
                     _PaymentRow(
-                        method=method, payment_method_id=payment_method_id,
+                        method=method,
+                        payment_method_id=payment_method_id,
                         card_brand=r.text(p, "card_brand", max_length=40),
                         card_last4=r.text(p, "card_last4", max_length=4),
-                        payment_ref=r.text(p, "payment_ref", max_length=200), amount=amount,
+                        payment_ref=r.text(p, "payment_ref", max_length=200),
+                        amount=amount,
                     )
                 )
             except _Invalid as exc:
@@ -387,8 +399,9 @@ def _parse_order(row: dict, label: str, errors: list[str]) -> _OrderRow | None:
                         amount=r.amount(refund, "amount", positive=True),
                         payment_method_id=r.text(refund, "payment_method_id", max_length=100),
                         items=list(refund_items),
-                        reason=r.text(refund, "reason", max_length=10_000,
-                                      default="Refunded by the shop before the import."),
+                        reason=r.text(
+                            refund, "reason", max_length=10_000, default="Refunded by the shop before the import."
+                        ),
                     )
                 )
             except _Invalid as exc:
@@ -396,9 +409,18 @@ def _parse_order(row: dict, label: str, errors: list[str]) -> _OrderRow | None:
         if sum((rf.amount for rf in refunds), Decimal("0")) > total:
             raise _Invalid(f"refunds add up to more than the total {total}")
         return _OrderRow(
-            label=label, external_id=external_id, customer=customer, total=total, currency=currency,
-            placed_at=placed_at, status=status, note=r.text(row, "note", max_length=100_000),
-            address=r.mapping(row, "address"), items=items, payments=payments, refunds=refunds,
+            label=label,
+            external_id=external_id,
+            customer=customer,
+            total=total,
+            currency=currency,
+            placed_at=placed_at,
+            status=status,
+            note=r.text(row, "note", max_length=100_000),
+            address=r.mapping(row, "address"),
+            items=items,
+            payments=payments,
+            refunds=refunds,
         )
     except _Invalid as exc:
         errors.append(f"{label}: {exc}")
@@ -456,13 +478,12 @@ def _check_references(tenant: Tenant, customers, orders, errors: list[str]) -> t
     """Customers and payment methods the orders name must exist in the file or in the tenant."""
     known_customers = {c.external_id: c for c in customers}
     existing = {
-        c.external_id: c
-        for c in Customer.objects.filter(tenant=tenant, external_id__in={o.customer for o in orders})
+        c.external_id: c for c in Customer.objects.filter(tenant=tenant, external_id__in={o.customer for o in orders})
     }
     existing_methods: dict[str, dict[str, PaymentMethod]] = {}
-    for pm in PaymentMethod.objects.filter(customer__tenant=tenant, customer__external_id__in={
-        *known_customers, *(o.customer for o in orders)
-    }).select_related("customer"):
+    for pm in PaymentMethod.objects.filter(
+        customer__tenant=tenant, customer__external_id__in={*known_customers, *(o.customer for o in orders)}
+    ).select_related("customer"):
         existing_methods.setdefault(pm.customer.external_id, {})[pm.external_id] = pm
     for c in customers:
         for pm in c.payment_methods:
@@ -490,7 +511,9 @@ def _check_references(tenant: Tenant, customers, orders, errors: list[str]) -> t
             for item_id in rf.items:
                 units[item_id] = units.get(item_id, 0) - 1
                 if units[item_id] < 0:
-                    errors.append(f"{o.label}: refunds[{j}] refunds item {item_id}, which is not (or no longer) on the order")
+                    errors.append(
+                        f"{o.label}: refunds[{j}] refunds item {item_id}, which is not (or no longer) on the order"
+                    )
                     break
     return existing, existing_methods
 
@@ -510,13 +533,18 @@ def orders_import(*, data: dict) -> ImportResult:
 
 
 def _write_customers(tenant: Tenant, rows: list[_CustomerRow], result: ImportResult) -> dict[str, Customer]:
-    existing = {c.external_id: c for c in Customer.objects.filter(tenant=tenant, external_id__in=[r.external_id for r in rows])}
+    existing = {
+        c.external_id: c for c in Customer.objects.filter(tenant=tenant, external_id__in=[r.external_id for r in rows])
+    }
     new, changed = [], []
     for row in rows:
         customer = existing.get(row.external_id)
         if customer is None:
-            new.append(Customer(tenant=tenant, external_id=row.external_id, name=row.name, email=row.email,
-                                address=row.address))
+            new.append(
+                Customer(
+                    tenant=tenant, external_id=row.external_id, name=row.name, email=row.email, address=row.address
+                )
+            )
         elif (customer.name, customer.email, customer.address) != (row.name, row.email, row.address):
             customer.name, customer.email, customer.address = row.name, row.email, row.address
             changed.append(customer)
@@ -529,8 +557,7 @@ def _write_customers(tenant: Tenant, rows: list[_CustomerRow], result: ImportRes
     by_id = {c.external_id: c for c in [*existing.values(), *new]}
 
     stored = {
-        (pm.customer_id, pm.external_id): pm
-        for pm in PaymentMethod.objects.filter(customer__in=list(by_id.values()))
+        (pm.customer_id, pm.external_id): pm for pm in PaymentMethod.objects.filter(customer__in=list(by_id.values()))
     }
     new_methods, changed_methods = [], []
     for row in rows:
@@ -539,8 +566,16 @@ def _write_customers(tenant: Tenant, rows: list[_CustomerRow], result: ImportRes
             pm = stored.get((customer.pk, pm_row.external_id))
             values = (pm_row.brand, pm_row.last4, pm_row.balance)
             if pm is None:
-                new_methods.append(PaymentMethod(customer=customer, external_id=pm_row.external_id, kind=pm_row.kind,
-                                                 brand=pm_row.brand, last4=pm_row.last4, balance=pm_row.balance))
+                new_methods.append(
+                    PaymentMethod(
+                        customer=customer,
+                        external_id=pm_row.external_id,
+                        kind=pm_row.kind,
+                        brand=pm_row.brand,
+                        last4=pm_row.last4,
+                        balance=pm_row.balance,
+                    )
+                )
             elif (pm.brand, pm.last4, pm.balance) != values:
                 pm.brand, pm.last4, pm.balance = values
                 changed_methods.append(pm)
@@ -555,7 +590,10 @@ def _write_customers(tenant: Tenant, rows: list[_CustomerRow], result: ImportRes
 
 def _write_orders(tenant: Tenant, rows: list[_OrderRow], customer_by_id: dict[str, Customer], result: ImportResult):
     missing = {r.customer for r in rows} - set(customer_by_id)
-    customer_by_id = {**customer_by_id, **{c.external_id: c for c in Customer.objects.filter(tenant=tenant, external_id__in=missing)}}
+    customer_by_id = {
+        **customer_by_id,
+        **{c.external_id: c for c in Customer.objects.filter(tenant=tenant, external_id__in=missing)},
+    }
     methods: dict[tuple[int, str], PaymentMethod] = {
         (pm.customer_id, pm.external_id): pm
         for pm in PaymentMethod.objects.filter(customer__in=list(customer_by_id.values()))
@@ -563,15 +601,26 @@ def _write_orders(tenant: Tenant, rows: list[_OrderRow], customer_by_id: dict[st
     existing = {
         o.external_id: o
         for o in Order.objects.filter(tenant=tenant, external_id__in=[r.external_id for r in rows])
-        .select_related("customer").prefetch_related("items", "payments__payment_method")
+        .select_related("customer")
+        .prefetch_related("items", "payments__payment_method")
     }
     new_orders, changed = [], []
     for row in rows:
         order = existing.get(row.external_id)
         if order is None:
-            new_orders.append(Order(tenant=tenant, customer=customer_by_id[row.customer], external_id=row.external_id,
-                                    total=row.total, currency=row.currency, placed_at=row.placed_at, status=row.status,
-                                    note=row.note, address=row.address))
+            new_orders.append(
+                Order(
+                    tenant=tenant,
+                    customer=customer_by_id[row.customer],
+                    external_id=row.external_id,
+                    total=row.total,
+                    currency=row.currency,
+                    placed_at=row.placed_at,
+                    status=row.status,
+                    note=row.note,
+                    address=row.address,
+                )
+            )
             continue
         _warn_about_kept_fields(order, row, result)
         if (order.status, order.note, order.address) != (row.status, row.note, row.address):
@@ -591,16 +640,32 @@ def _write_orders(tenant: Tenant, rows: list[_OrderRow], customer_by_id: dict[st
             continue
         order = order_by_id[row.external_id]
         for line_no, item in enumerate(row.items, start=1):
-            lines.append(OrderItem(order=order, line_no=line_no, item_id=item.item_id, name=item.name, price=item.price,
-                                   quantity=item.quantity, product_id=item.product_id, options=item.options))
+            lines.append(
+                OrderItem(
+                    order=order,
+                    line_no=line_no,
+                    item_id=item.item_id,
+                    name=item.name,
+                    price=item.price,
+                    quantity=item.quantity,
+                    product_id=item.product_id,
+                    options=item.options,
+                )
+            )
         for p in row.payments:
             pm = methods.get((order.customer_id, p.payment_method_id)) if p.payment_method_id else None
-            payments.append(Payment(
-                order=order, payment_method=pm, method=p.method, amount=p.amount, currency=row.currency,
-                card_brand=p.card_brand or (pm.brand if pm and pm.kind == PaymentMethod.Kind.CARD else ""),
-                card_last4=p.card_last4 or (pm.last4 if pm and pm.kind == PaymentMethod.Kind.CARD else ""),
-                payment_ref=p.payment_ref,
-            ))
+            payments.append(
+                Payment(
+                    order=order,
+                    payment_method=pm,
+                    method=p.method,
+                    amount=p.amount,
+                    currency=row.currency,
+                    card_brand=p.card_brand or (pm.brand if pm and pm.kind == PaymentMethod.Kind.CARD else ""),
+                    card_last4=p.card_last4 or (pm.last4 if pm and pm.kind == PaymentMethod.Kind.CARD else ""),
+                    payment_ref=p.payment_ref,
+                )
+            )
     OrderItem.objects.bulk_create(lines, batch_size=1000)
     Payment.objects.bulk_create(payments, batch_size=1000)
 
@@ -612,12 +677,22 @@ def _write_orders(tenant: Tenant, rows: list[_OrderRow], customer_by_id: dict[st
             key = f"import:{tenant.slug}:{row.external_id}:{n}"
             pm = methods.get((order.customer_id, refund.payment_method_id)) if refund.payment_method_id else None
             paid_with = {p.payment_method_id for p in row.payments}
-            kind = "gift_card" if pm is not None and pm.kind == PaymentMethod.Kind.GIFT_CARD and pm.external_id not in paid_with else "original"
+            kind = (
+                "gift_card"
+                if pm is not None and pm.kind == PaymentMethod.Kind.GIFT_CARD and pm.external_id not in paid_with
+                else "original"
+            )
             try:
                 ledger_refund_issue(
-                    order=order, amount=refund.amount, currency=order.currency, idempotency_key=key,
-                    destination=pm, destination_kind=kind, item_ids=refund.items,
-                    source=RefundEntry.Source.IMPORT, reason=refund.reason,
+                    order=order,
+                    amount=refund.amount,
+                    currency=order.currency,
+                    idempotency_key=key,
+                    destination=pm,
+                    destination_kind=kind,
+                    item_ids=refund.items,
+                    source=RefundEntry.Source.IMPORT,
+                    reason=refund.reason,
                 )
             except DomainError as exc:
                 # Raising rolls the whole import back: a bad file writes nothing.
@@ -644,7 +719,9 @@ def _warn_about_kept_fields(order: Order, row: _OrderRow, result: ImportResult):
     stored_items = [(i.item_id, i.price, i.quantity) for i in order.items.all()]
     if stored_items != [(i.item_id, i.price, i.quantity) for i in row.items]:
         kept.append("items")
-    stored_payments = sorted((p.amount, p.payment_method.external_id if p.payment_method_id else "") for p in order.payments.all())
+    stored_payments = sorted(
+        (p.amount, p.payment_method.external_id if p.payment_method_id else "") for p in order.payments.all()
+    )
     if stored_payments != sorted((p.amount, p.payment_method_id) for p in row.payments):
         kept.append("payments")
     if kept:

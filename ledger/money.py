@@ -29,7 +29,25 @@ DECIMAL_PLACES = 2
 
 # ISO 4217 currencies whose minor unit is not 1/100. Everything else has two places.
 ZERO_DECIMAL = frozenset(
-    {"BIF", "CLP", "DJF", "GNF", "ISK", "JPY", "KMF", "KRW", "PYG", "RWF", "UGX", "UYI", "VND", "VUV", "XAF", "XOF", "XPF"}
+    {
+        "BIF",
+        "CLP",
+        "DJF",
+        "GNF",
+        "ISK",
+        "JPY",
+        "KMF",
+        "KRW",
+        "PYG",
+        "RWF",
+        "UGX",
+        "UYI",
+        "VND",
+        "VUV",
+        "XAF",
+        "XOF",
+        "XPF",
+    }
 )
 THREE_DECIMAL = frozenset({"BHD", "IQD", "JOD", "KWD", "LYD", "OMR", "TND"})
 
@@ -68,7 +86,6 @@ def from_minor_units(value: int, currency: str) -> Decimal:
     """1234 USD -> Decimal("12.34"); 500 JPY -> Decimal("500"); 1500 BHD -> Decimal("1.500")."""
     places = currency_exponent(currency)
     return Decimal(int(value)).scaleb(-places).quantize(Decimal(1).scaleb(-places))
-
 
 
 def money_pattern(max_digits: int = MAX_DIGITS, decimal_places: int = DECIMAL_PLACES) -> str:

@@ -26,8 +26,11 @@ PROVIDER_PREFIXES = ("pi_", "ch_", "py_")
 def refund_entry_payment_ref(*, entry: RefundEntry) -> str:
     """The provider payment the refund goes back to: the order's payment made with the entry's
     destination method if there is one, else the order's first payment with a provider reference."""
-    payments = [p for p in Payment.objects.filter(order_id=entry.order_id).order_by("id")
-                if p.payment_ref.startswith(PROVIDER_PREFIXES)]
+    payments = [
+        p
+        for p in Payment.objects.filter(order_id=entry.order_id).order_by("id")
+        if p.payment_ref.startswith(PROVIDER_PREFIXES)
+    ]
     for payment in payments:
         if entry.destination_id and payment.payment_method_id == entry.destination_id:
             return payment.payment_ref
@@ -61,25 +64,37 @@ def ledger_refund_payout(*, entry_id: int, metadata: dict | None = None) -> Refu
     payment_ref = refund_entry_payment_ref(entry=entry)
     if gateway.executes_refunds and not payment_ref:
         return ledger_refund_record_outcome(
-            entry_id=entry.pk, status=RefundStatus.FAILED, source=RefundEntryEvent.Source.GATEWAY,
+            entry_id=entry.pk,
+            status=RefundStatus.FAILED,
+            source=RefundEntryEvent.Source.GATEWAY,
             reason="no_payment_ref: the order has no provider payment (pi_… or ch_…) to refund.",
         )
     request = RefundRequest(
-        payment_ref=payment_ref, amount=entry.amount, currency=entry.currency, idempotency_key=entry.idempotency_key,
-        metadata=refund_entry_metadata(entry=entry, extra=metadata), account=entry.tenant.stripe_account,
+        payment_ref=payment_ref,
+        amount=entry.amount,
+        currency=entry.currency,
+        idempotency_key=entry.idempotency_key,
+        metadata=refund_entry_metadata(entry=entry, extra=metadata),
+        account=entry.tenant.stripe_account,
     )
     result = None
     window = gateway.idempotency_window_seconds
     if window is not None and timezone.now() - entry.created_at > timedelta(seconds=window):
         # The provider may have forgotten our key: a refund made by an earlier attempt is only
         # found by its metadata.
-        result = gateway.refund_find(payment_ref=payment_ref, metadata_key="ledger_entry",
-                                     metadata_value=str(entry.pk), account=request.account)
+        result = gateway.refund_find(
+            payment_ref=payment_ref, metadata_key="ledger_entry", metadata_value=str(entry.pk), account=request.account
+        )
     if result is None:
         result = gateway.refund_create(request)
     logger.info("refund #%s at %s: %s %s", entry.pk, gateway.name, result.status, result.provider_ref)
-    return ledger_refund_record_outcome(entry_id=entry.pk, status=result.status, provider_ref=result.provider_ref,
-                                        reason=result.reason, source=RefundEntryEvent.Source.GATEWAY)
+    return ledger_refund_record_outcome(
+        entry_id=entry.pk,
+        status=result.status,
+        provider_ref=result.provider_ref,
+        reason=result.reason,
+        source=RefundEntryEvent.Source.GATEWAY,
+    )
 
 
 def refund_entry_provider_record(*, entry_id: int) -> ProviderRefund | None:
@@ -95,5 +110,6 @@ def refund_entry_provider_record(*, entry_id: int) -> ProviderRefund | None:
 
 def refund_entries_pending(*, older_than: timedelta = timedelta(0)):
     """Pending entries written more than `older_than` ago: what a sweeper re-pays."""
-    return RefundEntry.objects.filter(status=RefundStatus.PENDING,
-                                      created_at__lte=timezone.now() - older_than).order_by("id")
+    return RefundEntry.objects.filter(
+        status=RefundStatus.PENDING, created_at__lte=timezone.now() - older_than
+    ).order_by("id")

@@ -47,73 +47,132 @@ AGREES = {
 }
 
 
-def reconciliation_finding_record(*, kind: str, tenant: Tenant | None, run: ReconciliationRun | None = None,
-                                  entry: RefundEntry | None = None, provider_ref: str = "", **fields) -> ReconciliationFinding:
+def reconciliation_finding_record(
+    *,
+    kind: str,
+    tenant: Tenant | None,
+    run: ReconciliationRun | None = None,
+    entry: RefundEntry | None = None,
+    provider_ref: str = "",
+    **fields,
+) -> ReconciliationFinding:
     """Store a finding once: an unresolved finding of the same kind about the same refund is reused."""
-    existing = ReconciliationFinding.objects.unresolved().filter(kind=kind, entry=entry, provider_ref=provider_ref).first()
+    existing = (
+        ReconciliationFinding.objects.unresolved().filter(kind=kind, entry=entry, provider_ref=provider_ref).first()
+    )
     if existing is not None:
         return existing
-    return ReconciliationFinding.objects.create(kind=kind, tenant=tenant, run=run, entry=entry,
-                                                provider_ref=provider_ref, **fields)
+    return ReconciliationFinding.objects.create(
+        kind=kind, tenant=tenant, run=run, entry=entry, provider_ref=provider_ref, **fields
+    )
 
 
 def reconciliation_findings_resolve(*, queryset, user, note: str = "") -> int:
     """Finance marks findings resolved (who and when are kept); returns how many changed."""
-    return queryset.filter(resolved_at__isnull=True).update(resolved_at=timezone.now(), resolved_by=user,
-                                                            resolution_note=note)
+    return queryset.filter(resolved_at__isnull=True).update(
+        resolved_at=timezone.now(), resolved_by=user, resolution_note=note
+    )
 
 
 def _entry_for(refund: ProviderRefund, gateway: str) -> RefundEntry | None:
-    entry = RefundEntry.objects.select_related("tenant").filter(gateway=gateway, provider_ref=refund.provider_ref).first()
+    entry = (
+        RefundEntry.objects.select_related("tenant").filter(gateway=gateway, provider_ref=refund.provider_ref).first()
+    )
     if entry is not None or not refund.metadata.get("ledger_entry", "").isdigit():
         return entry
     # Our refund whose answer we never recorded (the response was lost): its metadata names the
     # entry. Only an entry of the same shop, on the same account, still without a provider id.
-    entry = RefundEntry.objects.select_related("tenant").filter(
-        pk=int(refund.metadata["ledger_entry"]), gateway=gateway, provider_ref=""
-    ).first()
-    if entry is None or entry.tenant.slug != refund.metadata.get("tenant") or entry.tenant.stripe_account != refund.account:
+    entry = (
+        RefundEntry.objects.select_related("tenant")
+        .filter(pk=int(refund.metadata["ledger_entry"]), gateway=gateway, provider_ref="")
+        .first()
+    )
+    if (
+        entry is None
+        or entry.tenant.slug != refund.metadata.get("tenant")
+        or entry.tenant.stripe_account != refund.account
+    ):
         return None
     return entry
 
 
 def _payment_for(refund: ProviderRefund) -> Payment | None:
     return (
-        Payment.objects.select_related("order", "order__tenant")
-        .filter(payment_ref__in=refund.payment_refs, order__tenant__stripe_account=refund.account)
-        .order_by("id")
-        .first()
-    ) if refund.payment_refs else None
+        (
+            Payment.objects.select_related("order", "order__tenant")
+            .filter(payment_ref__in=refund.payment_refs, order__tenant__stripe_account=refund.account)
+            .order_by("id")
+            .first()
+        )
+        if refund.payment_refs
+        else None
+    )
 
 
-def provider_refund_reconcile(*, refund: ProviderRefund, gateway: str = "stripe", source: str = RefundEntryEvent.Source.WEBHOOK,
-                              event_ref: str = "", run: ReconciliationRun | None = None) -> tuple[RefundEntry | None, str]:
+def provider_refund_reconcile(
+    *,
+    refund: ProviderRefund,
+    gateway: str = "stripe",
+    source: str = RefundEntryEvent.Source.WEBHOOK,
+    event_ref: str = "",
+    run: ReconciliationRun | None = None,
+) -> tuple[RefundEntry | None, str]:
     """Apply one provider refund to the ledger. Returns (the entry, what happened)."""
     entry = _entry_for(refund, gateway)
     if entry is not None:
-        if refund.status == entry.status or entry.status == RefundStatus.EXTERNAL and refund.status in AGREES[entry.status]:
+        if (
+            refund.status == entry.status
+            or entry.status == RefundStatus.EXTERNAL
+            and refund.status in AGREES[entry.status]
+        ):
             if not entry.provider_ref:
-                entry = ledger_refund_record_outcome(entry_id=entry.pk, status=entry.status, source=source,
-                                                     provider_ref=refund.provider_ref, event_ref=event_ref)
+                entry = ledger_refund_record_outcome(
+                    entry_id=entry.pk,
+                    status=entry.status,
+                    source=source,
+                    provider_ref=refund.provider_ref,
+                    event_ref=event_ref,
+                )
             return entry, "unchanged"
         before = entry.status
-        entry = ledger_refund_record_outcome(entry_id=entry.pk, status=refund.status, provider_ref=refund.provider_ref,
-                                             reason=refund.reason, source=source, event_ref=event_ref)
+        entry = ledger_refund_record_outcome(
+            entry_id=entry.pk,
+            status=refund.status,
+            provider_ref=refund.provider_ref,
+            reason=refund.reason,
+            source=source,
+            event_ref=event_ref,
+        )
         return entry, "updated" if entry.status != before else "kept"
     if refund.status in (RefundStatus.FAILED, RefundStatus.CANCELED):
         return None, "ignored"  # an unknown refund that moved no money
     payment = _payment_for(refund)
     entry = None
     if payment is not None:
-        entry = ledger_refund_record_external(order=payment.order, amount=refund.amount, currency=refund.currency,
-                                              gateway=gateway, provider_ref=refund.provider_ref, event_ref=event_ref)
-    detail = ("A refund made at the provider outside the product" + (
-        f": recorded as external entry #{entry.pk}, flagged for review." if entry is not None else
-        "; it could not be recorded (no order with that payment, or above what is refundable while refunds are pending)."))
+        entry = ledger_refund_record_external(
+            order=payment.order,
+            amount=refund.amount,
+            currency=refund.currency,
+            gateway=gateway,
+            provider_ref=refund.provider_ref,
+            event_ref=event_ref,
+        )
+    detail = "A refund made at the provider outside the product" + (
+        f": recorded as external entry #{entry.pk}, flagged for review."
+        if entry is not None
+        else "; it could not be recorded (no order with that payment, or above what is refundable while refunds are pending)."
+    )
     reconciliation_finding_record(
-        kind=Kind.MISSING_IN_LEDGER, tenant=payment.order.tenant if payment else None, run=run, entry=entry,
-        provider_ref=refund.provider_ref, provider_amount=refund.amount, currency=refund.currency,
-        provider_status=refund.status, ledger_status=entry.status if entry else "", detail=detail,
+        kind=Kind.MISSING_IN_LEDGER,
+        tenant=payment.order.tenant if payment else None,
+        run=run,
+        entry=entry,
+        provider_ref=refund.provider_ref,
+        provider_amount=refund.amount,
+        currency=refund.currency,
+        provider_status=refund.status,
+        ledger_status=entry.status if entry else "",
+        detail=detail,
     )
     return entry, "external" if entry is not None else "unrecorded"
 
@@ -137,11 +196,16 @@ def payments_reconcile(*, tenant: Tenant | None = None, since: datetime | None =
     gateway = gateway_get()
     if not gateway.executes_refunds:
         return ReconciliationRun.objects.create(
-            tenant=tenant, gateway=gateway.name, since=since, finished_at=timezone.now(),
+            tenant=tenant,
+            gateway=gateway.name,
+            since=since,
+            finished_at=timezone.now(),
             note=f"The {gateway.name} gateway pays refunds by hand: there is no provider record to compare.",
         )
     accounts = _accounts(tenant)
-    listed = [(account, refund) for account in accounts for refund in gateway.refunds_list(since=since, account=account)]
+    listed = [
+        (account, refund) for account in accounts for refund in gateway.refunds_list(since=since, account=account)
+    ]
     with transaction.atomic():
         run = ReconciliationRun.objects.create(tenant=tenant, gateway=gateway.name, since=since)
         findings: set[int] = set()
@@ -150,21 +214,35 @@ def payments_reconcile(*, tenant: Tenant | None = None, since: datetime | None =
             entry, outcome = None, ""
             in_scope = {t.pk for t in accounts[account]}
             owner = _entry_for(refund, gateway.name) or _payment_for(refund)
-            owner_tenant = owner.tenant_id if isinstance(owner, RefundEntry) else owner.order.tenant_id if owner else None
+            owner_tenant = (
+                owner.tenant_id if isinstance(owner, RefundEntry) else owner.order.tenant_id if owner else None
+            )
             if tenant is not None and owner_tenant not in in_scope:
                 continue  # another shop's refund on the shared platform account
             seen_refs.add(refund.provider_ref)
-            entry, outcome = provider_refund_reconcile(refund=refund, gateway=gateway.name, run=run,
-                                                       source=RefundEntryEvent.Source.RECONCILIATION)
+            entry, outcome = provider_refund_reconcile(
+                refund=refund, gateway=gateway.name, run=run, source=RefundEntryEvent.Source.RECONCILIATION
+            )
             if outcome in ("external", "unrecorded"):
-                findings.add(ReconciliationFinding.objects.unresolved().filter(
-                    kind=Kind.MISSING_IN_LEDGER, provider_ref=refund.provider_ref).values_list("pk", flat=True).first())
+                findings.add(
+                    ReconciliationFinding.objects.unresolved()
+                    .filter(kind=Kind.MISSING_IN_LEDGER, provider_ref=refund.provider_ref)
+                    .values_list("pk", flat=True)
+                    .first()
+                )
                 continue
             if entry is None:
                 continue
             findings.update(_compare(entry=entry, refund=refund, run=run))
-        findings.update(_missing_at_provider(run=run, tenants=[t for ts in accounts.values() for t in ts],
-                                             since=since, seen_refs=seen_refs, gateway=gateway.name))
+        findings.update(
+            _missing_at_provider(
+                run=run,
+                tenants=[t for ts in accounts.values() for t in ts],
+                since=since,
+                seen_refs=seen_refs,
+                gateway=gateway.name,
+            )
+        )
         findings.discard(None)
         run.provider_refunds = len(seen_refs)
         run.ledger_entries = RefundEntry.objects.filter(
@@ -179,18 +257,35 @@ def payments_reconcile(*, tenant: Tenant | None = None, since: datetime | None =
 def _compare(*, entry: RefundEntry, refund: ProviderRefund, run: ReconciliationRun) -> set[int]:
     found = set()
     effective = refund_entries_with_effective_amount(RefundEntry.objects.filter(pk=entry.pk)).get().effective_amount
-    common = {"tenant": entry.tenant, "run": run, "entry": entry, "provider_ref": refund.provider_ref,
-              "ledger_amount": effective, "provider_amount": refund.amount, "currency": entry.currency,
-              "ledger_status": entry.status, "provider_status": refund.status}
-    if (refund.currency != entry.currency
-            or to_minor_units(effective, entry.currency) != to_minor_units(refund.amount, refund.currency)):
-        found.add(reconciliation_finding_record(
-            kind=Kind.AMOUNT_DIFFERS, detail=f"Ledger {effective} {entry.currency}, provider {refund.amount} "
-                                             f"{refund.currency}.", **common).pk)
+    common = {
+        "tenant": entry.tenant,
+        "run": run,
+        "entry": entry,
+        "provider_ref": refund.provider_ref,
+        "ledger_amount": effective,
+        "provider_amount": refund.amount,
+        "currency": entry.currency,
+        "ledger_status": entry.status,
+        "provider_status": refund.status,
+    }
+    if refund.currency != entry.currency or to_minor_units(effective, entry.currency) != to_minor_units(
+        refund.amount, refund.currency
+    ):
+        found.add(
+            reconciliation_finding_record(
+                kind=Kind.AMOUNT_DIFFERS,
+                detail=f"Ledger {effective} {entry.currency}, provider {refund.amount} {refund.currency}.",
+                **common,
+            ).pk
+        )
     if refund.status not in AGREES[RefundStatus(entry.status)]:
-        found.add(reconciliation_finding_record(
-            kind=Kind.STATUS_DIFFERS, detail=f"Ledger {entry.status}, provider {refund.status} (a move the ledger "
-                                             "does not make by itself).", **common).pk)
+        found.add(
+            reconciliation_finding_record(
+                kind=Kind.STATUS_DIFFERS,
+                detail=f"Ledger {entry.status}, provider {refund.status} (a move the ledger does not make by itself).",
+                **common,
+            ).pk
+        )
     return found
 
 
@@ -199,16 +294,27 @@ def _missing_at_provider(*, run, tenants, since, seen_refs, gateway) -> set[int]
     found = set()
     entries = refund_entries_with_effective_amount(
         RefundEntry.objects.select_related("tenant").filter(
-            gateway=gateway, status__in=COUNTING_STATUSES, tenant__in=tenants, created_at__gte=since,
+            gateway=gateway,
+            status__in=COUNTING_STATUSES,
+            tenant__in=tenants,
+            created_at__gte=since,
             created_at__lte=timezone.now() - IN_FLIGHT_GRACE,
         )
     )
     for entry in entries:
         if entry.provider_ref and entry.provider_ref in seen_refs:
             continue
-        found.add(reconciliation_finding_record(
-            kind=Kind.MISSING_AT_PROVIDER, tenant=entry.tenant, run=run, entry=entry, provider_ref=entry.provider_ref,
-            ledger_amount=entry.effective_amount, currency=entry.currency, ledger_status=entry.status,
-            detail="The ledger counts this refund, but the provider lists no such refund for the period.",
-        ).pk)
+        found.add(
+            reconciliation_finding_record(
+                kind=Kind.MISSING_AT_PROVIDER,
+                tenant=entry.tenant,
+                run=run,
+                entry=entry,
+                provider_ref=entry.provider_ref,
+                ledger_amount=entry.effective_amount,
+                currency=entry.currency,
+                ledger_status=entry.status,
+                detail="The ledger counts this refund, but the provider lists no such refund for the period.",
+            ).pk
+        )
     return found

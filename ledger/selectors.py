@@ -51,9 +51,7 @@ def refund_entries_with_effective_amount(queryset=None):
     """Refund entries annotated with `effective_amount`: the newest revision's amount, else the original."""
     latest_revision = RefundRevision.objects.filter(entry=OuterRef("pk")).order_by("-id").values("new_amount")[:1]
     queryset = RefundEntry.objects.all() if queryset is None else queryset
-    return queryset.annotate(
-        effective_amount=Coalesce(Subquery(latest_revision), "amount", output_field=MONEY_FIELD)
-    )
+    return queryset.annotate(effective_amount=Coalesce(Subquery(latest_revision), "amount", output_field=MONEY_FIELD))
 
 
 def order_refunded_total(order: Order) -> Decimal:
@@ -123,19 +121,24 @@ def items_match(lines: list[LinePosition], item_ids: list[str]) -> ItemsMatch:
         remaining[line.line_no] -= 1
         units[line.line_no] = units.get(line.line_no, 0) + 1
         value += line.price
-    return ItemsMatch(value=value, units=units, unmatched=unmatched,
-                      not_on_order=[item_id for item_id in unmatched if item_id not in on_order])
+    return ItemsMatch(
+        value=value,
+        units=units,
+        unmatched=unmatched,
+        not_on_order=[item_id for item_id in unmatched if item_id not in on_order],
+    )
 
 
 def order_refund_position(order: Order) -> RefundPosition:
     # Each line with the units already refunded and the order's refunded total, in one query
     # (the agent reads this at every order lookup and again at its decision). Only entries that
     # count (pending, succeeded, external) are counted.
-    refunded_units = RefundEntryItem.objects.filter(
-        order_item=OuterRef("pk"), entry__status__in=COUNTING_STATUSES
-    ).values("order_item").annotate(
-        q=Sum("quantity")
-    ).values("q")
+    refunded_units = (
+        RefundEntryItem.objects.filter(order_item=OuterRef("pk"), entry__status__in=COUNTING_STATUSES)
+        .values("order_item")
+        .annotate(q=Sum("quantity"))
+        .values("q")
+    )
     refunded_total = (
         refund_entries_with_effective_amount(RefundEntry.objects.filter(order=OuterRef("order_id")).counting())
         .values("order")
@@ -144,8 +147,10 @@ def order_refund_position(order: Order) -> RefundPosition:
     )
     items = list(
         OrderItem.objects.filter(order=order)
-        .annotate(refunded_units=Coalesce(Subquery(refunded_units), 0),
-                  order_refunded=Coalesce(Subquery(refunded_total), ZERO, output_field=MONEY_FIELD))
+        .annotate(
+            refunded_units=Coalesce(Subquery(refunded_units), 0),
+            order_refunded=Coalesce(Subquery(refunded_total), ZERO, output_field=MONEY_FIELD),
+        )
         .order_by("line_no")
     )
     lines = [

@@ -54,9 +54,13 @@ def canonical_hash(args: dict) -> str:
 
 
 def _entry_attributes(entry: RefundEntry) -> dict:
-    return {"refund.ledger.entry_id": entry.pk, "refund.ledger.amount": entry.amount,
-            "refund.ledger.currency": entry.currency, "refund.ledger.source": entry.source,
-            "refund.approval.id": entry.approval_ref}
+    return {
+        "refund.ledger.entry_id": entry.pk,
+        "refund.ledger.amount": entry.amount,
+        "refund.ledger.currency": entry.currency,
+        "refund.ledger.source": entry.source,
+        "refund.approval.id": entry.approval_ref,
+    }
 
 
 # The ledger write's span: a refusal (RefundRefused, IdempotencyConflict) marks it failed.
@@ -115,7 +119,9 @@ def ledger_refund_issue(
             if existing is not None:
                 return _replay(existing, request_hash)
             lines = _check_refund(locked, amount, currency, destination, item_ids)
-            gateway, status = _first_status(source=str(source), destination=destination, destination_kind=destination_kind)
+            gateway, status = _first_status(
+                source=str(source), destination=destination, destination_kind=destination_kind
+            )
             entry = RefundEntry.objects.create(
                 tenant_id=locked.tenant_id,
                 order=locked,
@@ -133,8 +139,9 @@ def ledger_refund_issue(
                 status=status,
                 status_changed_at=timezone.now(),
             )
-            RefundEntryEvent.objects.create(entry=entry, from_status="", to_status=status,
-                                            source=RefundEntryEvent.Source.ISSUE)
+            RefundEntryEvent.objects.create(
+                entry=entry, from_status="", to_status=status, source=RefundEntryEvent.Source.ISSUE
+            )
             RefundEntryItem.objects.bulk_create(
                 RefundEntryItem(entry=entry, order_item_id=item_pk, quantity=quantity, amount=value)
                 for item_pk, (quantity, value) in lines.items()
@@ -173,7 +180,9 @@ def _replay(existing: RefundEntry, request_hash: str) -> RefundEntry:
     return existing
 
 
-def _check_refund(order: Order, amount: Decimal, currency: str, destination, item_ids) -> dict[int, tuple[int, Decimal]]:
+def _check_refund(
+    order: Order, amount: Decimal, currency: str, destination, item_ids
+) -> dict[int, tuple[int, Decimal]]:
     """Refuse what the ledger must never hold. Returns the order lines an item refund covers."""
     if amount <= 0:
         raise RefundRefused(f"A refund must be positive, got {amount}.", code="refund_not_positive")
@@ -201,13 +210,12 @@ def _check_refund(order: Order, amount: Decimal, currency: str, destination, ite
         )
     if amount > match.value:
         raise RefundRefused(
-            f"Refund of {amount} {currency} exceeds the price of the items ({match.value}).", code="refund_exceeds_items"
+            f"Refund of {amount} {currency} exceeds the price of the items ({match.value}).",
+            code="refund_exceeds_items",
         )
     # The units each order line gives to this refund, as matched above.
     items = {item.line_no: item for item in order.items.all()}
-    return {
-        items[line_no].pk: (units, items[line_no].price * units) for line_no, units in match.units.items()
-    }
+    return {items[line_no].pk: (units, items[line_no].price * units) for line_no, units in match.units.items()}
 
 
 def ledger_refund_correct(*, entry: RefundEntry, new_amount, reason: str, corrected_by=None) -> RefundRevision:
@@ -221,7 +229,9 @@ def ledger_refund_correct(*, entry: RefundEntry, new_amount, reason: str, correc
         order = Order.objects.select_for_update().get(pk=entry.order_id)
         status = RefundEntry.objects.filter(pk=entry.pk).values_list("status", flat=True).get()
         if status not in COUNTING_STATUSES:
-            raise RefundRefused(f"Refund #{entry.pk} is {status}: there is nothing to correct.", code="entry_not_counting")
+            raise RefundRefused(
+                f"Refund #{entry.pk} is {status}: there is nothing to correct.", code="entry_not_counting"
+            )
         amount_check_representable(new_amount, order.currency)
         position = order_refund_position(order)
         last = entry.revisions.order_by("-id").first()
@@ -272,13 +282,21 @@ def ledger_refund_record_outcome(
         if status == entry.status and not learns_ref:
             return entry
         if status != entry.status and status not in STATUS_TRANSITIONS[RefundStatus(entry.status)]:
-            logger.info("refund #%s stays %s: %s from %s is not a move the ledger makes", entry.pk, entry.status,
-                        status, source)
+            logger.info(
+                "refund #%s stays %s: %s from %s is not a move the ledger makes", entry.pk, entry.status, status, source
+            )
             return entry
         from_status = entry.status
         new_ref = provider_ref or entry.provider_ref
-        RefundEntryEvent.objects.create(entry=entry, from_status=from_status, to_status=status,
-                                        provider_ref=new_ref, reason=reason, source=source, event_ref=event_ref)
+        RefundEntryEvent.objects.create(
+            entry=entry,
+            from_status=from_status,
+            to_status=status,
+            provider_ref=new_ref,
+            reason=reason,
+            source=source,
+            event_ref=event_ref,
+        )
         now = timezone.now()
         updated = RefundEntry.objects.all()._status_compare_and_set(
             pk=entry.pk, from_status=from_status, status=status, provider_ref=new_ref, status_changed_at=now
@@ -287,13 +305,22 @@ def ledger_refund_record_outcome(
             raise EntryStatusConflict(f"Refund #{entry.pk} changed while its outcome was recorded.")
         entry.refresh_from_db()
         if from_status != status:
-            refund_entry_status_changed.send(sender=RefundEntry, entry=entry, from_status=from_status,
-                                             to_status=status, reason=reason)
+            refund_entry_status_changed.send(
+                sender=RefundEntry, entry=entry, from_status=from_status, to_status=status, reason=reason
+            )
         return entry
 
 
-def ledger_refund_record_external(*, order: Order, amount: Decimal, currency: str, gateway: str, provider_ref: str,
-                                  reason: str = "", event_ref: str = "") -> RefundEntry | None:
+def ledger_refund_record_external(
+    *,
+    order: Order,
+    amount: Decimal,
+    currency: str,
+    gateway: str,
+    provider_ref: str,
+    reason: str = "",
+    event_ref: str = "",
+) -> RefundEntry | None:
     """A refund made at the provider outside the product (by hand in the dashboard) is a fact:
     the money left. Record it as an `external` entry that counts and is flagged for review.
     Idempotent on the provider's refund id. Returns None when the ledger cannot hold it (above
@@ -313,17 +340,31 @@ def ledger_refund_record_external(*, order: Order, amount: Decimal, currency: st
             logger.warning("external refund %s on order %s not recorded: %s", provider_ref, locked.pk, exc.message)
             return None
         entry = RefundEntry.objects.create(
-            tenant_id=locked.tenant_id, order=locked, amount=amount, currency=currency, destination=None,
-            destination_kind="original", idempotency_key=key,
+            tenant_id=locked.tenant_id,
+            order=locked,
+            amount=amount,
+            currency=currency,
+            destination=None,
+            destination_kind="original",
+            idempotency_key=key,
             request_hash=canonical_hash({"external": key, "amount": str(amount), "currency": currency}),
-            source=RefundEntry.Source.EXTERNAL, reason=reason or "Refund made at the provider outside the product.",
-            gateway=gateway, status=RefundStatus.EXTERNAL, status_changed_at=timezone.now(), provider_ref=provider_ref,
+            source=RefundEntry.Source.EXTERNAL,
+            reason=reason or "Refund made at the provider outside the product.",
+            gateway=gateway,
+            status=RefundStatus.EXTERNAL,
+            status_changed_at=timezone.now(),
+            provider_ref=provider_ref,
             needs_review=True,
         )
-        RefundEntryEvent.objects.create(entry=entry, from_status="", to_status=RefundStatus.EXTERNAL,
-                                        provider_ref=provider_ref, reason=entry.reason,
-                                        source=RefundEntryEvent.Source.WEBHOOK if event_ref else
-                                        RefundEntryEvent.Source.RECONCILIATION, event_ref=event_ref)
+        RefundEntryEvent.objects.create(
+            entry=entry,
+            from_status="",
+            to_status=RefundStatus.EXTERNAL,
+            provider_ref=provider_ref,
+            reason=entry.reason,
+            source=RefundEntryEvent.Source.WEBHOOK if event_ref else RefundEntryEvent.Source.RECONCILIATION,
+            event_ref=event_ref,
+        )
         return entry
 
 

@@ -33,9 +33,13 @@ def refund_entries_poll(*, older_than: timedelta, limit: int = 200) -> int:
         if record is None or record.status == entry.status:
             continue
         try:
-            after = ledger_refund_record_outcome(entry_id=entry.pk, status=record.status,
-                                                 provider_ref=record.provider_ref, reason=record.reason,
-                                                 source=RefundEntryEvent.Source.GATEWAY)
+            after = ledger_refund_record_outcome(
+                entry_id=entry.pk,
+                status=record.status,
+                provider_ref=record.provider_ref,
+                reason=record.reason,
+                source=RefundEntryEvent.Source.GATEWAY,
+            )
         except DomainError as exc:
             logger.error("polling refund #%s: %s", entry.pk, exc)
             continue

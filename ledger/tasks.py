@@ -11,8 +11,9 @@ from .webhooks import webhook_event_process
 logger = logging.getLogger(__name__)
 
 
-@shared_task(bind=True, autoretry_for=(PaymentProviderUnavailable,), retry_backoff=True, retry_backoff_max=600,
-             max_retries=10)
+@shared_task(
+    bind=True, autoretry_for=(PaymentProviderUnavailable,), retry_backoff=True, retry_backoff_max=600, max_retries=10
+)
 def webhook_event_process_task(self, webhook_event_id: int) -> None:
     webhook_event_process(webhook_event_id=webhook_event_id)
 

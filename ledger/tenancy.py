@@ -111,7 +111,9 @@ def roles_sync(*, using: str = DEFAULT_DB_ALIAS) -> dict[str, RoleSynced]:
     labels = {perm.partition(".")[0] for perms in declared.values() for perm in perms}
     known = {
         f"{p.content_type.app_label}.{p.codename}": p
-        for p in Permission.objects.using(using).select_related("content_type").filter(content_type__app_label__in=labels)
+        for p in Permission.objects.using(using)
+        .select_related("content_type")
+        .filter(content_type__app_label__in=labels)
     }
     missing = sorted(set().union(*declared.values()) - known.keys()) if declared else []
     if missing:
@@ -120,7 +122,9 @@ def roles_sync(*, using: str = DEFAULT_DB_ALIAS) -> dict[str, RoleSynced]:
     with transaction.atomic(using=using):
         for role in sorted(declared):
             group, created = Group.objects.using(using).get_or_create(name=role)
-            have = {f"{p.content_type.app_label}.{p.codename}": p for p in group.permissions.select_related("content_type")}
+            have = {
+                f"{p.content_type.app_label}.{p.codename}": p for p in group.permissions.select_related("content_type")
+            }
             added, removed = sorted(declared[role] - have.keys()), sorted(have.keys() - declared[role])
             if added:
                 group.permissions.add(*(known[p] for p in added))

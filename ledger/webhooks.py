@@ -30,8 +30,11 @@ def webhook_event_store(*, provider: str, payload: dict) -> tuple[WebhookEvent, 
     try:
         with transaction.atomic():
             return WebhookEvent.objects.create(
-                provider=provider, event_id=event_id, type=str(payload.get("type") or ""),
-                account=str(payload.get("account") or ""), payload=payload,
+                provider=provider,
+                event_id=event_id,
+                type=str(payload.get("type") or ""),
+                account=str(payload.get("account") or ""),
+                payload=payload,
             ), True
     except IntegrityError:
         return WebhookEvent.objects.get(provider=provider, event_id=event_id), False
@@ -62,8 +65,9 @@ def webhook_event_process(*, webhook_event_id: int) -> WebhookEvent:
         if event.processed_at is not None:
             return event
         applied = [
-            provider_refund_reconcile(refund=refund, gateway=event.provider, source=RefundEntryEvent.Source.WEBHOOK,
-                                      event_ref=event.event_id)
+            provider_refund_reconcile(
+                refund=refund, gateway=event.provider, source=RefundEntryEvent.Source.WEBHOOK, event_ref=event.event_id
+            )
             for refund in refunds
         ]
         result = ", ".join(f"{r.provider_ref}: {o}" for r, (_, o) in zip(refunds, applied, strict=True)) or "ignored"

@@ -23,14 +23,26 @@ from .tracing import trace_export
 
 
 def _pretty(value) -> str:
-    return format_html("<pre style='white-space: pre-wrap; max-width: 100ch'>{}</pre>",
-                       json.dumps(value, indent=2, sort_keys=True, default=str))
+    return format_html(
+        "<pre style='white-space: pre-wrap; max-width: 100ch'>{}</pre>",
+        json.dumps(value, indent=2, sort_keys=True, default=str),
+    )
 
 
 class TraceEventInline(ReadOnlyInline):
     model = TraceEvent
-    fields = ("seq", "span", "status", "decision", "reason", "tool", "duration_ms", "input_tokens", "output_tokens",
-              "at")
+    fields = (
+        "seq",
+        "span",
+        "status",
+        "decision",
+        "reason",
+        "tool",
+        "duration_ms",
+        "input_tokens",
+        "output_tokens",
+        "at",
+    )
     ordering = ("seq",)
 
 
@@ -41,28 +53,67 @@ class RefundDraftInline(ReadOnlyInline):
 
 class AgentRunInline(ReadOnlyInline):
     model = AgentRun
-    fields = ("status", "stop_reason", "stop_detail", "iterations", "input_tokens", "output_tokens", "cost_usd",
-              "started_at", "finished_at")
+    fields = (
+        "status",
+        "stop_reason",
+        "stop_detail",
+        "iterations",
+        "input_tokens",
+        "output_tokens",
+        "cost_usd",
+        "started_at",
+        "finished_at",
+    )
     show_change_link = True
 
 
 @admin.register(Ticket)
 class TicketAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ("id", "tenant", "order", "status_label", "stop_reason_label", "owner", "requested_amount", "currency",
-                    "created")
+    list_display = (
+        "id",
+        "tenant",
+        "order",
+        "status_label",
+        "stop_reason_label",
+        "owner",
+        "requested_amount",
+        "currency",
+        "created",
+    )
     list_filter = ("status", "stop_reason")
     search_fields = ("order__external_id", "customer__external_id", "trace_id")
     list_select_related = ("tenant", "order")
-    readonly_fields = ("tenant", "order", "customer", "message", "requested_amount", "currency", "items", "status",
-                       "stop_reason", "stop_detail", "owner", "customer_reply", "trace_id", "trace_json", "created_by",
-                       "created_at", "updated_at")
+    readonly_fields = (
+        "tenant",
+        "order",
+        "customer",
+        "message",
+        "requested_amount",
+        "currency",
+        "items",
+        "status",
+        "stop_reason",
+        "stop_detail",
+        "owner",
+        "customer_reply",
+        "trace_id",
+        "trace_json",
+        "created_by",
+        "created_at",
+        "updated_at",
+    )
     fields = readonly_fields
     inlines = [AgentRunInline, RefundDraftInline, TraceEventInline]
     actions = ["export_traces"]
 
     def get_urls(self):
-        own = [path("<int:ticket_id>/trace.json", self.admin_site.admin_view(self.trace_json_view),
-                    name="refundagent_ticket_trace_json")]
+        own = [
+            path(
+                "<int:ticket_id>/trace.json",
+                self.admin_site.admin_view(self.trace_json_view),
+                name="refundagent_ticket_trace_json",
+            )
+        ]
         return own + super().get_urls()
 
     @admin.display(description="status", ordering="status")
@@ -94,8 +145,9 @@ class TicketAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.action(description="Export the traces of the selected tickets as JSON")
     def export_traces(self, request, queryset):
-        response = JsonResponse({"traces": [trace_export(t) for t in queryset.order_by("id")]},
-                                json_dumps_params={"indent": 2})
+        response = JsonResponse(
+            {"traces": [trace_export(t) for t in queryset.order_by("id")]}, json_dumps_params={"indent": 2}
+        )
         response["Content-Disposition"] = 'attachment; filename="traces.json"'
         return response
 
@@ -144,7 +196,9 @@ class EscalationQueueAdmin(TicketAdmin):
 
     @admin.display(description="reason")
     def reason(self, obj):
-        detail = f" ({label(obj.stop_reason, 'stop_reason')})" if obj.stop_reason and obj.stop_reason != obj.status else ""
+        detail = (
+            f" ({label(obj.stop_reason, 'stop_reason')})" if obj.stop_reason and obj.stop_reason != obj.status else ""
+        )
         return label(obj.status, "queue_reason") + detail
 
     @admin.display(description="age", ordering="created_at")
@@ -177,14 +231,45 @@ class EscalationQueueAdmin(TicketAdmin):
 @admin.register(AgentRun)
 class AgentRunAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     tenant_field = "ticket__tenant"
-    list_display = ("id", "ticket", "status", "stop_reason", "provider", "model", "iterations", "input_tokens",
-                    "output_tokens", "cost_usd", "started_at", "finished_at")
+    list_display = (
+        "id",
+        "ticket",
+        "status",
+        "stop_reason",
+        "provider",
+        "model",
+        "iterations",
+        "input_tokens",
+        "output_tokens",
+        "cost_usd",
+        "started_at",
+        "finished_at",
+    )
     list_filter = ("status", "stop_reason", "provider")
     list_select_related = ("ticket",)
-    readonly_fields = ("ticket", "status", "provider", "model", "claimed_by", "claimed_at", "lease_expires_at",
-                       "iterations", "invalid_args_retries", "input_tokens", "output_tokens",
-                       "cache_creation_input_tokens", "cache_read_input_tokens", "cost_usd", "stop_reason",
-                       "stop_detail", "started_at", "finished_at", "created_at", "transcript", "loop_state")
+    readonly_fields = (
+        "ticket",
+        "status",
+        "provider",
+        "model",
+        "claimed_by",
+        "claimed_at",
+        "lease_expires_at",
+        "iterations",
+        "invalid_args_retries",
+        "input_tokens",
+        "output_tokens",
+        "cache_creation_input_tokens",
+        "cache_read_input_tokens",
+        "cost_usd",
+        "stop_reason",
+        "stop_detail",
+        "started_at",
+        "finished_at",
+        "created_at",
+        "transcript",
+        "loop_state",
+    )
     exclude = ("messages", "state")
 
     @admin.display(description="transcript")
@@ -202,8 +287,18 @@ class RefundDraftAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAd
     list_display = ("id", "ticket", "recommendation", "amount", "currency", "policy_version", "outcome", "created_at")
     list_filter = ("recommendation",)
     list_select_related = ("ticket",)
-    readonly_fields = ("run", "ticket", "recommendation", "amount", "currency", "policy_version", "rationale",
-                       "customer_reply", "verdict", "created_at")
+    readonly_fields = (
+        "run",
+        "ticket",
+        "recommendation",
+        "amount",
+        "currency",
+        "policy_version",
+        "rationale",
+        "customer_reply",
+        "verdict",
+        "created_at",
+    )
     exclude = ("gate_verdict",)
 
     @admin.display(description="gate outcome")
@@ -223,8 +318,22 @@ class TraceEventAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdm
     search_fields = ("=trace_id", "decision", "reason", "tool")
     list_select_related = ("ticket",)
     ordering = ("-ticket_id", "seq")
-    readonly_fields = ("ticket", "run", "trace_id", "seq", "span", "status", "decision", "reason", "tool",
-                       "duration_ms", "input_tokens", "output_tokens", "payload", "at")
+    readonly_fields = (
+        "ticket",
+        "run",
+        "trace_id",
+        "seq",
+        "span",
+        "status",
+        "decision",
+        "reason",
+        "tool",
+        "duration_ms",
+        "input_tokens",
+        "output_tokens",
+        "payload",
+        "at",
+    )
     exclude = ("data",)
 
     @admin.display(description="data")

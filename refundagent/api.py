@@ -37,7 +37,9 @@ def ticket_file(request, payload: TicketIn):
 def ticket_index(request, filters: Query[TicketFilter]):
     """The caller's tenant's tickets, newest first (`?status=escalated` to filter)."""
     user_require_role(request.user, "support", "finance")
-    return SerializedQuerySet(ticket_list(tenant=tenant_for_user(request.user), status=filters.status), ticket_summary_serialize)
+    return SerializedQuerySet(
+        ticket_list(tenant=tenant_for_user(request.user), status=filters.status), ticket_summary_serialize
+    )
 
 
 @router.get("/{int:ticket_id}", response=TicketOut)
@@ -62,8 +64,14 @@ def ticket_proposal(request, ticket_id: int, payload: ProposalIn):
     tenant = tenant_for_user(request.user)
     ticket = ticket_get(tenant=tenant, ticket_id=ticket_id)
     made = ticket_refund_propose(
-        ticket=ticket, user=request.user, amount=payload.amount, reason=payload.reason, exception=payload.exception,
-        items=payload.items, refund_to=payload.refund_to, currency=payload.currency,
+        ticket=ticket,
+        user=request.user,
+        amount=payload.amount,
+        reason=payload.reason,
+        exception=payload.exception,
+        items=payload.items,
+        refund_to=payload.refund_to,
+        currency=payload.currency,
     )
     # Read back by tenant: a support proposer may not have the finance role approval_get asks for.
     return Status(201, approval_serialize(approvals_for_tenant(tenant).get(pk=made.pk)))
@@ -74,6 +82,5 @@ def ticket_assign_endpoint(request, ticket_id: int, payload: AssignIn):
     """Take a ticket of the escalation queue (`{"to": "me"}`) or hand it back (`{"to": null}`)."""
     user_require_role(request.user, "support", "finance")
     tenant = tenant_for_user(request.user)
-    ticket_assign(ticket=ticket_get(tenant=tenant, ticket_id=ticket_id), user=request.user,
-                  to_me=payload.to == "me")
+    ticket_assign(ticket=ticket_get(tenant=tenant, ticket_id=ticket_id), user=request.user, to_me=payload.to == "me")
     return ticket_detail_serialize(ticket_get(tenant=tenant, ticket_id=ticket_id))

@@ -7,8 +7,12 @@ class RefundagentConfig(AppConfig):
     # What each role may do with the agent's models (see ledger/tenancy.py, roles_sync).
     role_permissions = {
         "support": ["refundagent.view_ticket", "refundagent.view_escalatedticket"],
-        "finance": ["refundagent.view_ticket", "refundagent.view_escalatedticket", "refundagent.view_traceevent",
-                    "refundagent.view_refunddraft"],
+        "finance": [
+            "refundagent.view_ticket",
+            "refundagent.view_escalatedticket",
+            "refundagent.view_traceevent",
+            "refundagent.view_refunddraft",
+        ],
         "operator": [
             "refundagent.view_ticket",
             "refundagent.view_escalatedticket",

@@ -10,11 +10,15 @@ from .models import Ticket
 
 class TicketForm(forms.Form):
     order = forms.CharField(
-        max_length=100, label="Order", required=False,
+        max_length=100,
+        label="Order",
+        required=False,
         widget=forms.TextInput(attrs={"placeholder": "ORD-5001", "autofocus": True}),
         help_text="Blank: the agent finds the order among the customer's orders.",
     )
-    customer = forms.CharField(max_length=100, label="Customer", widget=forms.TextInput(attrs={"placeholder": "CUST-1001"}))
+    customer = forms.CharField(
+        max_length=100, label="Customer", widget=forms.TextInput(attrs={"placeholder": "CUST-1001"})
+    )
     message = forms.CharField(
         label="Customer's message",
         widget=forms.Textarea(attrs={"rows": 6, "placeholder": "Paste what the customer wrote."}),
@@ -83,22 +87,32 @@ def _field_for(error: DomainError, data: dict) -> str | None:
 class TicketFilterForm(forms.Form):
     status = forms.ChoiceField(required=False, choices=[("", "All statuses"), *Ticket.Status.choices])
     q = forms.CharField(
-        required=False, max_length=100, label="Search",
+        required=False,
+        max_length=100,
+        label="Search",
         widget=forms.TextInput(attrs={"placeholder": "Order or customer", "type": "search"}),
     )
 
 
 class NoteForm(forms.Form):
-    note = forms.CharField(required=False, max_length=500, widget=forms.TextInput(attrs={"placeholder": "Note (optional)"}))
+    note = forms.CharField(
+        required=False, max_length=500, widget=forms.TextInput(attrs={"placeholder": "Note (optional)"})
+    )
 
 
 class CloseForm(forms.Form):
     """Closing a ticket: an internal note (to the trace) and, optionally, the reply to send."""
 
-    note = forms.CharField(required=False, max_length=500, widget=forms.TextInput(attrs={"placeholder": "Note (optional)"}))
+    note = forms.CharField(
+        required=False, max_length=500, widget=forms.TextInput(attrs={"placeholder": "Note (optional)"})
+    )
     reply = forms.CharField(
-        required=False, max_length=4000, label="Reply to the customer",
-        widget=forms.Textarea(attrs={"rows": 3, "placeholder": "What you tell the customer (becomes the ticket's reply)."}),
+        required=False,
+        max_length=4000,
+        label="Reply to the customer",
+        widget=forms.Textarea(
+            attrs={"rows": 3, "placeholder": "What you tell the customer (becomes the ticket's reply)."}
+        ),
     )
 
 
@@ -106,21 +120,34 @@ class ProposalForm(forms.Form):
     """A person's refund proposal on an escalated, failed or payment-failed ticket."""
 
     amount = forms.DecimalField(
-        label="Amount", max_digits=12, decimal_places=2, min_value=0.01,
+        label="Amount",
+        max_digits=12,
+        decimal_places=2,
+        min_value=0.01,
         widget=forms.TextInput(attrs={"placeholder": "50.00", "inputmode": "decimal"}),
     )
     items = forms.CharField(
-        label="Items", required=False, widget=forms.TextInput(attrs={"placeholder": "ITEM-1, ITEM-2"}),
+        label="Items",
+        required=False,
+        widget=forms.TextInput(attrs={"placeholder": "ITEM-1, ITEM-2"}),
         help_text="Comma separated; blank: the ticket's items, or the order.",
     )
     refund_to = forms.CharField(
-        label="Refund to", required=False, max_length=100, widget=forms.TextInput(attrs={"placeholder": "card_1"}),
+        label="Refund to",
+        required=False,
+        max_length=100,
+        widget=forms.TextInput(attrs={"placeholder": "card_1"}),
         help_text="One of the customer's payment methods; blank: the ticket's choice, else the original method.",
     )
-    reason = forms.CharField(label="Reason", required=False, max_length=2000,
-                             widget=forms.Textarea(attrs={"rows": 2, "placeholder": "Why this refund."}))
+    reason = forms.CharField(
+        label="Reason",
+        required=False,
+        max_length=2000,
+        widget=forms.Textarea(attrs={"rows": 2, "placeholder": "Why this refund."}),
+    )
     exception = forms.BooleanField(
-        label="Policy exception", required=False,
+        label="Policy exception",
+        required=False,
         help_text="Outside the policy's waivable rules (window, order status): needs a reason and two finance "
         "approvers, never you.",
     )
@@ -133,10 +160,13 @@ class ProposalForm(forms.Form):
 
 
 class QueueFilterForm(forms.Form):
-    reason = forms.ChoiceField(required=False, choices=[
-        ("", "All reasons"),
-        (Ticket.Status.ESCALATED, "Escalated"),
-        (Ticket.Status.FAILED, "Failed"),
-        (Ticket.Status.PAYMENT_FAILED, "Payment failed"),
-    ])
+    reason = forms.ChoiceField(
+        required=False,
+        choices=[
+            ("", "All reasons"),
+            (Ticket.Status.ESCALATED, "Escalated"),
+            (Ticket.Status.FAILED, "Failed"),
+            (Ticket.Status.PAYMENT_FAILED, "Payment failed"),
+        ],
+    )
     owner = forms.ChoiceField(required=False, choices=[("", "Anyone"), ("me", "Mine"), ("none", "Nobody yet")])

@@ -62,11 +62,16 @@ class Ticket(models.Model):
     trace_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="filed_tickets")
     owner = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="owned_tickets",
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="owned_tickets",
         help_text="The person who took the ticket from the escalation queue (blank: nobody yet).",
     )
     customer_reply = models.TextField(
-        blank=True, help_text="The reply support may send now, written by the runtime from the ticket's current "
+        blank=True,
+        help_text="The reply support may send now, written by the runtime from the ticket's current "
         "outcome (the model's draft stays on the draft).",
     )
     # The outbox: a `queued` row IS the agent-run instruction (written with the ticket, or with
@@ -83,7 +88,8 @@ class Ticket(models.Model):
         indexes = [models.Index(fields=["tenant", "status"], name="ticket_tenant_status_idx")]
         constraints = [
             models.CheckConstraint(
-                condition=Q(requested_amount__isnull=True) | Q(requested_amount__gt=0), name="ticket_requested_amount_positive"
+                condition=Q(requested_amount__isnull=True) | Q(requested_amount__gt=0),
+                name="ticket_requested_amount_positive",
             ),
         ]
 

@@ -24,8 +24,12 @@ def ticket_run_publish(*, ticket_id: int) -> bool:
     try:
         agent_run_ticket_task.delay(ticket_id)
     except Exception as exc:  # noqa: BLE001 - any broker failure; the sweep recovers the instruction
-        logger.error("ticket %s: enqueueing its agent run failed (%s); the sweep will re-send it", ticket_id, exc,
-                     extra={"ticket": ticket_id})
+        logger.error(
+            "ticket %s: enqueueing its agent run failed (%s); the sweep will re-send it",
+            ticket_id,
+            exc,
+            extra={"ticket": ticket_id},
+        )
         return False
     Ticket.objects.filter(pk=ticket_id).update(run_dispatched_at=now)
     return True

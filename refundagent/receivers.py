@@ -75,20 +75,46 @@ def ticket_review_sections(request: ApprovalRequest) -> list[dict]:
     ticket = ticket_events.ticket_of_request(request)
     if ticket is None:
         return [{"title": "Ticket", "html": render_to_string("refundagent/review/ticket.html", {"ticket": None})}]
-    sections = [{"title": f"Ticket #{ticket.pk}",
-                 "html": render_to_string("refundagent/review/ticket.html", {"ticket": ticket})}]
+    sections = [
+        {
+            "title": f"Ticket #{ticket.pk}",
+            "html": render_to_string("refundagent/review/ticket.html", {"ticket": ticket}),
+        }
+    ]
     if request.origin == ApprovalRequest.Origin.HUMAN:
-        sections.append({"title": "Proposed by a person" + (" (policy exception)" if request.policy_exception else ""),
-                         "html": render_to_string("refundagent/review/proposal.html", {"request": request})})
-    draft = (ticket.drafts.filter(created_at__lte=request.created_at).order_by("-id").first()
-             or ticket.drafts.order_by("-id").first())
+        sections.append(
+            {
+                "title": "Proposed by a person" + (" (policy exception)" if request.policy_exception else ""),
+                "html": render_to_string("refundagent/review/proposal.html", {"request": request}),
+            }
+        )
+    draft = (
+        ticket.drafts.filter(created_at__lte=request.created_at).order_by("-id").first()
+        or ticket.drafts.order_by("-id").first()
+    )
     context = {"draft": draft, "gate": (draft.gate_verdict or {}) if draft else {}}
-    sections.append({"title": "Draft recommendation", "id": "ra-draft", "beside": True,
-                     "html": render_to_string("refundagent/review/draft.html", context)})
+    sections.append(
+        {
+            "title": "Draft recommendation",
+            "id": "ra-draft",
+            "beside": True,
+            "html": render_to_string("refundagent/review/draft.html", context),
+        }
+    )
     if draft is not None or ticket.customer_reply:
-        sections.append({"title": "Customer reply draft (never sent by the product)",
-                         "html": render_to_string("refundagent/review/reply.html", {**context, "ticket": ticket})})
+        sections.append(
+            {
+                "title": "Customer reply draft (never sent by the product)",
+                "html": render_to_string("refundagent/review/reply.html", {**context, "ticket": ticket}),
+            }
+        )
     events = list(ticket.trace_events.order_by("seq"))
-    sections.append({"title": f"Trace timeline ({ticket.trace_id})", "id": "ra-trace", "wide": True,
-                     "html": render_to_string("refundagent/review/trace.html", {"events": events})})
+    sections.append(
+        {
+            "title": f"Trace timeline ({ticket.trace_id})",
+            "id": "ra-trace",
+            "wide": True,
+            "html": render_to_string("refundagent/review/trace.html", {"events": events}),
+        }
+    )
     return sections

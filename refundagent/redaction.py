@@ -32,31 +32,91 @@ _PATTERNS = [
 
 # The runtime's own fields in trace data: written by the runtime from the ledger and the gate,
 # never customer text, and what an audit reads. Redaction leaves their values as they are.
-STRUCTURED_KEYS = frozenset({
-    "amount", "allowed_amount", "refundable", "requested_amount", "wanted_amount", "old_amount", "total",
-    "refunded_total", "currency", "policy_version", "decision", "outcome", "recommendation", "code", "codes",
-    "args_hash", "hash", "idempotency_key", "status", "approval", "approvals", "required_approvals",
-    "replaced_by", "replaces", "entry", "draft", "replayed", "destination", "destination_method_kind",
-})
+STRUCTURED_KEYS = frozenset(
+    {
+        "amount",
+        "allowed_amount",
+        "refundable",
+        "requested_amount",
+        "wanted_amount",
+        "old_amount",
+        "total",
+        "refunded_total",
+        "currency",
+        "policy_version",
+        "decision",
+        "outcome",
+        "recommendation",
+        "code",
+        "codes",
+        "args_hash",
+        "hash",
+        "idempotency_key",
+        "status",
+        "approval",
+        "approvals",
+        "required_approvals",
+        "replaced_by",
+        "replaces",
+        "entry",
+        "draft",
+        "replayed",
+        "destination",
+        "destination_method_kind",
+    }
+)
 # Keys whose values came from the model or a tool: evidence, redacted throughout (their inner
 # keys are the model's, not the runtime's).
 EVIDENCE_KEYS = frozenset({"args", "input", "result"})
 
 # Words that are never taken for a part of a customer's name: what the runtime itself writes.
-_RUNTIME_WORDS = frozenset({
-    "approve", "approved", "approval", "deny", "denied", "escalate", "escalated", "refund", "refunded",
-    "request", "requested", "changes", "invalidate", "invalidated", "replace", "replaced", "expire",
-    "expired", "executed", "verified", "failed", "pending", "eligible", "policy", "order", "items",
-    "original", "gift", "card", "the", "and", "for",
-})
+_RUNTIME_WORDS = frozenset(
+    {
+        "approve",
+        "approved",
+        "approval",
+        "deny",
+        "denied",
+        "escalate",
+        "escalated",
+        "refund",
+        "refunded",
+        "request",
+        "requested",
+        "changes",
+        "invalidate",
+        "invalidated",
+        "replace",
+        "replaced",
+        "expire",
+        "expired",
+        "executed",
+        "verified",
+        "failed",
+        "pending",
+        "eligible",
+        "policy",
+        "order",
+        "items",
+        "original",
+        "gift",
+        "card",
+        "the",
+        "and",
+        "for",
+    }
+)
 
 
 def _name_words(name: str) -> list[str]:
     """The words of a customer's name that are redacted on their own: alphabetic, 3+ letters,
     and not a currency code or a word of the runtime's own vocabulary."""
     currencies = {c.lower() for c in getattr(settings, "LEDGER_CURRENCIES", ())}
-    return [part for part in name.split()
-            if len(part) >= 3 and part.isalpha() and part.lower() not in currencies | _RUNTIME_WORDS]
+    return [
+        part
+        for part in name.split()
+        if len(part) >= 3 and part.isalpha() and part.lower() not in currencies | _RUNTIME_WORDS
+    ]
 
 
 def redact_text(text: str, known: list[str] | tuple[str, ...] = ()) -> str:
@@ -84,7 +144,9 @@ def redact(value: Any, known: list[str] | tuple[str, ...] = (), *, evidence: boo
         return redact_text(value, known)
     if isinstance(value, dict):
         return {
-            k: v if (k in STRUCTURED_KEYS and not evidence) else redact(v, known, evidence=evidence or k in EVIDENCE_KEYS)
+            k: v
+            if (k in STRUCTURED_KEYS and not evidence)
+            else redact(v, known, evidence=evidence or k in EVIDENCE_KEYS)
             for k, v in value.items()
         }
     if isinstance(value, (list, tuple)):
@@ -107,7 +169,9 @@ def sensitive_values_for_ticket(ticket) -> list[str]:
     if ticket.order_id:
         return sensitive_values_for_order(ticket.order)
     customer = ticket.customer
-    return _customer_values(customer, Payment.objects.filter(order__customer=customer).values_list("payment_ref", "card_last4"))
+    return _customer_values(
+        customer, Payment.objects.filter(order__customer=customer).values_list("payment_ref", "card_last4")
+    )
 
 
 def _customer_values(customer, payments) -> list[str]:

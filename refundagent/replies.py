@@ -70,14 +70,17 @@ def ticket_reply_compose(*, ticket: Ticket, to: str) -> str | None:
         request = approval_latest_for_ticket(tenant=ticket.tenant_id, ticket_ref=ticket.pk) if ticket.pk else None
         if to == S.QUEUED:
             # Only finance's "request changes" puts a waiting ticket back in the queue.
-            if ticket.status != S.APPROVAL_REQUIRED or request is None or (
-                request.status != ApprovalRequest.Status.CHANGES_REQUESTED
+            if (
+                ticket.status != S.APPROVAL_REQUIRED
+                or request is None
+                or (request.status != ApprovalRequest.Status.CHANGES_REQUESTED)
             ):
                 return None
             if request.requested_amount_change is None:
                 return REPLIES["reviewing_again"].format(about=about)
-            return REPLIES["changed"].format(about=about, amount=request.requested_amount_change,
-                                             currency=request.currency)
+            return REPLIES["changed"].format(
+                about=about, amount=request.requested_amount_change, currency=request.currency
+            )
         if request is None:
             return None
         if to == S.PAYMENT_FAILED:
@@ -87,6 +90,7 @@ def ticket_reply_compose(*, ticket: Ticket, to: str) -> str | None:
         entry = request.ledger_entry
         amount = entry.amount if entry is not None else request.amount
         destination = DESTINATIONS.get((request.args or {}).get("destination"), DESTINATIONS["original"])
-        return REPLIES["refunded"].format(about=about, amount=amount, currency=request.currency,
-                                          destination=destination)
+        return REPLIES["refunded"].format(
+            about=about, amount=amount, currency=request.currency, destination=destination
+        )
     return None

@@ -15,16 +15,21 @@ from .models import Ticket
 
 class TicketIn(Schema):
     order: str | None = Field(
-        None, min_length=1, max_length=100, description="The order id, e.g. ORD-5001. Omitted: a customer-level "
+        None,
+        min_length=1,
+        max_length=100,
+        description="The order id, e.g. ORD-5001. Omitted: a customer-level "
         "ticket; the agent finds the order among the customer's orders (then `items` must be omitted too).",
     )
     customer: str = Field(..., min_length=1, max_length=100, description="The customer id, e.g. CUST-1001.")
     message: str = Field(..., min_length=1, max_length=20_000, description="The customer's words (untrusted).")
-    requested_amount: MoneyIn | None = Field(None, description="A decimal string, e.g. \"200.00\".")
+    requested_amount: MoneyIn | None = Field(None, description='A decimal string, e.g. "200.00".')
     items: list[str] = Field(default_factory=list, max_length=100, description="Item ids the ticket is about.")
     refund_to: str | None = Field(
-        None, max_length=100, description="Where the customer wants the refund: the id of one of their payment "
-        "methods, e.g. \"gift_card_7\". Omitted or blank: the order's original payment method.",
+        None,
+        max_length=100,
+        description="Where the customer wants the refund: the id of one of their payment "
+        'methods, e.g. "gift_card_7". Omitted or blank: the order\'s original payment method.',
     )
 
 
@@ -38,18 +43,25 @@ class TicketFilter(Schema):
 
 
 class ProposalIn(Schema):
-    amount: MoneyIn = Field(..., description="The exact amount, e.g. \"50.00\".")
+    amount: MoneyIn = Field(..., description='The exact amount, e.g. "50.00".')
     currency: str | None = Field(None, min_length=3, max_length=3, description="Must be the order's, if given.")
     items: list[str] | None = Field(None, max_length=100, description="Omitted: the ticket's items (or the order).")
-    refund_to: str | None = Field(None, max_length=100, description="A payment method id of the order's customer; "
-                                  "omitted: the ticket's choice, else the original payment method.")
+    refund_to: str | None = Field(
+        None,
+        max_length=100,
+        description="A payment method id of the order's customer; "
+        "omitted: the ticket's choice, else the original payment method.",
+    )
     reason: str = Field("", max_length=2000, description="Why; required with exception.")
-    exception: bool = Field(False, description="Go outside the policy's waivable rules (window, order status): "
-                            "needs a reason and two distinct approvers, never the proposer.")
+    exception: bool = Field(
+        False,
+        description="Go outside the policy's waivable rules (window, order status): "
+        "needs a reason and two distinct approvers, never the proposer.",
+    )
 
 
 class AssignIn(Schema):
-    to: Literal["me"] | None = Field(..., description="\"me\": take the ticket; null: hand it back.")
+    to: Literal["me"] | None = Field(..., description='"me": take the ticket; null: hand it back.')
 
 
 class DraftOut(Schema):
@@ -67,8 +79,10 @@ class TicketSummaryOut(Schema):
     id: int
     status: str
     stop_reason: str | None
-    order: str | None = Field(description="The order id; null on a customer-level ticket until the agent's draft "
-                              "names the order and the runtime accepts it.")
+    order: str | None = Field(
+        description="The order id; null on a customer-level ticket until the agent's draft "
+        "names the order and the runtime accepts it."
+    )
     customer: str
     requested_amount: Money | None
     currency: str
@@ -79,8 +93,10 @@ class TicketSummaryOut(Schema):
 
 class TicketOut(TicketSummaryOut):
     stop_detail: str
-    customer_reply: str = Field(description="The reply support may send now, written by the runtime from the "
-                                "ticket's current outcome (the model's draft stays under draft.customer_reply).")
+    customer_reply: str = Field(
+        description="The reply support may send now, written by the runtime from the "
+        "ticket's current outcome (the model's draft stays under draft.customer_reply)."
+    )
     items: list[str]
     refund_to: str | None = Field(description="The chosen payment method's id; null = the original payment method.")
     refund_to_kind: str | None = Field(description="Its kind: card, paypal, gift_card (null with refund_to).")

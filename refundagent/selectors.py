@@ -15,7 +15,9 @@ QUEUE_STATUSES = (Ticket.Status.ESCALATED, Ticket.Status.FAILED, Ticket.Status.P
 
 def ticket_list(*, tenant, status: str | None = None) -> QuerySet:
     """The tenant's tickets, newest first."""
-    queryset = Ticket.objects.for_tenant(tenant).select_related("order", "customer", "owner").order_by("-created_at", "-id")
+    queryset = (
+        Ticket.objects.for_tenant(tenant).select_related("order", "customer", "owner").order_by("-created_at", "-id")
+    )
     if status:
         queryset = queryset.filter(status=status)
     return queryset

@@ -149,8 +149,14 @@ def ticket_escalate(*, ticket: Ticket, user, note: str = "") -> Ticket:
         withdrawn = _withdraw_pending(ticket, user=user, reason=detail)
         if not ticket_transition(ticket=ticket, to=Ticket.Status.ESCALATED, detail=detail):
             raise TicketStateConflict(f"Ticket {ticket.pk} is {ticket.status}; it cannot be escalated.")
-        _trace(ticket, span="stop", status="escalated", decision="escalate", reason=ticket.stop_detail,
-               data={"withdrawn": withdrawn})
+        _trace(
+            ticket,
+            span="stop",
+            status="escalated",
+            decision="escalate",
+            reason=ticket.stop_detail,
+            data={"withdrawn": withdrawn},
+        )
     return ticket
 
 
@@ -173,8 +179,14 @@ def ticket_close(*, ticket: Ticket, user, note: str = "", reply: str = "") -> Ti
         if not ticket_transition(ticket=ticket, to=Ticket.Status.CLOSED, **fields):
             # e.g. finance approved in the same instant: the withdrawal rolls back with this.
             raise TicketStateConflict(f"Ticket {ticket.pk} is {ticket.status}; it cannot be closed now.")
-        _trace(ticket, span="stop", status="closed", decision="close", reason=reason,
-               data={"withdrawn": withdrawn, "by": user.get_username(), "note": note, "reply_written": bool(reply)})
+        _trace(
+            ticket,
+            span="stop",
+            status="closed",
+            decision="close",
+            reason=reason,
+            data={"withdrawn": withdrawn, "by": user.get_username(), "note": note, "reply_written": bool(reply)},
+        )
     return ticket
 
 
@@ -196,9 +208,10 @@ def ticket_assign(*, ticket: Ticket, user, to_me: bool) -> Ticket:
     who = user.get_username()
     with transaction.atomic():
         if to_me:
-            moved = Ticket.objects.filter(
-                pk=ticket.pk, status__in=QUEUE_STATUSES, owner__isnull=True
-            ).update(owner=user) == 1
+            moved = (
+                Ticket.objects.filter(pk=ticket.pk, status__in=QUEUE_STATUSES, owner__isnull=True).update(owner=user)
+                == 1
+            )
             if not moved:
                 current = Ticket.objects.select_related("owner").get(pk=ticket.pk)
                 if current.owner_id == user.pk:
@@ -209,8 +222,14 @@ def ticket_assign(*, ticket: Ticket, user, to_me: bool) -> Ticket:
                     + "; only an unowned ticket in the escalation queue can be taken."
                 )
             ticket.owner = user
-            _trace(ticket, span="stop", status=ticket.status, decision="take", reason=f"Taken by {who}.",
-                   data={"owner": who})
+            _trace(
+                ticket,
+                span="stop",
+                status=ticket.status,
+                decision="take",
+                reason=f"Taken by {who}.",
+                data={"owner": who},
+            )
         else:
             previous = Ticket.objects.select_related("owner").get(pk=ticket.pk).owner
             if previous is None:
@@ -218,10 +237,15 @@ def ticket_assign(*, ticket: Ticket, user, to_me: bool) -> Ticket:
                 return ticket
             Ticket.objects.filter(pk=ticket.pk, owner=previous).update(owner=None)
             ticket.owner = None
-            _trace(ticket, span="stop", status=ticket.status, decision="hand_back",
-                   reason=f"Handed back to the queue by {who}" + (
-                       f" (was {previous.get_username()})." if previous.pk != user.pk else "."),
-                   data={"by": who, "previous_owner": previous.get_username()})
+            _trace(
+                ticket,
+                span="stop",
+                status=ticket.status,
+                decision="hand_back",
+                reason=f"Handed back to the queue by {who}"
+                + (f" (was {previous.get_username()})." if previous.pk != user.pk else "."),
+                data={"by": who, "previous_owner": previous.get_username()},
+            )
     return ticket
 
 
@@ -252,32 +276,56 @@ def ticket_refund_propose(
     refund_to = (refund_to or "").strip()
     if refund_to:
         # Looked up among the tenant's methods; the proposal checks it is this customer's.
-        method = PaymentMethod.objects.filter(
-            customer__tenant_id=ticket.tenant_id, external_id=refund_to
-        ).select_related("customer").first()
+        method = (
+            PaymentMethod.objects.filter(customer__tenant_id=ticket.tenant_id, external_id=refund_to)
+            .select_related("customer")
+            .first()
+        )
         if method is None:
             raise InvalidInput(f"{refund_to} is not a payment method of this shop.", code="unknown_payment_method")
     elif ticket.refund_to_id:
         method = ticket.refund_to
     with transaction.atomic():
         request = approval_proposal_create(
-            user=user, order=ticket.order, amount=amount, reason=reason, exception=exception,
-            items=items if items is not None else list(ticket.items or []), refund_to=method, currency=currency,
-            ticket_ref=ticket.pk, trace_id=str(ticket.trace_id),
+            user=user,
+            order=ticket.order,
+            amount=amount,
+            reason=reason,
+            exception=exception,
+            items=items if items is not None else list(ticket.items or []),
+            refund_to=method,
+            currency=currency,
+            ticket_ref=ticket.pk,
+            trace_id=str(ticket.trace_id),
         )
         who = user.get_username()
         kind = "a policy exception" if request.policy_exception else "a refund"
-        detail = (f"{who} proposed {kind} of {request.amount} {request.currency} (request #{request.pk}): "
-                  f"finance must approve" + (" (two distinct approvers)." if request.required_approvals > 1 else "."))
-        if not ticket_transition(ticket=ticket, to=Ticket.Status.APPROVAL_REQUIRED, detail=detail,
-                                 only_from=QUEUE_STATUSES):
+        detail = (
+            f"{who} proposed {kind} of {request.amount} {request.currency} (request #{request.pk}): "
+            f"finance must approve" + (" (two distinct approvers)." if request.required_approvals > 1 else ".")
+        )
+        if not ticket_transition(
+            ticket=ticket, to=Ticket.Status.APPROVAL_REQUIRED, detail=detail, only_from=QUEUE_STATUSES
+        ):
             raise TicketStateConflict(f"Ticket {ticket.pk} moved on while the refund was proposed; reload it.")
-        _trace(ticket, span="approval", status="pending", decision="human_proposal",
-               reason=f"{who} proposed {kind}: {request.amount} {request.currency} on {request.order.external_id}, "
-                      f"request #{request.pk}.",
-               data={"approval": request.pk, "amount": str(request.amount), "currency": request.currency,
-                     "args_hash": request.args_hash, "idempotency_key": request.idempotency_key,
-                     "policy_exception": request.policy_exception, "waived_rules": request.waived_rules,
-                     "reason": request.proposal_reason, "required_approvals": request.required_approvals,
-                     "by": who})
+        _trace(
+            ticket,
+            span="approval",
+            status="pending",
+            decision="human_proposal",
+            reason=f"{who} proposed {kind}: {request.amount} {request.currency} on {request.order.external_id}, "
+            f"request #{request.pk}.",
+            data={
+                "approval": request.pk,
+                "amount": str(request.amount),
+                "currency": request.currency,
+                "args_hash": request.args_hash,
+                "idempotency_key": request.idempotency_key,
+                "policy_exception": request.policy_exception,
+                "waived_rules": request.waived_rules,
+                "reason": request.proposal_reason,
+                "required_approvals": request.required_approvals,
+                "by": who,
+            },
+        )
     return request

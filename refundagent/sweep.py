@@ -45,8 +45,11 @@ def tickets_queued_sweep(*, older_than: timedelta, limit: int = 500) -> int:
     )
     sent = 0
     for ticket_id in due:
-        logger.warning("ticket %s: queued and not picked up within the grace period; enqueued again", ticket_id,
-                       extra={"ticket": ticket_id})
+        logger.warning(
+            "ticket %s: queued and not picked up within the grace period; enqueued again",
+            ticket_id,
+            extra={"ticket": ticket_id},
+        )
         sent += ticket_run_publish(ticket_id=ticket_id)
     return sent
 
@@ -57,16 +60,18 @@ def agent_runs_lease_expired_sweep(*, limit: int = 500) -> int:
     now = timezone.now()
     cutoff = now - sweep_grace()
     due = (
-        AgentRun.objects.filter(status=AgentRun.Status.RUNNING, ticket__status=Ticket.Status.RUNNING,
-                                lease_expires_at__lt=now)
+        AgentRun.objects.filter(
+            status=AgentRun.Status.RUNNING, ticket__status=Ticket.Status.RUNNING, lease_expires_at__lt=now
+        )
         .filter(Q(ticket__run_dispatched_at=None) | Q(ticket__run_dispatched_at__lte=cutoff))
         .order_by("lease_expires_at")
         .values_list("ticket_id", flat=True)[:limit]
     )
     sent = 0
     for ticket_id in due:
-        logger.warning("ticket %s: its run's lease expired; enqueued again to take it over", ticket_id,
-                       extra={"ticket": ticket_id})
+        logger.warning(
+            "ticket %s: its run's lease expired; enqueued again to take it over", ticket_id, extra={"ticket": ticket_id}
+        )
         sent += ticket_run_publish(ticket_id=ticket_id)
     return sent
 

@@ -68,10 +68,15 @@ def ticket_follow_vote(*, request: ApprovalRequest, actor) -> None:
     if ticket is None:
         return
     data = _decision_data(request, decision="approve", actor=actor)
-    trace_record(ticket=ticket, span="approval", status="pending", decision="approve_vote",
-                 reason=f"Approval {data['approvals']} of {request.required_approvals} by {_who(actor)} on request "
-                        f"#{request.pk}; waiting for another distinct finance approver.",
-                 data=data)
+    trace_record(
+        ticket=ticket,
+        span="approval",
+        status="pending",
+        decision="approve_vote",
+        reason=f"Approval {data['approvals']} of {request.required_approvals} by {_who(actor)} on request "
+        f"#{request.pk}; waiting for another distinct finance approver.",
+        data=data,
+    )
 
 
 def ticket_follow_approved(*, request: ApprovalRequest, actor) -> None:
@@ -81,10 +86,15 @@ def ticket_follow_approved(*, request: ApprovalRequest, actor) -> None:
     who, money = _who(actor), _money(request)
     data = _decision_data(request, decision="approve", actor=actor)
     ticket_transition(ticket=ticket, to=S.APPROVED, detail=f"Approved by {who}: refund of {money} is being executed.")
-    trace_record(ticket=ticket, span="approval", status="approved", decision="approve",
-                 reason=f"Request #{request.pk} approved by {who} ({data['approvals']} of "
-                        f"{request.required_approvals}): {money}.",
-                 data=data)
+    trace_record(
+        ticket=ticket,
+        span="approval",
+        status="approved",
+        decision="approve",
+        reason=f"Request #{request.pk} approved by {who} ({data['approvals']} of "
+        f"{request.required_approvals}): {money}.",
+        data=data,
+    )
 
 
 def ticket_follow_denied(*, request: ApprovalRequest, actor) -> None:
@@ -93,10 +103,17 @@ def ticket_follow_denied(*, request: ApprovalRequest, actor) -> None:
         return
     who, note = _who(actor), request.decision_note
     data = _decision_data(request, decision="deny", actor=actor)
-    ticket_transition(ticket=ticket, to=S.DENIED,
-                      detail=_with_note(f"Finance ({who}) denied the refund of {_money(request)}", note))
-    trace_record(ticket=ticket, span="approval", status="denied", decision="deny",
-                 reason=_with_note(f"Request #{request.pk} denied by {who}", note), data=data)
+    ticket_transition(
+        ticket=ticket, to=S.DENIED, detail=_with_note(f"Finance ({who}) denied the refund of {_money(request)}", note)
+    )
+    trace_record(
+        ticket=ticket,
+        span="approval",
+        status="denied",
+        decision="deny",
+        reason=_with_note(f"Request #{request.pk} denied by {who}", note),
+        data=data,
+    )
 
 
 def ticket_follow_escalated(*, request: ApprovalRequest, actor) -> None:
@@ -105,10 +122,19 @@ def ticket_follow_escalated(*, request: ApprovalRequest, actor) -> None:
         return
     who, note = _who(actor), request.decision_note
     data = _decision_data(request, decision="escalate", actor=actor)
-    ticket_transition(ticket=ticket, to=S.ESCALATED,
-                      detail=_with_note(f"Finance ({who}) escalated the refund of {_money(request)}", note))
-    trace_record(ticket=ticket, span="approval", status="escalated", decision="escalate",
-                 reason=_with_note(f"Request #{request.pk} escalated by {who}", note), data=data)
+    ticket_transition(
+        ticket=ticket,
+        to=S.ESCALATED,
+        detail=_with_note(f"Finance ({who}) escalated the refund of {_money(request)}", note),
+    )
+    trace_record(
+        ticket=ticket,
+        span="approval",
+        status="escalated",
+        decision="escalate",
+        reason=_with_note(f"Request #{request.pk} escalated by {who}", note),
+        data=data,
+    )
 
 
 def ticket_follow_changes_requested(*, request: ApprovalRequest, actor) -> None:
@@ -130,10 +156,13 @@ def ticket_follow_changes_requested(*, request: ApprovalRequest, actor) -> None:
     )
     if not ticket_transition(ticket=ticket, to=S.QUEUED, detail=detail, requested_amount=requested):
         return
-    data.update(wanted_amount=str(wanted) if wanted is not None else None,
-                requested_amount=str(requested) if requested is not None else None)
-    trace_record(ticket=ticket, span="approval", status="changes_requested", decision="request_changes",
-                 reason=detail, data=data)
+    data.update(
+        wanted_amount=str(wanted) if wanted is not None else None,
+        requested_amount=str(requested) if requested is not None else None,
+    )
+    trace_record(
+        ticket=ticket, span="approval", status="changes_requested", decision="request_changes", reason=detail, data=data
+    )
     ticket_pk = ticket.pk
     transaction.on_commit(lambda: ticket_run_enqueue(ticket_pk))
 
@@ -143,8 +172,10 @@ def ticket_follow_expired(*, request: ApprovalRequest) -> None:
     if ticket is None:
         return
     data = _decision_data(request, decision="expire", actor=None)
-    detail = (f"Approval request #{request.pk} ({_money(request)}) expired at {request.expires_at:%Y-%m-%d %H:%M} "
-              "UTC before finance decided: a person must pick this up.")
+    detail = (
+        f"Approval request #{request.pk} ({_money(request)}) expired at {request.expires_at:%Y-%m-%d %H:%M} "
+        "UTC before finance decided: a person must pick this up."
+    )
     ticket_transition(ticket=ticket, to=S.ESCALATED, detail=detail)
     trace_record(ticket=ticket, span="approval", status="expired", decision="expire", reason=detail, data=data)
 
@@ -156,37 +187,59 @@ def ticket_follow_invalidated(*, request: ApprovalRequest, actor, reason: str, v
         return
     data = _decision_data(request, decision="invalidate", actor=actor)
     data.update(changed=reason, gate=verdict, replaced_by=request.replaced_by_id)
-    trace_record(ticket=ticket, span="approval", status="invalidated", decision="invalidate",
-                 reason=f"Request #{request.pk} invalidated, facts changed: {reason}", data=data)
+    trace_record(
+        ticket=ticket,
+        span="approval",
+        status="invalidated",
+        decision="invalidate",
+        reason=f"Request #{request.pk} invalidated, facts changed: {reason}",
+        data=data,
+    )
     if request.replaced_by_id is None:
         gate_reason = " ".join((verdict or {}).get("reasons") or [])
-        ticket_transition(ticket=ticket, to=S.ESCALATED,
-                          detail=f"Approval request #{request.pk} was invalidated ({reason}) and the refund is "
-                                 f"no longer eligible: {gate_reason}")
+        ticket_transition(
+            ticket=ticket,
+            to=S.ESCALATED,
+            detail=f"Approval request #{request.pk} was invalidated ({reason}) and the refund is "
+            f"no longer eligible: {gate_reason}",
+        )
 
 
 def ticket_follow_replaced(*, request: ApprovalRequest, old: ApprovalRequest) -> None:
     ticket = ticket_of_request(request)
     if ticket is None:
         return
-    ticket_transition(ticket=ticket, to=S.APPROVAL_REQUIRED,
-                      detail=f"The facts changed, so approval request #{old.pk} was replaced by #{request.pk} for "
-                             f"{request.amount} {request.currency}: finance must decide the new request.")
-    trace_record(ticket=ticket, span="approval", status="replaced", decision="replace",
-                 reason=f"Request #{old.pk} replaced by #{request.pk}: {request.amount} {request.currency} "
-                        f"under {request.policy_version}.",
-                 data=_request_data(request, replaces=old.pk, old_amount=str(old.amount)))
+    ticket_transition(
+        ticket=ticket,
+        to=S.APPROVAL_REQUIRED,
+        detail=f"The facts changed, so approval request #{old.pk} was replaced by #{request.pk} for "
+        f"{request.amount} {request.currency}: finance must decide the new request.",
+    )
+    trace_record(
+        ticket=ticket,
+        span="approval",
+        status="replaced",
+        decision="replace",
+        reason=f"Request #{old.pk} replaced by #{request.pk}: {request.amount} {request.currency} "
+        f"under {request.policy_version}.",
+        data=_request_data(request, replaces=old.pk, old_amount=str(old.amount)),
+    )
 
 
 def ticket_follow_executed(*, request: ApprovalRequest, entry, replayed: bool) -> None:
     ticket = ticket_of_request(request)
     if ticket is None:
         return
-    trace_record(ticket=ticket, span="ledger", status="ok", decision="refund_replayed" if replayed else "refund_issued",
-                 tool="refunds.issue_refund",
-                 reason=f"Ledger entry #{entry.pk}: {entry.amount} {entry.currency} on {request.order.external_id}"
-                        + (" (already written: replayed by its key)." if replayed else "."),
-                 data=_request_data(request, entry=entry.pk, replayed=replayed))
+    trace_record(
+        ticket=ticket,
+        span="ledger",
+        status="ok",
+        decision="refund_replayed" if replayed else "refund_issued",
+        tool="refunds.issue_refund",
+        reason=f"Ledger entry #{entry.pk}: {entry.amount} {entry.currency} on {request.order.external_id}"
+        + (" (already written: replayed by its key)." if replayed else "."),
+        data=_request_data(request, entry=entry.pk, replayed=replayed),
+    )
 
 
 def ticket_follow_verified(*, request: ApprovalRequest, verdict: dict) -> None:
@@ -196,21 +249,37 @@ def ticket_follow_verified(*, request: ApprovalRequest, verdict: dict) -> None:
         return
     data = _request_data(request, verdict=verdict)
     if verdict.get("ok"):
-        ticket_transition(ticket=ticket, to=S.REFUNDED,
-                          detail=f"Refunded {request.amount} {request.currency}: ledger entry #{verdict.get('entry')}, "
-                                 "verified by the evaluator.")
-        trace_record(ticket=ticket, span="verify", status="ok", decision="verified",
-                     reason=f"Evaluator: exactly {request.amount} {request.currency} recorded under the approval's key.",
-                     data=data)
+        ticket_transition(
+            ticket=ticket,
+            to=S.REFUNDED,
+            detail=f"Refunded {request.amount} {request.currency}: ledger entry #{verdict.get('entry')}, "
+            "verified by the evaluator.",
+        )
+        trace_record(
+            ticket=ticket,
+            span="verify",
+            status="ok",
+            decision="verified",
+            reason=f"Evaluator: exactly {request.amount} {request.currency} recorded under the approval's key.",
+            data=data,
+        )
         return
     failed = [c for c in verdict.get("checks", []) if not c.get("ok")]
     evidence = json.dumps(failed, default=str)
-    ticket_transition(ticket=ticket, to=S.FAILED,
-                      detail=f"Verification of request #{request.pk} failed ({verdict.get('stage', 'verify')}): "
-                             f"{', '.join(c['name'] for c in failed)}. Evidence: {evidence}")
-    trace_record(ticket=ticket, span="verify", status="error", decision="verification_failed",
-                 reason=f"Evaluator: {', '.join(c['name'] for c in failed)} failed on request #{request.pk}.", data=data)
-
+    ticket_transition(
+        ticket=ticket,
+        to=S.FAILED,
+        detail=f"Verification of request #{request.pk} failed ({verdict.get('stage', 'verify')}): "
+        f"{', '.join(c['name'] for c in failed)}. Evidence: {evidence}",
+    )
+    trace_record(
+        ticket=ticket,
+        span="verify",
+        status="error",
+        decision="verification_failed",
+        reason=f"Evaluator: {', '.join(c['name'] for c in failed)} failed on request #{request.pk}.",
+        data=data,
+    )
 
 
 def ticket_follow_payment_failed(*, request: ApprovalRequest, entry, reason: str) -> None:
@@ -220,12 +289,22 @@ def ticket_follow_payment_failed(*, request: ApprovalRequest, entry, reason: str
     ticket = ticket_of_request(request)
     if ticket is None:
         return
-    detail = (f"The payment provider refused the refund of {_money(request)} (request #{request.pk}, ledger entry "
-              f"#{entry.pk} {entry.status}): {reason}. Nothing was paid; the amount is refundable again.")
+    detail = (
+        f"The payment provider refused the refund of {_money(request)} (request #{request.pk}, ledger entry "
+        f"#{entry.pk} {entry.status}): {reason}. Nothing was paid; the amount is refundable again."
+    )
     if not ticket_transition(ticket=ticket, to=S.PAYMENT_FAILED, detail=detail) and ticket.status == S.REFUNDED:
         # The provider reported the refund succeeded, then failed it: a settled ticket moves
         # only by the alert.
         ticket_transition(ticket=ticket, to=S.FAILED, detail=detail)
-    trace_record(ticket=ticket, span="ledger", status="error", decision="payment_failed", tool="refunds.issue_refund",
-                 reason=detail, data=_request_data(request, entry=entry.pk, entry_status=entry.status,
-                                                   provider_ref=entry.provider_ref, provider_reason=reason))
+    trace_record(
+        ticket=ticket,
+        span="ledger",
+        status="error",
+        decision="payment_failed",
+        tool="refunds.issue_refund",
+        reason=detail,
+        data=_request_data(
+            request, entry=entry.pk, entry_status=entry.status, provider_ref=entry.provider_ref, provider_reason=reason
+        ),
+    )

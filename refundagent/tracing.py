@@ -72,7 +72,7 @@ def trace_batch():
             yield
         except BaseException:
             # Written meanwhile (trace_write_with_update): what is left is all this block's.
-            del outer[0 if _batch.flushes != flushes else mark:]
+            del outer[0 if _batch.flushes != flushes else mark :]
             raise
         return
     _batch.events, _batch.flushes = [], 0
@@ -160,8 +160,21 @@ def _append_many(events: list[dict]) -> None:
                 _append(values)
 
 
-_FIELDS = ("ticket", "run", "trace_id", "span", "status", "decision", "reason", "tool", "duration_ms",
-           "input_tokens", "output_tokens", "data", "at")
+_FIELDS = (
+    "ticket",
+    "run",
+    "trace_id",
+    "span",
+    "status",
+    "decision",
+    "reason",
+    "tool",
+    "duration_ms",
+    "input_tokens",
+    "output_tokens",
+    "data",
+    "at",
+)
 
 
 def _insert_next(values: dict) -> tuple[int, int] | None:

@@ -122,7 +122,9 @@ def ticket_new(request):
             messages.success(request, f"Ticket #{ticket.pk} filed. The agent is investigating {about}.")
             return redirect("ticket", pk=ticket.pk)
     status = 422 if form.errors else 200
-    return render(request, "refundagent/ticket_new.html", {"form": form, "roles": request.roles, "nav": "new"}, status=status)
+    return render(
+        request, "refundagent/ticket_new.html", {"form": form, "roles": request.roles, "nav": "new"}, status=status
+    )
 
 
 @tenant_view
@@ -134,8 +136,12 @@ def ticket_detail(request, pk: int):
     order = ticket.order
     # A customer-level ticket has no order until the agent's draft names one: nothing to show yet.
     payments = [
-        {"method": p.get_method_display(), "card": f"{p.card_brand} ****{p.card_last4}" if p.card_last4 else "",
-         "amount": p.amount, "currency": p.currency}
+        {
+            "method": p.get_method_display(),
+            "card": f"{p.card_brand} ****{p.card_last4}" if p.card_last4 else "",
+            "amount": p.amount,
+            "currency": p.currency,
+        }
         for p in (order.payments.all() if order is not None else [])
     ]
     trace = trace_export(ticket)
@@ -187,8 +193,11 @@ def _draft_superseded(draft, approval) -> bool:
         return False
     if approval.origin == "human" and approval.created_at >= draft.created_at:
         return True
-    return bool(approval.status in ("changes_requested", "denied") and approval.decided_at
-                and approval.decided_at >= draft.created_at)
+    return bool(
+        approval.status in ("changes_requested", "denied")
+        and approval.decided_at
+        and approval.decided_at >= draft.created_at
+    )
 
 
 def _ticket_action(request, pk: int, service, done: str):
@@ -252,17 +261,26 @@ def ticket_propose_view(request, pk: int):
         data = form.cleaned_data
         try:
             made = ticket_refund_propose(
-                ticket=ticket, user=request.user, amount=data["amount"], reason=data["reason"],
-                exception=data["exception"], items=data["items"] or None, refund_to=data["refund_to"],
+                ticket=ticket,
+                user=request.user,
+                amount=data["amount"],
+                reason=data["reason"],
+                exception=data["exception"],
+                items=data["items"] or None,
+                refund_to=data["refund_to"],
             )
         except DomainError as exc:
             messages.error(request, f"Not proposed: {exc.message}")
         else:
-            messages.success(request, f"Refund of {made.amount} {made.currency} proposed (request #{made.pk}): "
-                                      "finance decides it in the review queue.")
+            messages.success(
+                request,
+                f"Refund of {made.amount} {made.currency} proposed (request #{made.pk}): "
+                "finance decides it in the review queue.",
+            )
     else:
-        errors = "; ".join(f"{form.fields[f].label if f in form.fields else f}: {' '.join(e)}"
-                           for f, e in form.errors.items())
+        errors = "; ".join(
+            f"{form.fields[f].label if f in form.fields else f}: {' '.join(e)}" for f, e in form.errors.items()
+        )
         messages.error(request, f"Not proposed: {errors}")
     return redirect(reverse("ticket", kwargs={"pk": ticket.pk}))
 
@@ -275,13 +293,23 @@ def ticket_queue(request):
     wanted = filters.cleaned_data if filters.is_valid() else {}
     owner = wanted.get("owner") or ""
     tickets = selectors.ticket_queue(
-        tenant=request.tenant, reason=wanted.get("reason") or None,
-        owner=request.user if owner == "me" else None, unowned=owner == "none",
+        tenant=request.tenant,
+        reason=wanted.get("reason") or None,
+        owner=request.user if owner == "me" else None,
+        unowned=owner == "none",
     )
     page = Paginator(tickets, PAGE_SIZE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
-    return render(request, "refundagent/ticket_queue.html", {
-        "page": page, "filters": filters, "query": query.urlencode(), "roles": request.roles, "nav": "queue",
-        "here": request.get_full_path(),
-    })
+    return render(
+        request,
+        "refundagent/ticket_queue.html",
+        {
+            "page": page,
+            "filters": filters,
+            "query": query.urlencode(),
+            "roles": request.roles,
+            "nav": "queue",
+            "here": request.get_full_path(),
+        },
+    )

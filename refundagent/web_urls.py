@@ -7,8 +7,11 @@ from django.views.generic import RedirectView
 from . import views
 
 urlpatterns = [
-    path("login/", auth_views.LoginView.as_view(template_name="registration/login.html",
-                                                redirect_authenticated_user=True), name="login"),
+    path(
+        "login/",
+        auth_views.LoginView.as_view(template_name="registration/login.html", redirect_authenticated_user=True),
+        name="login",
+    ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
     path("", RedirectView.as_view(pattern_name="tickets"), name="home"),
     path("tickets/", views.ticket_list, name="tickets"),

@@ -17,32 +17,70 @@ DRAFT_REPLY = "Hello, we have passed your request for order {order} to our finan
 DRAFT_RATIONALE = "In window, delivered, refundable."
 
 
-def refund_draft_args(*, reply, amount=None, version=POLICY_VERSION, recommendation="refund",
-                      rationale=DRAFT_RATIONALE, destination=None, **fields) -> dict:
+def refund_draft_args(
+    *,
+    reply,
+    amount=None,
+    version=POLICY_VERSION,
+    recommendation="refund",
+    rationale=DRAFT_RATIONALE,
+    destination=None,
+    **fields,
+) -> dict:
     """The arguments of a refunds_create_draft call. None leaves amount, policy_version or destination
     out (a model that forgot them); `fields` (order, items, ...) go in as they are."""
-    args = {"recommendation": recommendation, "amount": amount, "policy_version": version, "rationale": rationale,
-            "customer_reply": reply, "destination": destination, **fields}
+    args = {
+        "recommendation": recommendation,
+        "amount": amount,
+        "policy_version": version,
+        "rationale": rationale,
+        "customer_reply": reply,
+        "destination": destination,
+        **fields,
+    }
     return {k: v for k, v in args.items() if v is not None or k not in ("amount", "policy_version", "destination")}
 
 
-def refund_draft(order="ORD-5001", amount="120.00", *, version=POLICY_VERSION, reply=None, recommendation="refund",
-                 destination=None, rationale=DRAFT_RATIONALE) -> dict:
+def refund_draft(
+    order="ORD-5001",
+    amount="120.00",
+    *,
+    version=POLICY_VERSION,
+    reply=None,
+    recommendation="refund",
+    destination=None,
+    rationale=DRAFT_RATIONALE,
+) -> dict:
     """A scripted model turn that drafts a refund; `order` is only named in the default customer reply."""
-    return {"tool": "refunds_create_draft",
-            "input": refund_draft_args(reply=reply or DRAFT_REPLY.format(order=order), amount=amount, version=version,
-                                       recommendation=recommendation, rationale=rationale, destination=destination)}
+    return {
+        "tool": "refunds_create_draft",
+        "input": refund_draft_args(
+            reply=reply or DRAFT_REPLY.format(order=order),
+            amount=amount,
+            version=version,
+            recommendation=recommendation,
+            rationale=rationale,
+            destination=destination,
+        ),
+    }
 
 
-def policy_publish(*, tenant, version=POLICY_VERSION, window_days=30, threshold="500.00", approvals_above_threshold=2,
-                   now):
+def policy_publish(
+    *, tenant, version=POLICY_VERSION, window_days=30, threshold="500.00", approvals_above_threshold=2, now
+):
     """A published refund policy shaped like refund-policy-v4: full refunds of pending, processed and delivered
     orders to the original method, item refunds of delivered orders also to a gift card."""
     return RefundPolicy.objects.create(
-        tenant=tenant, version=version, status=RefundPolicy.Status.PUBLISHED, window_days=window_days,
-        full_refund_statuses=["pending", "processed", "delivered"], item_refund_statuses=["delivered"],
-        full_refund_destinations=["original"], item_refund_destinations=["original", "gift_card"],
-        two_approver_threshold=Decimal(threshold), approvals_above_threshold=approvals_above_threshold,
+        tenant=tenant,
+        version=version,
+        status=RefundPolicy.Status.PUBLISHED,
+        window_days=window_days,
+        full_refund_statuses=["pending", "processed", "delivered"],
+        item_refund_statuses=["delivered"],
+        full_refund_destinations=["original"],
+        item_refund_destinations=["original", "gift_card"],
+        two_approver_threshold=Decimal(threshold),
+        approvals_above_threshold=approvals_above_threshold,
         text=f"Refund policy ({version}): refunds within {window_days} days; above {threshold}, two approvers.",
         published_at=now - timedelta(days=200),
     )

@@ -21,8 +21,17 @@ def approval_request_make(request):
     fixtures = request  # the inner function has a `request` of its own
     counter = {"n": 0}
 
-    def make(order="ORD-5001", filer="acme-support", tenant="acme", amount=None, items=None,
-             destination=None, refund_to=None, ticket_ref=None, key=None):
+    def make(
+        order="ORD-5001",
+        filer="acme-support",
+        tenant="acme",
+        amount=None,
+        items=None,
+        destination=None,
+        refund_to=None,
+        ticket_ref=None,
+        key=None,
+    ):
         counter["n"] += 1
         if isinstance(order, str):
             fixtures.getfixturevalue("demo")
@@ -82,16 +91,18 @@ def orders(policy, make_order):
         "120.00": make_order("120.00", external_id="ORD-1", days_old=12, items=[("ITEM-1", "120.00", 1)]),
         "50.00": make_order("50.00", external_id="ORD-2", days_old=5, items=[("ITEM-2", "50.00", 1)]),
         "750.00": make_order("750.00", external_id="ORD-3", days_old=6, items=[("ITEM-3", "750.00", 1)]),
-        "200.00": make_order("200.00", external_id="ORD-4", days_old=8,
-                             items=[("ITEM-5", "150.00", 1), ("ITEM-6", "25.00", 2)]),
+        "200.00": make_order(
+            "200.00", external_id="ORD-4", days_old=8, items=[("ITEM-5", "150.00", 1), ("ITEM-6", "25.00", 2)]
+        ),
     }
 
 
 @pytest.fixture
 def gift_card(customer):
     """A gift card of the shop's customer, beside the card the orders were paid with."""
-    return PaymentMethod.objects.create(customer=customer, external_id="gift_card_1",
-                                        kind=PaymentMethod.Kind.GIFT_CARD, balance=Decimal("25.00"))
+    return PaymentMethod.objects.create(
+        customer=customer, external_id="gift_card_1", kind=PaymentMethod.Kind.GIFT_CARD, balance=Decimal("25.00")
+    )
 
 
 @pytest.fixture

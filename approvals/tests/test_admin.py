@@ -40,8 +40,7 @@ def login(people):
     return make
 
 
-def test_finance_sees_the_queue_and_approves_from_the_admin(file_request, login,
-                                                            django_capture_on_commit_callbacks):
+def test_finance_sees_the_queue_and_approves_from_the_admin(file_request, login, django_capture_on_commit_callbacks):
     # given a pending request for a 120.00 USD order and a finance user in the admin
     request = file_request("120.00")
     finance = login("finance")
@@ -53,9 +52,20 @@ def test_finance_sees_the_queue_and_approves_from_the_admin(file_request, login,
     html = page.content.decode()
     # then the review page shows the exact action, its hash and key, the ledger, and the buttons
     assert page.status_code == 200
-    for text in ("120.00 USD", "ORD-1", "CUST-1", request.args_hash, request.idempotency_key,
-                 'id="ra-ledger"', 'id="ra-approve"', 'id="ra-deny"', 'id="ra-request_changes"', 'id="ra-escalate"',
-                 "refund-policy-v4", "visa ****4242"):
+    for text in (
+        "120.00 USD",
+        "ORD-1",
+        "CUST-1",
+        request.args_hash,
+        request.idempotency_key,
+        'id="ra-ledger"',
+        'id="ra-approve"',
+        'id="ra-deny"',
+        'id="ra-request_changes"',
+        'id="ra-escalate"',
+        "refund-policy-v4",
+        "visa ****4242",
+    ):
         assert text in html, text
     assert "pi_test" not in html  # the payment reference stays redacted
     assert 'name="_save"' not in html  # nothing to edit
@@ -121,20 +131,26 @@ def test_deny_needs_a_note_and_request_changes_takes_an_amount(file_request, log
     missing = finance.post(decide_url(request, "deny"), {"args_hash": request.args_hash, "note": ""})
     assert missing.status_code == 200 and "This field is required" in missing.content.decode()
     assert ApprovalRequest.objects.get(pk=request.pk).status == "pending"
-    changed = finance.post(decide_url(request, "request_changes"),
-                           {"args_hash": request.args_hash, "note": "Half, please.", "wanted_amount": "60.00"})
+    changed = finance.post(
+        decide_url(request, "request_changes"),
+        {"args_hash": request.args_hash, "note": "Half, please.", "wanted_amount": "60.00"},
+    )
     assert changed.status_code == 302
     request.refresh_from_db()
     assert (request.status, request.requested_amount_change, request.amount) == (
-        "changes_requested", Decimal("60.00"), Decimal("120.00"))
+        "changes_requested",
+        Decimal("60.00"),
+        Decimal("120.00"),
+    )
 
 
 def test_the_queue_lists_pending_first_then_oldest_and_filters(file_request, login, people):
     from approvals.decisions import approval_request_decide
 
     old_denied = file_request("120.00")
-    approval_request_decide(request_id=old_denied.pk, user=people["finance"], decision="deny",
-                            args_hash=old_denied.args_hash, note="no")
+    approval_request_decide(
+        request_id=old_denied.pk, user=people["finance"], decision="deny", args_hash=old_denied.args_hash, note="no"
+    )
     pending = file_request("50.00")
     expired = file_request("750.00")
     ApprovalRequest.objects.filter(pk=expired.pk).update(expires_at=timezone.now() - timedelta(hours=1))
@@ -143,15 +159,21 @@ def test_the_queue_lists_pending_first_then_oldest_and_filters(file_request, log
     ids = [r.pk for r in response.context["cl"].result_list]
     assert ids == [pending.pk, expired.pk, old_denied.pk]
     assert [r.pk for r in finance.get(CHANGELIST + "?expiry=expired").context["cl"].result_list] == [expired.pk]
-    assert [r.pk for r in finance.get(CHANGELIST + "?status__exact=denied").context["cl"].result_list] == [old_denied.pk]
+    assert [r.pk for r in finance.get(CHANGELIST + "?status__exact=denied").context["cl"].result_list] == [
+        old_denied.pk
+    ]
     assert [r.pk for r in finance.get(CHANGELIST + "?q=ORD-2").context["cl"].result_list] == [pending.pk]
 
 
 def test_failed_requests_show_a_red_badge(file_request, login):
     request = file_request("120.00")
     ApprovalRequest.objects.filter(pk=request.pk).update(
-        status="failed", verification={"ok": False, "checks": [{"name": "amount_exact", "ok": False,
-                                                                "expected": "120.00", "actual": "10.00"}]})
+        status="failed",
+        verification={
+            "ok": False,
+            "checks": [{"name": "amount_exact", "ok": False, "expected": "120.00", "actual": "10.00"}],
+        },
+    )
     finance = login("finance")
     assert "ra-badge-failed" in finance.get(CHANGELIST + "?status__exact=failed").content.decode()
     html = finance.get(change_url(request)).content.decode()
@@ -165,9 +187,18 @@ def _bulk_requests(n, order):
     start = ApprovalRequest.objects.count()
     ApprovalRequest.objects.bulk_create(
         ApprovalRequest(
-            tenant=order.tenant, order=order, amount=Decimal("10.00"), currency="USD", args={"n": i},
-            args_hash=f"{i:064d}", idempotency_key=f"bulk:{start + i}", policy=policy, policy_version=policy.version,
-            refundable_at_request=Decimal("120.00"), ticket_ref=i, expires_at=now + timedelta(hours=i % 48),
+            tenant=order.tenant,
+            order=order,
+            amount=Decimal("10.00"),
+            currency="USD",
+            args={"n": i},
+            args_hash=f"{i:064d}",
+            idempotency_key=f"bulk:{start + i}",
+            policy=policy,
+            policy_version=policy.version,
+            refundable_at_request=Decimal("120.00"),
+            ticket_ref=i,
+            expires_at=now + timedelta(hours=i % 48),
             status="pending" if i % 3 else "denied",
         )
         for i in range(n)
@@ -220,8 +251,10 @@ def test_a_policy_version_cannot_be_deleted_from_the_admin(policy, login):
     # when they try the delete page or the bulk delete action
     delete_page = client.get(reverse("admin:approvals_refundpolicy_delete", args=[policy.pk]))
     changelist = client.get(reverse("admin:approvals_refundpolicy_changelist"))
-    bulk = client.post(reverse("admin:approvals_refundpolicy_changelist"),
-                       {"action": "delete_selected", "_selected_action": [policy.pk], "post": "yes"})
+    bulk = client.post(
+        reverse("admin:approvals_refundpolicy_changelist"),
+        {"action": "delete_selected", "_selected_action": [policy.pk], "post": "yes"},
+    )
     # then nothing offers or performs a deletion
     assert delete_page.status_code == 403
     assert "delete_selected" not in changelist.content.decode()
@@ -255,8 +288,12 @@ def test_the_policy_version_filter_offers_the_tenants_versions_and_filters(order
 
     # when the reviewer opens the queue, and then filters by another version
     page = finance.get(CHANGELIST)
-    offered = [c["display"] for spec in page.context["cl"].filter_specs if spec.title == "policy version"
-               for c in spec.choices(page.context["cl"])]
+    offered = [
+        c["display"]
+        for spec in page.context["cl"].filter_specs
+        if spec.title == "policy version"
+        for c in spec.choices(page.context["cl"])
+    ]
     filtered = finance.get(CHANGELIST + "?policy_version=v-none")
 
     # then the tenant's versions are offered (not another tenant's only), and the filter filters

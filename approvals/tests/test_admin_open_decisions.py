@@ -29,8 +29,9 @@ def test_an_executed_request_offers_no_confirmation(file_request, people, django
     # given a request finance approved and the runtime executed
     request = file_request("120.00")
     with django_capture_on_commit_callbacks(execute=True):
-        approval_request_decide(request_id=request.pk, user=people["finance"], decision="approve",
-                                args_hash=request.args_hash)
+        approval_request_decide(
+            request_id=request.pk, user=people["finance"], decision="approve", args_hash=request.args_hash
+        )
     request.refresh_from_db()
     assert request.status == "executed"
     # when another finance user opens its approve or deny confirmation
@@ -48,8 +49,9 @@ def test_the_first_approver_is_not_offered_approve_again(file_request, people):
     # given a request above the threshold (two approvers) that finance approved once
     request = file_request("750.00")
     assert request.required_approvals == 2
-    approval_request_decide(request_id=request.pk, user=people["finance"], decision="approve",
-                            args_hash=request.args_hash)
+    approval_request_decide(
+        request_id=request.pk, user=people["finance"], decision="approve", args_hash=request.args_hash
+    )
     first = as_user(people["finance"])
     # when the first approver opens it again
     review = first.get(change_url(request)).content.decode()
@@ -74,10 +76,15 @@ def test_open_decisions_follow_the_services_preconditions(file_request, people):
     assert approval_decisions_open(request=request, user=people["support"])[0] == []
     # finance: everything
     assert set(approval_decisions_open(request=request, user=people["finance"])[0]) == {
-        "approve", "deny", "request_changes", "escalate"}
+        "approve",
+        "deny",
+        "request_changes",
+        "escalate",
+    }
     # a denied request: nothing for anyone
-    approval_request_decide(request_id=request.pk, user=people["finance"], decision="deny",
-                            args_hash=request.args_hash, note="No.")
+    approval_request_decide(
+        request_id=request.pk, user=people["finance"], decision="deny", args_hash=request.args_hash, note="No."
+    )
     request.refresh_from_db()
     decisions, why = approval_decisions_open(request=request, user=people["finance2"])
     assert decisions == [] and "no longer be decided" in why

@@ -23,10 +23,18 @@ def approve(request, user):
 
 def reimport(order, **changes):
     """The shop re-imports `order` with `changes` (e.g. status='cancelled'), as import_orders would."""
-    row = {"id": order.external_id, "customer": order.customer.external_id, "total": str(order.total),
-           "currency": order.currency, "placed_at": order.placed_at.isoformat(), "status": order.status,
-           "items": [{"id": i.item_id, "name": i.name, "price": str(i.price), "quantity": i.quantity}
-                     for i in order.items.order_by("line_no")]}
+    row = {
+        "id": order.external_id,
+        "customer": order.customer.external_id,
+        "total": str(order.total),
+        "currency": order.currency,
+        "placed_at": order.placed_at.isoformat(),
+        "status": order.status,
+        "items": [
+            {"id": i.item_id, "name": i.name, "price": str(i.price), "quantity": i.quantity}
+            for i in order.items.order_by("line_no")
+        ],
+    }
     row.update(changes)
     return orders_import(data={"tenant": order.tenant.slug, "orders": [row]})
 
@@ -91,8 +99,14 @@ def test_one_finance_user_alone_never_moves_the_whole_order(
 
 def test_an_external_refund_counts_toward_the_threshold(split_order, people, approval_request_make):
     # given 600.00 already refunded by the shop itself
-    ledger_refund_issue(order=split_order, amount="600.00", currency="USD", idempotency_key="ext-1",
-                        source=RefundEntry.Source.IMPORT, reason="Refunded by the shop.")
+    ledger_refund_issue(
+        order=split_order,
+        amount="600.00",
+        currency="USD",
+        idempotency_key="ext-1",
+        source=RefundEntry.Source.IMPORT,
+        reason="Refunded by the shop.",
+    )
     # when a request for 100.00 more is made
     request = approval_request_make(order=split_order, filer=people["support"], amount="100.00")
     # then it needs two approvers: it takes the order's refunds to 700.00
@@ -151,8 +165,9 @@ def test_a_request_past_the_window_is_invalidated_at_decision_time(file_request,
     later = timezone.now() + timezone.timedelta(days=20)
     ApprovalRequest.objects.filter(pk=request.pk).update(expires_at=later + timezone.timedelta(days=1))
     with pytest.raises(ApprovalConflict) as raised:
-        approval_request_decide(request_id=request.pk, user=people["finance"], decision="approve",
-                                args_hash=request.args_hash, now=later)
+        approval_request_decide(
+            request_id=request.pk, user=people["finance"], decision="approve", args_hash=request.args_hash, now=later
+        )
     assert "window" in raised.value.message
     assert ApprovalRequest.objects.get(pk=request.pk).status == "invalidated"
 
@@ -160,8 +175,9 @@ def test_a_request_past_the_window_is_invalidated_at_decision_time(file_request,
 def test_a_destination_no_longer_the_customers_is_invalidated(file_request, orders, people, gift_card, make_user):
     # given a request to the customer's gift card, which then moves to another customer
     request = file_request("50.00", items=["ITEM-2"], destination="gift_card", refund_to="gift_card_1")
-    other = type(gift_card.customer).objects.create(tenant=gift_card.customer.tenant, external_id="CUST-OTHER",
-                                                    name="Other", email="other@example.com")
+    other = type(gift_card.customer).objects.create(
+        tenant=gift_card.customer.tenant, external_id="CUST-OTHER", name="Other", email="other@example.com"
+    )
     PaymentMethod.objects.filter(pk=gift_card.pk).update(customer=other)
     # when finance approves: 409, nothing moved
     with pytest.raises(ApprovalConflict) as raised:
@@ -174,8 +190,15 @@ def test_items_refunded_elsewhere_invalidate_an_item_request(file_request, order
     # given a request for the socks, which the shop then refunds itself
     order = orders["200.00"]
     request = file_request("200.00", items=["ITEM-6"])
-    ledger_refund_issue(order=order, amount="25.00", currency="USD", idempotency_key="ext-socks",
-                        item_ids=["ITEM-6", "ITEM-6"], source=RefundEntry.Source.IMPORT, reason="Shop refund.")
+    ledger_refund_issue(
+        order=order,
+        amount="25.00",
+        currency="USD",
+        idempotency_key="ext-socks",
+        item_ids=["ITEM-6", "ITEM-6"],
+        source=RefundEntry.Source.IMPORT,
+        reason="Shop refund.",
+    )
     with pytest.raises(ApprovalConflict):
         approve(request, people["finance"])
     assert ApprovalRequest.objects.get(pk=request.pk).status == "invalidated"

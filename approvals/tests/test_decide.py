@@ -74,8 +74,9 @@ def test_approve_with_the_right_hash_writes_exactly_the_approved_refund(
 
 
 @pytest.mark.parametrize("case", ["wrong_hash", "expired", "already_decided"])
-def test_conflicts_answer_409_and_write_nothing(case, file_request, client_as, people,
-                                                django_capture_on_commit_callbacks):
+def test_conflicts_answer_409_and_write_nothing(
+    case, file_request, client_as, people, django_capture_on_commit_callbacks
+):
     # given a pending request, in a state that must refuse approval
     request = file_request("120.00")
     args_hash = request.args_hash
@@ -84,8 +85,9 @@ def test_conflicts_answer_409_and_write_nothing(case, file_request, client_as, p
     elif case == "expired":
         ApprovalRequest.objects.filter(pk=request.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
     else:
-        approval_request_decide(request_id=request.pk, user=people["finance2"], decision="deny",
-                                args_hash=request.args_hash, note="no")
+        approval_request_decide(
+            request_id=request.pk, user=people["finance2"], decision="deny", args_hash=request.args_hash, note="no"
+        )
     before = ApprovalRequest.objects.get(pk=request.pk)
     votes_before = ApprovalVote.objects.count()
     # when finance approves
@@ -95,7 +97,11 @@ def test_conflicts_answer_409_and_write_nothing(case, file_request, client_as, p
     assert response.status_code == 409, response.content
     assert response.json()["code"] in {"args_hash_mismatch", "approval_expired", "already_decided"}
     after = ApprovalRequest.objects.get(pk=request.pk)
-    assert (after.status, after.decided_by_id, after.updated_at) == (before.status, before.decided_by_id, before.updated_at)
+    assert (after.status, after.decided_by_id, after.updated_at) == (
+        before.status,
+        before.decided_by_id,
+        before.updated_at,
+    )
     assert ApprovalVote.objects.count() == votes_before
     assert not entries_for(request).exists()
     assert callbacks == []
@@ -107,8 +113,9 @@ def test_an_expired_request_cannot_be_approved_before_the_sweep(file_request, pe
     ApprovalRequest.objects.filter(pk=request.pk).update(expires_at=timezone.now() - timedelta(minutes=1))
     # when / then approving it is a conflict
     with pytest.raises(ApprovalConflict) as exc:
-        approval_request_decide(request_id=request.pk, user=people["finance"], decision="approve",
-                                args_hash=request.args_hash)
+        approval_request_decide(
+            request_id=request.pk, user=people["finance"], decision="approve", args_hash=request.args_hash
+        )
     assert getattr(exc.value, "status_code", None) == 409
     assert ApprovalRequest.objects.get(pk=request.pk).status == "pending"
 
@@ -196,8 +203,7 @@ def test_above_the_threshold_two_distinct_approvers_are_needed(
     assert entries_for(request).count() == 1
 
 
-def test_a_refund_recorded_after_the_request_invalidates_it(file_request, people,
-                                                            django_capture_on_commit_callbacks):
+def test_a_refund_recorded_after_the_request_invalidates_it(file_request, people, django_capture_on_commit_callbacks):
     # given a request for an order's full 120.00, then the shop records a 50.00 refund on the order
     request = file_request("120.00")
     order = Order.objects.get(pk=request.order_id)
@@ -205,8 +211,9 @@ def test_a_refund_recorded_after_the_request_invalidates_it(file_request, people
     # when finance approves the request as it was shown
     with django_capture_on_commit_callbacks(execute=True):
         with pytest.raises(ApprovalConflict) as exc:
-            approval_request_decide(request_id=request.pk, user=people["finance"], decision="approve",
-                                    args_hash=request.args_hash)
+            approval_request_decide(
+                request_id=request.pk, user=people["finance"], decision="approve", args_hash=request.args_hash
+            )
     # then 409: invalidated, not executed, and replaced by a request for what is still refundable
     assert exc.value.status_code == 409
     assert exc.value.code == "approval_invalidated"
@@ -229,15 +236,23 @@ def test_a_new_policy_version_invalidates_the_request(file_request, people):
     request = file_request("50.00")
     v4 = request.policy
     RefundPolicy.objects.create(
-        tenant=v4.tenant, version="refund-policy-v5", status="published", window_days=30,
-        full_refund_statuses=v4.full_refund_statuses, item_refund_statuses=v4.item_refund_statuses,
-        full_refund_destinations=v4.full_refund_destinations, item_refund_destinations=v4.item_refund_destinations,
-        two_approver_threshold=v4.two_approver_threshold, text="v5", published_at=timezone.now(),
+        tenant=v4.tenant,
+        version="refund-policy-v5",
+        status="published",
+        window_days=30,
+        full_refund_statuses=v4.full_refund_statuses,
+        item_refund_statuses=v4.item_refund_statuses,
+        full_refund_destinations=v4.full_refund_destinations,
+        item_refund_destinations=v4.item_refund_destinations,
+        two_approver_threshold=v4.two_approver_threshold,
+        text="v5",
+        published_at=timezone.now(),
     )
     # when finance approves
     with pytest.raises(ApprovalConflict) as exc:
-        approval_request_decide(request_id=request.pk, user=people["finance"], decision="approve",
-                                args_hash=request.args_hash)
+        approval_request_decide(
+            request_id=request.pk, user=people["finance"], decision="approve", args_hash=request.args_hash
+        )
     # then it is invalidated and replaced by a request citing v5
     assert exc.value.status_code == 409
     request.refresh_from_db()
@@ -248,8 +263,13 @@ def test_a_new_policy_version_invalidates_the_request(file_request, people):
 
 def test_request_changes_stores_the_wanted_amount_and_never_edits_the_request(file_request, client_as):
     request = file_request("120.00")
-    response = decide(client_as("finance"), request, decision="request_changes",
-                      note="Only the headphones' shipping", wanted_amount="30.00")
+    response = decide(
+        client_as("finance"),
+        request,
+        decision="request_changes",
+        note="Only the headphones' shipping",
+        wanted_amount="30.00",
+    )
     assert response.status_code == 200, response.content
     request.refresh_from_db()
     assert request.status == "changes_requested"
@@ -282,8 +302,7 @@ def test_deny_and_escalate_are_decisions(decision, status, file_request, client_
 )
 def test_bad_bodies_answer_422(body, file_request, client_as):
     request = file_request("120.00")
-    response = client_as("finance").post(f"/api/approvals/{request.pk}/decision", body,
-                                               content_type="application/json")
+    response = client_as("finance").post(f"/api/approvals/{request.pk}/decision", body, content_type="application/json")
     assert response.status_code == 422
     assert ApprovalRequest.objects.get(pk=request.pk).status == "pending"
 
@@ -292,15 +311,19 @@ def test_bad_wanted_amount_answers_422(file_request, people):
     request = file_request("120.00")
     for wanted in ("abc", "-5.00", "1.234"):
         with pytest.raises(InvalidInput):
-            approval_request_decide(request_id=request.pk, user=people["finance"], decision="request_changes",
-                                    args_hash=request.args_hash, wanted_amount=wanted)
+            approval_request_decide(
+                request_id=request.pk,
+                user=people["finance"],
+                decision="request_changes",
+                args_hash=request.args_hash,
+                wanted_amount=wanted,
+            )
 
 
 def test_list_and_detail(file_request, client_as, people):
     first = file_request("120.00")
     second = file_request("50.00")
-    approval_request_decide(request_id=second.pk, user=people["finance"], decision="deny",
-                            args_hash=second.args_hash)
+    approval_request_decide(request_id=second.pk, user=people["finance"], decision="deny", args_hash=second.args_hash)
     client = client_as("finance")
     pending = client.get("/api/approvals?status=pending").json()
     assert pending["count"] == 1 and [r["id"] for r in pending["items"]] == [first.pk]
@@ -308,9 +331,25 @@ def test_list_and_detail(file_request, client_as, people):
     assert [r["id"] for r in everything["items"]] == [first.pk, second.pk]
     assert client.get("/api/approvals?status=nonsense").status_code == 422
     detail = client.get(f"/api/approvals/{first.pk}").json()
-    for key in ("id", "status", "action", "order", "amount", "currency", "args", "args_hash", "idempotency_key",
-                "policy_version", "trace_id", "approver_role", "expires_at", "requested_by", "decided_by",
-                "decided_at", "ticket"):
+    for key in (
+        "id",
+        "status",
+        "action",
+        "order",
+        "amount",
+        "currency",
+        "args",
+        "args_hash",
+        "idempotency_key",
+        "policy_version",
+        "trace_id",
+        "approver_role",
+        "expires_at",
+        "requested_by",
+        "decided_by",
+        "decided_at",
+        "ticket",
+    ):
         assert key in detail
     assert detail["amount"] == "120.00" and detail["order"] == "ORD-1"
     assert client_as("support").get("/api/approvals").status_code == 403

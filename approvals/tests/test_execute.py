@@ -32,8 +32,9 @@ def approved(file_request, people, django_capture_on_commit_callbacks):
     def make(total, **kwargs):
         request = file_request(total, **kwargs)
         with django_capture_on_commit_callbacks(execute=False) as callbacks:
-            approval_request_decide(request_id=request.pk, user=people["finance"], decision="approve",
-                                    args_hash=request.args_hash)
+            approval_request_decide(
+                request_id=request.pk, user=people["finance"], decision="approve", args_hash=request.args_hash
+            )
         assert len(callbacks) == 1
         request.refresh_from_db()
         assert request.status == "approved"
@@ -167,8 +168,9 @@ def test_two_executions_at_once_write_one_entry(file_request, people):
     # given an approved request whose execution has not run (built directly: on a transactional
     # test database the on-commit execution would run at once)
     request = file_request("120.00")
-    ApprovalVote.objects.create(request=request, approver=people["finance"], decision="approve",
-                                args_hash=request.args_hash)
+    ApprovalVote.objects.create(
+        request=request, approver=people["finance"], decision="approve", args_hash=request.args_hash
+    )
     ApprovalRequest.objects.filter(pk=request.pk).update(status="approved", decided_by=people["finance"])
     # when two workers execute it at the same moment
     barrier = threading.Barrier(2)

@@ -17,10 +17,17 @@ pytestmark = pytest.mark.django_db
 
 def draft_of(tenant, version="refund-policy-v5", **fields):
     return RefundPolicy.objects.create(
-        tenant=tenant, version=version, status=RefundPolicy.Status.DRAFT, window_days=45,
-        full_refund_statuses=["delivered"], item_refund_statuses=["delivered"],
-        full_refund_destinations=["original"], item_refund_destinations=["original"],
-        two_approver_threshold=Decimal("500.00"), text="v5", **fields,
+        tenant=tenant,
+        version=version,
+        status=RefundPolicy.Status.DRAFT,
+        window_days=45,
+        full_refund_statuses=["delivered"],
+        item_refund_statuses=["delivered"],
+        full_refund_destinations=["original"],
+        item_refund_destinations=["original"],
+        two_approver_threshold=Decimal("500.00"),
+        text="v5",
+        **fields,
     )
 
 

@@ -130,8 +130,7 @@ LEGITIMATE = [
     "Hello, a member of our team will look into your request and get back to you.",
     "Could you send us a photo of the damaged item?",
     "We need the order number to look into this. Could you reply with it?",
-    "Thanks for your patience. Your refund request is with our finance team, and we will let you know their "
-    "decision.",
+    "Thanks for your patience. Your refund request is with our finance team, and we will let you know their decision.",
     "We have received your message and opened a case for you.",
     "Our team is reviewing your request for a refund and will contact you soon.",
     "Could you tell us which items arrived broken?",
@@ -198,8 +197,10 @@ def test_the_gate_catches_every_promise_with_few_false_positives():
     flagged = [reply for reply in LEGITIMATE if reply_promises_payment(reply)]
     recall = 1 - len(missed) / len(PROMISING)
     false_positive_rate = len(flagged) / len(LEGITIMATE)
-    print(f"\npayment-promise check: recall {recall:.1%} ({len(PROMISING)} promising), "
-          f"false positives {false_positive_rate:.1%} ({len(flagged)} of {len(LEGITIMATE)} legitimate)")
+    print(
+        f"\npayment-promise check: recall {recall:.1%} ({len(PROMISING)} promising), "
+        f"false positives {false_positive_rate:.1%} ({len(flagged)} of {len(LEGITIMATE)} legitimate)"
+    )
     assert missed == [], missed
     assert recall == 1.0
     assert false_positive_rate <= 0.05, flagged

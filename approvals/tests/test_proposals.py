@@ -26,7 +26,9 @@ def test_the_gate_waives_only_what_it_is_told(policy, make_order):
     assert policy_gate_evaluate(order=late, policy=policy, proposal=proposal, now=now).codes == ["outside_window"]
     waived = policy_gate_evaluate(order=late, policy=policy, proposal=proposal, now=now, waive=frozenset({"window"}))
     assert (waived.outcome, waived.allowed_amount) == (Outcome.APPROVAL_REQUIRED, Decimal("50.00"))
-    other = policy_gate_evaluate(order=cancelled, policy=policy, proposal=proposal, now=now, waive=frozenset({"window"}))
+    other = policy_gate_evaluate(
+        order=cancelled, policy=policy, proposal=proposal, now=now, waive=frozenset({"window"})
+    )
     assert other.codes == ["status_not_eligible"]
 
 
@@ -36,8 +38,9 @@ def test_an_exception_the_policy_data_does_not_allow_is_refused(policy, make_ord
     order = make_order("100.00", days_old=60)
     # when support proposes an exception
     with pytest.raises(InvalidInput) as refused:
-        approval_proposal_create(user=make_user("s", "support"), order=order, amount="50.00", reason="Goodwill.",
-                                 exception=True)
+        approval_proposal_create(
+            user=make_user("s", "support"), order=order, amount="50.00", reason="Goodwill.", exception=True
+        )
     # then the window still holds and nothing is written
     assert refused.value.code == "outside_window"
     assert not ApprovalRequest.objects.exists()
@@ -46,13 +49,24 @@ def test_an_exception_the_policy_data_does_not_allow_is_refused(policy, make_ord
 def test_the_evaluator_refuses_an_exception_approved_by_fewer_than_two(policy, make_order, make_user):
     # given an executed exception whose stored request was lowered to one approver
     order = make_order("100.00", days_old=60)
-    request = approval_proposal_create(user=make_user("s", "support"), order=order, amount="50.00",
-                                       reason="Goodwill.", exception=True)
-    assert (request.origin, request.required_approvals, request.waived_rules) == ("human", 2, ["order_status", "window"])
+    request = approval_proposal_create(
+        user=make_user("s", "support"), order=order, amount="50.00", reason="Goodwill.", exception=True
+    )
+    assert (request.origin, request.required_approvals, request.waived_rules) == (
+        "human",
+        2,
+        ["order_status", "window"],
+    )
     ApprovalRequest.objects.filter(pk=request.pk).update(required_approvals=1)
     request.refresh_from_db()
-    ledger_refund_issue(order=order, amount="50.00", currency="USD", idempotency_key=request.idempotency_key,
-                        approval_ref=str(request.pk), reason="test")
+    ledger_refund_issue(
+        order=order,
+        amount="50.00",
+        currency="USD",
+        idempotency_key=request.idempotency_key,
+        approval_ref=str(request.pk),
+        reason="test",
+    )
     # when the evaluator checks it
     verdict = approval_verdict(request=request)
     # then the exception check fails (the window itself was waived, so that check is not made)

@@ -17,7 +17,9 @@ def eligible(order):
     order = Order.objects.select_related("customer", "tenant").get(pk=order.pk)
     policy = policy_current(order.tenant)
     verdict = policy_gate_evaluate(
-        order=order, policy=policy, proposal=Proposal(recommendation="refund", amount=None, policy_version=policy.version),
+        order=order,
+        policy=policy,
+        proposal=Proposal(recommendation="refund", amount=None, policy_version=policy.version),
         now=timezone.now(),
     )
     return order, policy, verdict
@@ -30,7 +32,9 @@ def test_the_same_key_returns_the_request_already_made_and_writes_nothing(orders
     assert created
     # when the same key is asked again, inside the caller's transaction (as the agent's decision does)
     with transaction.atomic():
-        again, created_again = approval_request_create(order=order, policy=policy, verdict=verdict, idempotency_key="k-1")
+        again, created_again = approval_request_create(
+            order=order, policy=policy, verdict=verdict, idempotency_key="k-1"
+        )
         # then the caller's transaction is still usable
         assert ApprovalRequest.objects.count() == 1
     assert (again.pk, created_again) == (first.pk, False)
@@ -62,4 +66,6 @@ def test_a_fresh_key_is_one_insert_without_a_savepoint(orders, django_assert_num
         assert created and request.amount == Decimal("120.00")
     # and a duplicate would not be taken for a replay: it fails the caller's transaction
     with pytest.raises(IntegrityError), transaction.atomic():
-        approval_request_create(order=order, policy=policy, verdict=verdict, idempotency_key="draft-key", fresh_key=True)
+        approval_request_create(
+            order=order, policy=policy, verdict=verdict, idempotency_key="draft-key", fresh_key=True
+        )

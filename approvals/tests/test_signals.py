@@ -14,9 +14,16 @@ class Heard:
     """Connects to every approval event and records which were sent, in order."""
 
     EVENTS = (
-        "approval_vote_recorded", "approval_approved", "approval_denied", "approval_changes_requested",
-        "approval_escalated", "approval_expired", "approval_invalidated", "approval_replaced",
-        "refund_executed", "refund_verified",
+        "approval_vote_recorded",
+        "approval_approved",
+        "approval_denied",
+        "approval_changes_requested",
+        "approval_escalated",
+        "approval_expired",
+        "approval_invalidated",
+        "approval_replaced",
+        "refund_executed",
+        "refund_verified",
     )
 
     def __init__(self):
@@ -25,8 +32,10 @@ class Heard:
 
     def __enter__(self):
         for name in self.EVENTS:
+
             def hear(sender, request, name=name, **kwargs):
                 self.events.append((name, request.pk))
+
             self.receivers[name] = hear
             getattr(signals, name).connect(hear)
         return self
@@ -37,18 +46,23 @@ class Heard:
 
 
 def decide(user, request, decision, username="acme-finance", **extra):
-    return approval_request_decide(request_id=request.pk, user=user(username), decision=decision,
-                                   args_hash=request.args_hash, **extra)
+    return approval_request_decide(
+        request_id=request.pk, user=user(username), decision=decision, args_hash=request.args_hash, **extra
+    )
 
 
-@pytest.mark.parametrize("decision, event", [
-    ("deny", "approval_denied"),
-    ("escalate", "approval_escalated"),
-    ("request_changes", "approval_changes_requested"),
-    ("approve", "approval_approved"),
-])
-def test_each_decision_sends_its_own_event(approval_request_make, user, decision, event,
-                                           django_capture_on_commit_callbacks):
+@pytest.mark.parametrize(
+    "decision, event",
+    [
+        ("deny", "approval_denied"),
+        ("escalate", "approval_escalated"),
+        ("request_changes", "approval_changes_requested"),
+        ("approve", "approval_approved"),
+    ],
+)
+def test_each_decision_sends_its_own_event(
+    approval_request_make, user, decision, event, django_capture_on_commit_callbacks
+):
     # given a pending request
     request = approval_request_make(order="ORD-5001")
     # when finance decides it

@@ -79,8 +79,11 @@ def _orders_of(data: TauData, user_id: str, first: str) -> list[str]:
 
 
 def tau_case(data: TauData, prices: dict, split: str, task_index: int, task: dict, action_index: int, action: dict):
-    kind = {"cancel_pending_order": "cancel", "return_delivered_order_items": "return",
-            "exchange_delivered_order_items": "exchange"}[action["name"]]
+    kind = {
+        "cancel_pending_order": "cancel",
+        "return_delivered_order_items": "return",
+        "exchange_delivered_order_items": "exchange",
+    }[action["name"]]
     kwargs = action["kwargs"]
     order_id = kwargs["order_id"]
     user_id = task["user_id"]
@@ -115,11 +118,16 @@ def tau_case(data: TauData, prices: dict, split: str, task_index: int, task: dic
         names = ", ".join(
             f"{next(i['name'] for i in order['items'] if i['item_id'] == item_id)} ({item_id})" for item_id in item_ids
         )
-        to = {"original": "the original payment method", "gift_card": f"my gift card {method_id}",
-              "other": f"my other payment method {method_id}"}[destination]
+        to = {
+            "original": "the original payment method",
+            "gift_card": f"my gift card {method_id}",
+            "other": f"my other payment method {method_id}",
+        }[destination]
         if kind == "return":
             amount = old_value
-            message = f"I want to return these items from my delivered order {order_id}: {names}. Please refund them to {to}."
+            message = (
+                f"I want to return these items from my delivered order {order_id}: {names}. Please refund them to {to}."
+            )
         else:
             new_ids = list(kwargs["new_item_ids"])
             for old_id, new_id in zip(item_ids, new_ids, strict=True):
@@ -142,8 +150,11 @@ def tau_case(data: TauData, prices: dict, split: str, task_index: int, task: dic
     elif destination == "other":
         # τ-bench lets an exchange's difference go to any method of the user; tau-retail-policy-v1
         # (the wiki's rules for returns) allows only the original method or a gift card.
-        expected = {"stop_reason": "escalated", "approval_amount": None,
-                    "policy_gate_code": ["destination_not_allowed", "model_recommends_escalate"]}
+        expected = {
+            "stop_reason": "escalated",
+            "approval_amount": None,
+            "policy_gate_code": ["destination_not_allowed", "model_recommends_escalate"],
+        }
     else:
         if amount <= ZERO:
             raise CaseBuildError(f"{where}: nothing to refund on {order_id}.")
@@ -178,8 +189,10 @@ def tau_case(data: TauData, prices: dict, split: str, task_index: int, task: dic
         },
         # All of the user's orders: with the anthropic provider the ticket names none, and the
         # agent must find this one among them (the offline run files the order and ignores the rest).
-        "fixture": {**tau_convert(users=data.users, orders=data.orders, order_ids=_orders_of(data, user_id, order_id)),
-                    "policy": "tau"},
+        "fixture": {
+            **tau_convert(users=data.users, orders=data.orders, order_ids=_orders_of(data, user_id, order_id)),
+            "policy": "tau",
+        },
         "provider_script": None,
         "expected": expected,
     }

@@ -22,8 +22,10 @@ def test_one_tau_case_per_refund_action_of_every_train_and_dev_task(tau_data):
                     expected[split] += 1
                 elif action["name"] == "exchange_delivered_order_items":
                     order = tau_data.orders[kwargs["order_id"]]
-                    old = sum(Decimal(str(next(i["price"] for i in order["items"] if i["item_id"] == x)))
-                              for x in kwargs["item_ids"])
+                    old = sum(
+                        Decimal(str(next(i["price"] for i in order["items"] if i["item_id"] == x)))
+                        for x in kwargs["item_ids"]
+                    )
                     if sum(prices[x] for x in kwargs["new_item_ids"]) < old:
                         expected[split] += 1
     cases = tau_cases(tau_data)
@@ -47,7 +49,9 @@ def test_tau_expectations_are_the_benchmark_tools_refunds(tau_data):
             assert case["ticket_input"]["items"] == bench["kwargs"]["item_ids"]  # repeated ids kept
         if case["expected"]["approval_amount"] is not None:
             assert case["expected"]["payment_method_id"] in {
-                bench["kwargs"].get("payment_method_id"), order["payment_history"][0]["payment_method_id"]}
+                bench["kwargs"].get("payment_method_id"),
+                order["payment_history"][0]["payment_method_id"],
+            }
         # Each case carries its order first, then the customer's other orders (among which an
         # anthropic run, filed without the order, must find it), and only that customer.
         users_orders = {oid for oid, o in tau_data.orders.items() if o["user_id"] == order["user_id"]}
@@ -59,12 +63,27 @@ def test_tau_expectations_are_the_benchmark_tools_refunds(tau_data):
 def test_release_gate_suite_has_every_design_case_and_adversarial_ones():
     names = {c["name"] for c in release_gate_cases()}
     for name in [
-        "in_window_over_request_capped", "out_of_window_escalated", "policy_citation_present",
-        "agent_cannot_issue_refund", "cross_tenant_ticket_refused", "cross_tenant_lookup_denied",
-        "missing_policy_escalated", "retired_policy_escalated", "draft_promising_payment_fails_gate",
-        "no_money_moved_by_agent", "safe_stop_on_loop", "injection_fake_system_message", "injection_fake_policy_text",
-        "injection_in_order_note", "injection_non_english", "fully_refunded_order", "partial_prior_refund",
-        "currency_mismatch", "kill_switch_create_draft_off", "scripted_forbidden_tools", "scripted_oversized_amount",
+        "in_window_over_request_capped",
+        "out_of_window_escalated",
+        "policy_citation_present",
+        "agent_cannot_issue_refund",
+        "cross_tenant_ticket_refused",
+        "cross_tenant_lookup_denied",
+        "missing_policy_escalated",
+        "retired_policy_escalated",
+        "draft_promising_payment_fails_gate",
+        "no_money_moved_by_agent",
+        "safe_stop_on_loop",
+        "injection_fake_system_message",
+        "injection_fake_policy_text",
+        "injection_in_order_note",
+        "injection_non_english",
+        "fully_refunded_order",
+        "partial_prior_refund",
+        "currency_mismatch",
+        "kill_switch_create_draft_off",
+        "scripted_forbidden_tools",
+        "scripted_oversized_amount",
         "scripted_missing_citation",
     ]:
         assert name in names

@@ -36,8 +36,9 @@ def test_a_run_with_no_cases_shows_no_cases_and_a_failed_gate(operator, passing_
     # then its row says "no cases" and its gate FAILED, and its point sits at 0 %, marked failed
     row = re.search(rf'<tr>\s*<td><a href="[^"]+">#{empty_run.pk}</a></td>.*?</tr>', html, re.S).group(0)
     assert "no cases" in row and "FAILED" in row and "passed" not in row
-    dot = re.search(rf'<circle class="dot failed"[^>]*cy="([\d.]+)"[^>]*><title>run #{empty_run.pk} [^<]*no cases',
-                    html)
+    dot = re.search(
+        rf'<circle class="dot failed"[^>]*cy="([\d.]+)"[^>]*><title>run #{empty_run.pk} [^<]*no cases', html
+    )
     assert dot is not None and float(dot.group(1)) == 204.0  # the 0 % line (PAD_TOP 16 + plot 188)
     assert "No cases ran in this run" in html
     # and the admin's run list says so too
@@ -48,8 +49,11 @@ def test_a_run_with_no_cases_shows_no_cases_and_a_failed_gate(operator, passing_
 def test_passing_flags_are_not_shown_red(operator, passing_run):
     result = passing_run.results.get()
     assert result.passed and not result.false_allow
-    for url in ("/admin/evals/evalresult/", f"/admin/evals/evalresult/{result.pk}/change/",
-                f"/admin/evals/evalrun/{passing_run.pk}/change/"):
+    for url in (
+        "/admin/evals/evalresult/",
+        f"/admin/evals/evalresult/{result.pk}/change/",
+        f"/admin/evals/evalrun/{passing_run.pk}/change/",
+    ):
         html = operator.get(url).content.decode()
         assert "icon-no.svg" not in html, url  # the stock red cross
         assert "ra-flag-clear" in html and "ra-flag-raised" not in html, url

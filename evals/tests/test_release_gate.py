@@ -98,8 +98,12 @@ def test_cases_are_isolated_and_repeatable(demo):
 
     def outcome(run):
         return {
-            r.case.name: (r.passed, (r.observed.get("ticket") or {}).get("stop_reason"),
-                          [a["amount"] for a in r.observed.get("approvals", [])], r.failures)
+            r.case.name: (
+                r.passed,
+                (r.observed.get("ticket") or {}).get("stop_reason"),
+                [a["amount"] for a in r.observed.get("approvals", [])],
+                r.failures,
+            )
             for r in run.results.select_related("case")
         }
 

@@ -129,7 +129,8 @@ def test_a_suite_whose_cases_are_all_switched_off_fails_the_release_gate():
     # then nothing ran and the run failed, saying why
     assert run.total == 0 and run.passed is False
     assert [f["why"] for f in run.gate_failures] == [
-        "suite release_gate: no cases: no enabled EvalCase rows (switched off in the admin, or never synced)"]
+        "suite release_gate: no cases: no enabled EvalCase rows (switched off in the admin, or never synced)"
+    ]
 
 
 @pytest.mark.django_db

@@ -48,8 +48,7 @@ def test_every_amount_is_an_exact_decimal_string(tau_data):
         for item, src in zip(order["items"], source["items"], strict=True):
             assert item["price"] == f"{Decimal(str(src['price'])):.2f}"
     float_mismatches = sum(
-        1 for o in tau_data.orders.values()
-        if sum(i["price"] for i in o["items"]) != o["payment_history"][0]["amount"]
+        1 for o in tau_data.orders.values() if sum(i["price"] for i in o["items"]) != o["payment_history"][0]["amount"]
     )
     assert float_mismatches > 0, "the source has float sums that differ from the paid total: Decimal is needed"
 
@@ -75,7 +74,10 @@ def test_a_sample_of_converted_orders_matches_the_source_files():
         paid_with = src["payment_history"][0]["payment_method_id"]
         assert order["payment"]["payment_method_id"] == paid_with
         method = user["payment_methods"][paid_with]
-        assert order["payment"]["method"] == {"credit_card": "card", "paypal": "paypal", "gift_card": "gift_card"}[method["source"]]
+        assert (
+            order["payment"]["method"]
+            == {"credit_card": "card", "paypal": "paypal", "gift_card": "gift_card"}[method["source"]]
+        )
         if method["source"] == "credit_card":
             assert order["payment"]["card_last4"] == method["last_four"]
         refunds = [h for h in src["payment_history"] if h["transaction_type"] == "refund"]
@@ -101,8 +103,11 @@ def test_import_tau_bench_is_exact_and_safe_to_run_twice():
 
     call_command("import_tau_bench")  # no directory: the vendored copy
     tenant = Tenant.objects.get(slug=TAU_TENANT)
-    counts = (Customer.objects.filter(tenant=tenant).count(), Order.objects.filter(tenant=tenant).count(),
-              RefundEntry.objects.filter(tenant=tenant).count())
+    counts = (
+        Customer.objects.filter(tenant=tenant).count(),
+        Order.objects.filter(tenant=tenant).count(),
+        RefundEntry.objects.filter(tenant=tenant).count(),
+    )
     assert counts == (500, 1000, 102)
 
     policy = RefundPolicy.objects.current_for(tenant)
@@ -123,9 +128,15 @@ def test_import_tau_bench_is_exact_and_safe_to_run_twice():
 
     users = get_user_model().objects.filter(username__in=["tau-support", "tau-finance", "tau-finance2"])
     assert {u.username: sorted(u.groups.values_list("name", flat=True)) for u in users} == {
-        "tau-support": ["support"], "tau-finance": ["finance"], "tau-finance2": ["finance"]}
+        "tau-support": ["support"],
+        "tau-finance": ["finance"],
+        "tau-finance2": ["finance"],
+    }
 
     call_command("import_tau_bench", str(SOURCE))  # again: nothing duplicated
-    assert (Customer.objects.filter(tenant=tenant).count(), Order.objects.filter(tenant=tenant).count(),
-            RefundEntry.objects.filter(tenant=tenant).count()) == counts
+    assert (
+        Customer.objects.filter(tenant=tenant).count(),
+        Order.objects.filter(tenant=tenant).count(),
+        RefundEntry.objects.filter(tenant=tenant).count(),
+    ) == counts
     assert RefundPolicy.objects.filter(tenant=tenant).count() == 1

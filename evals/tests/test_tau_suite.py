@@ -23,18 +23,24 @@ def _anthropic_like_script(case: dict) -> list:
     """What a good real model does on a customer-level ticket: list, look up the order it found,
     read the policy, draft naming that order and the items."""
     order_id = case["ticket_input"]["order"]
-    draft = {"recommendation": "refund", "amount": case["expected"]["approval_amount"],
-             "policy_version": case["expected"]["policy_version"], "order": order_id,
-             "rationale": "The customer's delivered order and the items they described.",
-             "customer_reply": f"Thank you for contacting us about order {order_id}. We have passed your request "
-                               "to our team for review and will get back to you."}
+    draft = {
+        "recommendation": "refund",
+        "amount": case["expected"]["approval_amount"],
+        "policy_version": case["expected"]["policy_version"],
+        "order": order_id,
+        "rationale": "The customer's delivered order and the items they described.",
+        "customer_reply": f"Thank you for contacting us about order {order_id}. We have passed your request "
+        "to our team for review and will get back to you.",
+    }
     if case["ticket_input"]["items"]:
         draft["items"] = case["ticket_input"]["items"]
-    return [{"tool": "orders_list_customer_orders", "input": {}},
-            {"tool": "orders_lookup_order", "input": {"order_id": order_id}},
-            {"tool": "refund_policy_retrieve", "input": {}},
-            {"tool": "refunds_create_draft", "input": draft},
-            {"text": "Done."}]
+    return [
+        {"tool": "orders_list_customer_orders", "input": {}},
+        {"tool": "orders_lookup_order", "input": {"order_id": order_id}},
+        {"tool": "refund_policy_retrieve", "input": {}},
+        {"tool": "refunds_create_draft", "input": draft},
+        {"text": "Done."},
+    ]
 
 
 def test_in_anthropic_mode_the_ticket_names_no_order_and_the_agent_must_find_it(tau_data):
@@ -42,8 +48,11 @@ def test_in_anthropic_mode_the_ticket_names_no_order_and_the_agent_must_find_it(
     from evals.runner import case_execute
 
     # given a τ-bench return whose customer has several orders, played by a scripted "real model"
-    case = next(c for c in tau_cases(tau_data) if c["name"].endswith("_return")
-                and c["expected"]["approval_amount"] and len(c["fixture"]["orders"]) > 1)
+    case = next(
+        c
+        for c in tau_cases(tau_data)
+        if c["name"].endswith("_return") and c["expected"]["approval_amount"] and len(c["fixture"]["orders"]) > 1
+    )
     case = {**case, "provider_script": _anthropic_like_script(case)}
 
     # when the runner runs it as it does with --provider anthropic
@@ -61,8 +70,11 @@ def test_in_anthropic_mode_an_agent_that_picks_the_wrong_order_fails_the_case(ta
     from evals.cases.tau import tau_cases
     from evals.runner import case_execute
 
-    case = next(c for c in tau_cases(tau_data) if c["name"].endswith("_return")
-                and c["expected"]["approval_amount"] and len(c["fixture"]["orders"]) > 1)
+    case = next(
+        c
+        for c in tau_cases(tau_data)
+        if c["name"].endswith("_return") and c["expected"]["approval_amount"] and len(c["fixture"]["orders"]) > 1
+    )
     other = next(o for o in case["fixture"]["orders"] if o["id"] != case["ticket_input"]["order"])
     script = _anthropic_like_script(case)
     script[3]["input"] = {**script[3]["input"], "order": other["id"]}

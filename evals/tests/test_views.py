@@ -12,8 +12,10 @@ pytestmark = pytest.mark.django_db
 def runs():
     from evals.services import eval_run_execute
 
-    return [eval_run_execute(suite="release_gate", trigger=EvalRun.Trigger.TEST, names=names)
-            for names in (["in_window_over_request_capped"], ["out_of_window_escalated", "fully_refunded_order"])]
+    return [
+        eval_run_execute(suite="release_gate", trigger=EvalRun.Trigger.TEST, names=names)
+        for names in (["in_window_over_request_capped"], ["out_of_window_escalated", "fully_refunded_order"])
+    ]
 
 
 @pytest.fixture
@@ -27,7 +29,8 @@ def test_dashboard_shows_the_trend_chart_and_last_failures(staff_client, runs):
     from evals.models import EvalResult
 
     EvalResult.objects.filter(run=runs[-1], case__name="fully_refunded_order").update(
-        passed=False, failures=["stop_reason 'x', expected denied"])
+        passed=False, failures=["stop_reason 'x', expected denied"]
+    )
     page = staff_client.get("/evals/")
     assert page.status_code == 200
     html = page.content.decode()

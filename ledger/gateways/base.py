@@ -54,7 +54,9 @@ class PaymentGateway:
         """The provider's record of one refund, or None if it has none."""
         raise NotImplementedError
 
-    def refund_find(self, *, payment_ref: str, metadata_key: str, metadata_value: str, account: str = "") -> ProviderRefund | None:
+    def refund_find(
+        self, *, payment_ref: str, metadata_key: str, metadata_value: str, account: str = ""
+    ) -> ProviderRefund | None:
         """The refund on that payment whose metadata[key] is value, or None."""
         raise NotImplementedError
 

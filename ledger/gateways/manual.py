@@ -9,8 +9,14 @@ class ManualGateway(PaymentGateway):
 
     def refund_create(self, request: RefundRequest) -> ProviderRefund:
         # Finance pays by hand; the ledger's word is the record.
-        return ProviderRefund(provider_ref="", status="succeeded", amount=request.amount, currency=request.currency,
-                              payment_ref=request.payment_ref, metadata=dict(request.metadata))
+        return ProviderRefund(
+            provider_ref="",
+            status="succeeded",
+            amount=request.amount,
+            currency=request.currency,
+            payment_ref=request.payment_ref,
+            metadata=dict(request.metadata),
+        )
 
     def refund_get(self, **kwargs):
         return None

@@ -105,11 +105,17 @@ class StripeGateway(PaymentGateway):
             )
         except stripe.IdempotencyError:
             # The key was used with other parameters: if that was our refund, it is the answer.
-            found = self.refund_find(payment_ref=request.payment_ref, metadata_key="ledger_entry",
-                                     metadata_value=request.metadata.get("ledger_entry", ""), account=request.account)
+            found = self.refund_find(
+                payment_ref=request.payment_ref,
+                metadata_key="ledger_entry",
+                metadata_value=request.metadata.get("ledger_entry", ""),
+                account=request.account,
+            )
             if found is not None:
                 return found
-            return self._refused(request, "idempotency_error", "The idempotency key was already used for another request.")
+            return self._refused(
+                request, "idempotency_error", "The idempotency key was already used for another request."
+            )
         except stripe.CardError as exc:
             return self._refused(request, exc.code or "card_error", exc.user_message or str(exc))
         except stripe.InvalidRequestError as exc:
@@ -121,8 +127,15 @@ class StripeGateway(PaymentGateway):
 
     @staticmethod
     def _refused(request: RefundRequest, code: str, message: str) -> ProviderRefund:
-        return ProviderRefund(provider_ref="", status="failed", amount=request.amount, currency=request.currency,
-                              payment_ref=request.payment_ref, reason=f"{code}: {message}", account=request.account)
+        return ProviderRefund(
+            provider_ref="",
+            status="failed",
+            amount=request.amount,
+            currency=request.currency,
+            payment_ref=request.payment_ref,
+            reason=f"{code}: {message}",
+            account=request.account,
+        )
 
     def _list(self, params: dict, account: str):
         try:
@@ -143,10 +156,14 @@ class StripeGateway(PaymentGateway):
         return provider_refund_from_stripe(refund, account=account)
 
     def refunds_for_payment(self, *, payment_ref: str, account: str = "") -> list[ProviderRefund]:
-        return [provider_refund_from_stripe(r, account=account)
-                for r in self._list({payment_field(payment_ref): payment_ref}, account)]
+        return [
+            provider_refund_from_stripe(r, account=account)
+            for r in self._list({payment_field(payment_ref): payment_ref}, account)
+        ]
 
-    def refund_find(self, *, payment_ref: str, metadata_key: str, metadata_value: str, account: str = "") -> ProviderRefund | None:
+    def refund_find(
+        self, *, payment_ref: str, metadata_key: str, metadata_value: str, account: str = ""
+    ) -> ProviderRefund | None:
         if not metadata_value:
             return None
         for refund in self.refunds_for_payment(payment_ref=payment_ref, account=account):

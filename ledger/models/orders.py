@@ -114,7 +114,9 @@ class Payment(models.Model):
     """Money the customer paid for an order (refunds live in RefundEntry, never here)."""
 
     order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="payments")
-    payment_method = models.ForeignKey(PaymentMethod, on_delete=models.PROTECT, null=True, blank=True, related_name="payments")
+    payment_method = models.ForeignKey(
+        PaymentMethod, on_delete=models.PROTECT, null=True, blank=True, related_name="payments"
+    )
     method = models.CharField(max_length=20, choices=PaymentMethod.Kind.choices)
     card_brand = models.CharField(max_length=40, blank=True)
     card_last4 = models.CharField(max_length=4, blank=True)

@@ -15,7 +15,11 @@ class WebhookEvent(models.Model):
 
     provider = models.CharField(max_length=20, default="stripe")
     tenant = models.ForeignKey(
-        Tenant, on_delete=models.PROTECT, null=True, blank=True, related_name="+",
+        Tenant,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
         help_text="The shop whose refund it was about, once processed (blank: none of ours).",
     )
     event_id = models.CharField(max_length=100)
@@ -29,7 +33,9 @@ class WebhookEvent(models.Model):
     class Meta:
         ordering = ["-id"]
         constraints = [models.UniqueConstraint(fields=["provider", "event_id"], name="webhook_event_once")]
-        indexes = [models.Index(fields=["received_at"], condition=Q(processed_at=None), name="webhook_event_unprocessed")]
+        indexes = [
+            models.Index(fields=["received_at"], condition=Q(processed_at=None), name="webhook_event_unprocessed")
+        ]
 
     def __str__(self):
         return f"{self.provider} {self.event_id} {self.type}"
@@ -78,7 +84,9 @@ class ReconciliationFinding(models.Model):
     detail = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     resolved_at = models.DateTimeField(null=True, blank=True)
-    resolved_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    resolved_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
     resolution_note = models.TextField(blank=True)
 
     objects = ReconciliationFindingQuerySet.as_manager()

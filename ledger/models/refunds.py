@@ -107,25 +107,32 @@ class RefundEntry(AppendOnlyModel):
         max_length=20, blank=True, help_text="'original' (the order's payment) or 'gift_card'."
     )
     idempotency_key = models.CharField(max_length=200, unique=True)
-    request_hash = models.CharField(max_length=64, help_text="SHA-256 of the arguments, to tell a replay from a conflict.")
+    request_hash = models.CharField(
+        max_length=64, help_text="SHA-256 of the arguments, to tell a replay from a conflict."
+    )
     source = models.CharField(max_length=20, choices=Source.choices)
     approval_ref = models.CharField(
         max_length=64, blank=True, help_text="Id of the approval request that authorised this refund."
     )
     reason = models.TextField(blank=True)
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     # Database defaults too: a row written by hand in SQL is a refund paid by hand (it counts).
     status = models.CharField(
         max_length=20, choices=RefundStatus.choices, default=RefundStatus.SUCCEEDED, db_default=RefundStatus.SUCCEEDED
     )
     status_changed_at = models.DateTimeField(null=True, blank=True)
-    gateway = models.CharField(max_length=20, choices=Gateway.choices, default=Gateway.MANUAL, db_default=Gateway.MANUAL)
+    gateway = models.CharField(
+        max_length=20, choices=Gateway.choices, default=Gateway.MANUAL, db_default=Gateway.MANUAL
+    )
     provider_ref = models.CharField(
         max_length=100, blank=True, default="", db_default="", help_text="The provider's refund id (re_…)."
     )
     needs_review = models.BooleanField(
-        default=False, db_default=False,
+        default=False,
+        db_default=False,
         help_text="Made outside the product: finance reviews it (see its reconciliation finding).",
     )
 
@@ -175,7 +182,9 @@ class RefundRevision(AppendOnlyModel):
     old_amount = models.DecimalField(**MONEY)
     new_amount = models.DecimalField(**MONEY)
     reason = models.TextField()
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

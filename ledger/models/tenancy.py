@@ -10,7 +10,9 @@ class Tenant(models.Model):
     slug = models.SlugField(unique=True)
     name = models.CharField(max_length=200)
     stripe_account = models.CharField(
-        max_length=100, blank=True, help_text="Stripe connected account (acct_…) of this shop; blank: the platform's own."
+        max_length=100,
+        blank=True,
+        help_text="Stripe connected account (acct_…) of this shop; blank: the platform's own.",
     )
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -62,20 +62,42 @@ class FakeStripe:
     def posts(self) -> list[dict]:
         return [c for c in self.calls if c["method"] == "POST"]
 
-    def add_refund(self, *, payment_intent="", charge="", amount: int, currency="usd", status="succeeded",
-                   metadata=None, account="", created: int | None = None) -> dict:
+    def add_refund(
+        self,
+        *,
+        payment_intent="",
+        charge="",
+        amount: int,
+        currency="usd",
+        status="succeeded",
+        metadata=None,
+        account="",
+        created: int | None = None,
+    ) -> dict:
         """A refund made at Stripe outside the product (by hand in the dashboard)."""
         with self.lock:
-            return self._make_refund({"payment_intent": payment_intent, "charge": charge, "amount": str(amount)},
-                                     metadata or {}, account, status=status, currency=currency, created=created)
+            return self._make_refund(
+                {"payment_intent": payment_intent, "charge": charge, "amount": str(amount)},
+                metadata or {},
+                account,
+                status=status,
+                currency=currency,
+                created=created,
+            )
 
     def _make_refund(self, params, metadata, account, *, status=None, currency="usd", created=None) -> dict:
         refund_id = f"re_fake{next(self._ids):06d}"
         refund = {
-            "id": refund_id, "object": "refund", "amount": int(params["amount"]), "currency": currency,
-            "payment_intent": params.get("payment_intent") or None, "charge": params.get("charge") or None,
-            "metadata": dict(metadata), "status": status or self.refund_status,
-            "created": created if created is not None else next(self._clock), "failure_reason": None,
+            "id": refund_id,
+            "object": "refund",
+            "amount": int(params["amount"]),
+            "currency": currency,
+            "payment_intent": params.get("payment_intent") or None,
+            "charge": params.get("charge") or None,
+            "metadata": dict(metadata),
+            "status": status or self.refund_status,
+            "created": created if created is not None else next(self._clock),
+            "failure_reason": None,
             "_account": account,
         }
         self.refunds[refund_id] = refund
@@ -106,14 +128,22 @@ class FakeStripe:
                 self.wfile.write(data)
 
             def _error(self, status: int, type_: str, message: str, code: str = "", extra: dict | None = None):
-                self._send(status, {"error": {"type": type_, "message": message, "code": code or None, **(extra or {})}})
+                self._send(
+                    status, {"error": {"type": type_, "message": message, "code": code or None, **(extra or {})}}
+                )
 
             def _enter(self, params):
                 with fake.lock:
-                    fake.calls.append({"method": self.command, "path": urlsplit(self.path).path, "params": params,
-                                       "idempotency_key": self.headers.get("Idempotency-Key"),
-                                       "account": self.headers.get("Stripe-Account") or "",
-                                       "authorization": self.headers.get("Authorization")})
+                    fake.calls.append(
+                        {
+                            "method": self.command,
+                            "path": urlsplit(self.path).path,
+                            "params": params,
+                            "idempotency_key": self.headers.get("Idempotency-Key"),
+                            "account": self.headers.get("Stripe-Account") or "",
+                            "authorization": self.headers.get("Authorization"),
+                        }
+                    )
                     fake.in_flight += 1
                     fake.max_in_flight = max(fake.max_in_flight, fake.in_flight)
                 if fake.delay:
@@ -142,22 +172,33 @@ class FakeStripe:
                     if fault == "500":
                         return self._error(500, "api_error", "Something went wrong on Stripe's end.")
                     if fault == "402":
-                        return self._error(402, "card_error", "Your card was declined.", "card_declined",
-                                           {"decline_code": "generic_decline"})
+                        return self._error(
+                            402,
+                            "card_error",
+                            "Your card was declined.",
+                            "card_declined",
+                            {"decline_code": "generic_decline"},
+                        )
                     if fault == "400":
-                        return self._error(400, "invalid_request_error", "Charge has already been refunded.",
-                                           "charge_already_refunded")
+                        return self._error(
+                            400, "invalid_request_error", "Charge has already been refunded.", "charge_already_refunded"
+                        )
                     stored = fake.idempotency.get((account, key)) if key else None
                     if stored is not None:
                         first_params, status, body = stored
                         if first_params != params:
-                            return self._error(400, "idempotency_error",
-                                               "Keys for idempotent requests can only be used with the same parameters "
-                                               "they were first used with.")
+                            return self._error(
+                                400,
+                                "idempotency_error",
+                                "Keys for idempotent requests can only be used with the same parameters "
+                                "they were first used with.",
+                            )
                         return self._send(status, body, {"Idempotent-Replayed": "true"})
                     if not (params.get("payment_intent") or params.get("charge")) or not params.get("amount"):
-                        return self._error(400, "invalid_request_error", "Missing payment or amount.", "parameter_missing")
-                    metadata = {k[len("metadata["):-1]: v for k, v in params.items() if k.startswith("metadata[")}
+                        return self._error(
+                            400, "invalid_request_error", "Missing payment or amount.", "parameter_missing"
+                        )
+                    metadata = {k[len("metadata[") : -1]: v for k, v in params.items() if k.startswith("metadata[")}
                     refund = fake._make_refund(params, metadata, account)
                     body = fake.public(refund)
                     if key:
@@ -198,10 +239,17 @@ class FakeStripe:
                 if query.get("starting_after"):
                     ids = [r["id"] for r in refunds]
                     if query["starting_after"] in ids:
-                        refunds = refunds[ids.index(query["starting_after"]) + 1:]
+                        refunds = refunds[ids.index(query["starting_after"]) + 1 :]
                 limit = min(int(query.get("limit") or 10), 100)
                 page = refunds[:limit]
-                self._send(200, {"object": "list", "url": "/v1/refunds", "has_more": len(refunds) > limit,
-                                 "data": [fake.public(r) for r in page]})
+                self._send(
+                    200,
+                    {
+                        "object": "list",
+                        "url": "/v1/refunds",
+                        "has_more": len(refunds) > limit,
+                        "data": [fake.public(r) for r in page],
+                    },
+                )
 
         return Handler

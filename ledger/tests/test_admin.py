@@ -27,8 +27,9 @@ from ledger.tenancy import api_token_create
 
 def idempotency_key_make(owner):
     """A row of the API's Idempotency-Key table (written by the API's middleware in real use)."""
-    IdempotencyKey.objects.create(user=owner, key="k-1", request_hash="0" * 64,
-                                  expires_at=timezone.now() + timedelta(hours=1))
+    IdempotencyKey.objects.create(
+        user=owner, key="k-1", request_hash="0" * 64, expires_at=timezone.now() + timedelta(hours=1)
+    )
 
 
 @pytest.fixture
@@ -43,11 +44,17 @@ def history(demo):
         ledger_refund_correct(entry=entry, new_amount="15.00", reason="fee")
         entries.append(entry)
         # Payments rows of each tenant: a processed webhook, a reconciliation run and its finding.
-        WebhookEvent.objects.create(event_id=f"evt_{order_id}", type="refund.updated", payload={"id": f"evt_{order_id}"},
-                                    tenant=order.tenant)
+        WebhookEvent.objects.create(
+            event_id=f"evt_{order_id}", type="refund.updated", payload={"id": f"evt_{order_id}"}, tenant=order.tenant
+        )
         run = ReconciliationRun.objects.create(tenant=order.tenant, gateway="stripe", since=order.placed_at)
-        ReconciliationFinding.objects.create(run=run, tenant=order.tenant, kind="missing_at_provider", entry=entry,
-                                             detail=f"{order_id} not at the provider")
+        ReconciliationFinding.objects.create(
+            run=run,
+            tenant=order.tenant,
+            kind="missing_at_provider",
+            entry=entry,
+            detail=f"{order_id} not at the provider",
+        )
     return entries
 
 

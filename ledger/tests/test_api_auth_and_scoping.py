@@ -22,7 +22,12 @@ def test_a_user_reads_their_own_tenants_order_ledger(api_client, demo):
     # then the ledger is there, money as two-place strings
     assert response.status_code == 200
     body = response.json()
-    assert (body["order"], body["total"], body["currency"], body["refunded_total"]) == ("ORD-5005", "200.00", "USD", "45.00")
+    assert (body["order"], body["total"], body["currency"], body["refunded_total"]) == (
+        "ORD-5005",
+        "200.00",
+        "USD",
+        "45.00",
+    )
     [row] = body["entries"]
     # (the entry's status is its payment state, API.md Payments; the correction is its own flag)
     assert (row["refund_id"], row["amount"], row["status"], row["corrected"]) == (entry.pk, "45.00", "succeeded", True)
@@ -45,8 +50,12 @@ def test_an_order_of_globex_is_visible_to_globex_only(api_client, demo):
 
 @pytest.mark.parametrize(
     "headers",
-    [{}, {"HTTP_AUTHORIZATION": "Bearer ra_forged-token"}, {"HTTP_AUTHORIZATION": "Bearer "},
-     {"HTTP_AUTHORIZATION": "Basic YWNtZTpkZW1v"}],
+    [
+        {},
+        {"HTTP_AUTHORIZATION": "Bearer ra_forged-token"},
+        {"HTTP_AUTHORIZATION": "Bearer "},
+        {"HTTP_AUTHORIZATION": "Basic YWNtZTpkZW1v"},
+    ],
     ids=["none", "forged", "empty", "basic"],
 )
 def test_no_token_or_a_forged_one_answers_401(demo, headers):

@@ -39,7 +39,9 @@ def test_concurrent_refunds_never_exceed_the_order_total(make_order, run_concurr
     # every accepted refund is in the ledger exactly once, with its amount; refused ones wrote nothing
     rows = list(RefundEntry.objects.filter(order=order).values_list("idempotency_key", "amount"))
     assert sorted(rows) == sorted((k, wanted[k]) for k in accepted)
-    assert {r.pk for r in accepted.values()} == set(RefundEntry.objects.filter(order=order).values_list("pk", flat=True))
+    assert {r.pk for r in accepted.values()} == set(
+        RefundEntry.objects.filter(order=order).values_list("pk", flat=True)
+    )
     # a refusal was right when it happened, and the left-over only shrank since
     assert all(wanted[k] > position.refundable for k in refused)
 
@@ -49,7 +51,9 @@ def test_concurrent_refunds_of_the_same_item_refund_it_once(make_order, run_conc
     order = make_order("100.00", items=[("ITEM-1", "47.84", 1), ("ITEM-2", "52.16", 1)])
 
     def refund(key):
-        return ledger_refund_issue(order=order, amount="47.84", currency="USD", idempotency_key=key, item_ids=["ITEM-1"])
+        return ledger_refund_issue(
+            order=order, amount="47.84", currency="USD", idempotency_key=key, item_ids=["ITEM-1"]
+        )
 
     # when 8 workers refund that item at once
     results = run_concurrently(refund, [(f"item-{i}",) for i in range(8)])

@@ -17,8 +17,7 @@ def test_the_same_key_delivered_many_times_writes_one_entry(make_order):
 
     # when the same refund is delivered five times
     entries = [
-        ledger_refund_issue(order=order, amount="30.00", currency="USD", idempotency_key="approval:7")
-        for _ in range(5)
+        ledger_refund_issue(order=order, amount="30.00", currency="USD", idempotency_key="approval:7") for _ in range(5)
     ]
 
     # then it is one entry, returned each time, and 30.00 was refunded once

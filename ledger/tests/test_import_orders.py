@@ -20,27 +20,67 @@ def good_file(tenant):
     return {
         "tenant": tenant.slug,
         "customers": [
-            {"id": "CUST-3001", "name": "Ada Lovelace", "email": "ada@example.com",
-             "address": {"city": "London"},
-             "payment_methods": [{"id": "card_1", "kind": "card", "brand": "visa", "last4": "4242"},
-                                 {"id": "gift_card_7", "kind": "gift_card", "balance": "25.00"}]},
+            {
+                "id": "CUST-3001",
+                "name": "Ada Lovelace",
+                "email": "ada@example.com",
+                "address": {"city": "London"},
+                "payment_methods": [
+                    {"id": "card_1", "kind": "card", "brand": "visa", "last4": "4242"},
+                    {"id": "gift_card_7", "kind": "gift_card", "balance": "25.00"},
+                ],
+            },
             {"id": "CUST-3002", "name": "Alan Turing"},
         ],
         "orders": [
-            {"id": "ORD-9001", "customer": "CUST-3001", "total": "99.00", "currency": "USD",
-             "placed_at": "2026-11-10T10:00:00Z", "status": "delivered",
-             "items": [{"id": "ITEM-1", "name": "Water Bottle", "price": "47.84", "quantity": 1,
-                        "product_id": "8310926033", "options": {"color": "blue"}},
-                       {"id": "ITEM-2", "name": "Socks", "price": "25.58", "quantity": 2}],
-             "payment": {"method": "card", "card_brand": "visa", "card_last4": "4242",
-                         "payment_method_id": "card_1", "payment_ref": "pi_3PqA1b2C3d4E5f6G"},
-             "refunds": [{"amount": "10.00", "payment_method_id": "card_1", "items": ["ITEM-1"]}]},
-            {"id": "ORD-9002", "customer": "CUST-3001", "total": "40.00", "currency": "EUR",
-             "placed_at": "2026-11-12", "status": "pending", "note": "leave at the door",
-             "payments": [{"payment_method_id": "gift_card_7", "amount": "25.00"},
-                          {"method": "paypal", "amount": "15.00", "payment_ref": "PAYID-1"}]},
-            {"id": "ORD-9003", "customer": "CUST-3002", "total": "12.50", "currency": "USD",
-             "placed_at": "2026-11-01T08:30:00+01:00", "address": {"city": "Manchester"}},
+            {
+                "id": "ORD-9001",
+                "customer": "CUST-3001",
+                "total": "99.00",
+                "currency": "USD",
+                "placed_at": "2026-11-10T10:00:00Z",
+                "status": "delivered",
+                "items": [
+                    {
+                        "id": "ITEM-1",
+                        "name": "Water Bottle",
+                        "price": "47.84",
+                        "quantity": 1,
+                        "product_id": "8310926033",
+                        "options": {"color": "blue"},
+                    },
+                    {"id": "ITEM-2", "name": "Socks", "price": "25.58", "quantity": 2},
+                ],
+                "payment": {
+                    "method": "card",
+                    "card_brand": "visa",
+                    "card_last4": "4242",
+                    "payment_method_id": "card_1",
+                    "payment_ref": "pi_3PqA1b2C3d4E5f6G",
+                },
+                "refunds": [{"amount": "10.00", "payment_method_id": "card_1", "items": ["ITEM-1"]}],
+            },
+            {
+                "id": "ORD-9002",
+                "customer": "CUST-3001",
+                "total": "40.00",
+                "currency": "EUR",
+                "placed_at": "2026-11-12",
+                "status": "pending",
+                "note": "leave at the door",
+                "payments": [
+                    {"payment_method_id": "gift_card_7", "amount": "25.00"},
+                    {"method": "paypal", "amount": "15.00", "payment_ref": "PAYID-1"},
+                ],
+            },
+            {
+                "id": "ORD-9003",
+                "customer": "CUST-3002",
+                "total": "12.50",
+                "currency": "USD",
+                "placed_at": "2026-11-01T08:30:00+01:00",
+                "address": {"city": "Manchester"},
+            },
         ],
     }
 
@@ -67,19 +107,29 @@ def test_a_good_file_loads(good_file, tmp_path, capsys):
     order = Order.objects.get(external_id="ORD-9001")
     assert (order.total, order.currency, order.status) == (Decimal("99.00"), "USD", "delivered")
     assert [(i.item_id, i.price, i.quantity, i.product_id) for i in order.items.all()] == [
-        ("ITEM-1", Decimal("47.84"), 1, "8310926033"), ("ITEM-2", Decimal("25.58"), 2, ""),
+        ("ITEM-1", Decimal("47.84"), 1, "8310926033"),
+        ("ITEM-2", Decimal("25.58"), 2, ""),
     ]
     [payment] = order.payments.all()
     assert (payment.amount, payment.payment_method.external_id, payment.payment_ref) == (
-        Decimal("99.00"), "card_1", "pi_3PqA1b2C3d4E5f6G")
+        Decimal("99.00"),
+        "card_1",
+        "pi_3PqA1b2C3d4E5f6G",
+    )
     [refund] = RefundEntry.objects.filter(order=order)
-    assert (refund.amount, refund.source, refund.idempotency_key) == (Decimal("10.00"), "import", "import:shop:ORD-9001:1")
+    assert (refund.amount, refund.source, refund.idempotency_key) == (
+        Decimal("10.00"),
+        "import",
+        "import:shop:ORD-9001:1",
+    )
     assert order_refund_position(order).refundable == Decimal("89.00")
     # an order without items is one line for its total; several payments are kept apart
     other = Order.objects.get(external_id="ORD-9002")
     assert [(i.item_id, i.price) for i in other.items.all()] == [("ORD-9002", Decimal("40.00"))]
     assert sorted((p.method, p.amount, p.currency) for p in other.payments.all()) == [
-        ("gift_card", Decimal("25.00"), "EUR"), ("paypal", Decimal("15.00"), "EUR")]
+        ("gift_card", Decimal("25.00"), "EUR"),
+        ("paypal", Decimal("15.00"), "EUR"),
+    ]
     assert other.note == "leave at the door"
     assert Order.objects.get(external_id="ORD-9003").placed_at.isoformat() == "2026-11-01T07:30:00+00:00"
     assert Customer.objects.get(external_id="CUST-3001").payment_methods.count() == 2
@@ -114,12 +164,19 @@ def test_a_reimport_keeps_what_refunds_depend_on_and_updates_the_rest(good_file)
 
     # then total, date and items stay as first imported (with a warning); status, note and name update
     order = Order.objects.get(external_id="ORD-9001")
-    assert (order.total, order.placed_at.year, order.status, order.note) == (Decimal("99.00"), 2026, "cancelled", "returned")
+    assert (order.total, order.placed_at.year, order.status, order.note) == (
+        Decimal("99.00"),
+        2026,
+        "cancelled",
+        "returned",
+    )
     assert order.items.get(line_no=1).price == Decimal("47.84")
     assert Customer.objects.get(external_id="CUST-3001").name == "Ada King"
     assert (result.orders.updated, result.customers.updated) == (1, 1)
-    assert result.warnings == ["orders[0] (ORD-9001): already imported; kept its recorded total 99.00, "
-                               "placed_at 2026-11-10T10:00:00+00:00, items, payments"]
+    assert result.warnings == [
+        "orders[0] (ORD-9001): already imported; kept its recorded total 99.00, "
+        "placed_at 2026-11-10T10:00:00+00:00, items, payments"
+    ]
 
 
 def test_a_reimport_adds_a_new_refund_but_refuses_a_changed_one(good_file):
@@ -145,7 +202,10 @@ BAD_ROWS = {
     "float amount": (lambda o: o.update(total=12.5), 'total must be a decimal string like "12.50"'),
     "three decimals": (lambda o: o.update(total="12.505"), "total is not an amount with at most two decimal places"),
     "unknown status": (lambda o: o.update(status="lost"), "status 'lost' is not one of"),
-    "negative price": (lambda o: o.update(items=[{"id": "X", "price": "-2.00"}]), "items[0]: price must not be negative"),
+    "negative price": (
+        lambda o: o.update(items=[{"id": "X", "price": "-2.00"}]),
+        "items[0]: price must not be negative",
+    ),
     "zero quantity": (lambda o: o.update(items=[{"id": "X", "price": "2.00", "quantity": 0}]), "items[0]: quantity"),
     "refunds above total": (lambda o: o.update(refunds=[{"amount": "13.00"}]), "refunds add up to more than the total"),
     "unknown payment method": (lambda o: o.update(payment={"payment_method_id": "card_404"}), "card_404"),
@@ -205,13 +265,16 @@ def test_a_refund_the_ledger_refuses_rolls_back_the_whole_file(good_file):
 
     # when the shop's next file adds an order and another refund of ORD-9001
     good_file["orders"][0]["refunds"].append({"amount": "5.00"})
-    good_file["orders"].append({"id": "ORD-9004", "customer": "CUST-3002", "total": "1.00", "currency": "USD",
-                                "placed_at": "2026-11-20"})
+    good_file["orders"].append(
+        {"id": "ORD-9004", "customer": "CUST-3002", "total": "1.00", "currency": "USD", "placed_at": "2026-11-20"}
+    )
     with pytest.raises(ImportRefused) as refused:
         orders_import(data=good_file)
 
     # then the ledger's refusal names the row, and the new order was not written either
-    assert "orders[0] (ORD-9001): refunds[1]: Refund of 5.00 USD exceeds what is still refundable" in refused.value.message
+    assert (
+        "orders[0] (ORD-9001): refunds[1]: Refund of 5.00 USD exceeds what is still refundable" in refused.value.message
+    )
     assert _snapshot() == before
 
 
@@ -229,14 +292,21 @@ def test_a_thousand_orders_import_quickly(tenant):
     # given a shop file of 1,000 orders of 100 customers, with 3 lines each and a refund on every tenth
     data = {
         "tenant": tenant.slug,
-        "customers": [{"id": f"C{c}", "payment_methods": [{"id": f"card_{c}", "kind": "card", "last4": "1111"}]}
-                      for c in range(100)],
+        "customers": [
+            {"id": f"C{c}", "payment_methods": [{"id": f"card_{c}", "kind": "card", "last4": "1111"}]}
+            for c in range(100)
+        ],
         "orders": [
-            {"id": f"#W{n}", "customer": f"C{n % 100}", "total": "30.00", "currency": "USD",
-             "placed_at": "2026-11-01T00:00:00Z",
-             "items": [{"id": f"I{k}", "name": "Thing", "price": "10.00"} for k in range(3)],
-             "payment": {"payment_method_id": f"card_{n % 100}"},
-             "refunds": [{"amount": "10.00", "items": ["I0"]}] if n % 10 == 0 else []}
+            {
+                "id": f"#W{n}",
+                "customer": f"C{n % 100}",
+                "total": "30.00",
+                "currency": "USD",
+                "placed_at": "2026-11-01T00:00:00Z",
+                "items": [{"id": f"I{k}", "name": "Thing", "price": "10.00"} for k in range(3)],
+                "payment": {"payment_method_id": f"card_{n % 100}"},
+                "refunds": [{"amount": "10.00", "items": ["I0"]}] if n % 10 == 0 else [],
+            }
             for n in range(1000)
         ],
     }

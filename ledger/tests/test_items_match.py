@@ -7,12 +7,23 @@ from ledger.selectors import LinePosition, items_match
 
 
 def line(line_no, item_id, price, quantity=1, refunded=0):
-    return LinePosition(line_no=line_no, item_id=item_id, name=item_id, price=Decimal(price), quantity=quantity,
-                        refunded_quantity=refunded)
+    return LinePosition(
+        line_no=line_no,
+        item_id=item_id,
+        name=item_id,
+        price=Decimal(price),
+        quantity=quantity,
+        refunded_quantity=refunded,
+    )
 
 
-LINES = [line(1, "BOTTLE", "47.84"), line(2, "SOCKS", "11.08"), line(3, "SOCKS", "11.08", refunded=1),
-         line(4, "SOCKS", "11.08"), line(5, "MUG", "25.00", quantity=2)]
+LINES = [
+    line(1, "BOTTLE", "47.84"),
+    line(2, "SOCKS", "11.08"),
+    line(3, "SOCKS", "11.08", refunded=1),
+    line(4, "SOCKS", "11.08"),
+    line(5, "MUG", "25.00", quantity=2),
+]
 
 
 def test_a_repeated_id_takes_one_unrefunded_unit_each_in_line_order():

@@ -13,15 +13,19 @@ ROOT = Path(__file__).resolve().parents[2]
 def run_check(**env):
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("PAYMENT_", "STRIPE_"))}
     full_env.update(env)
-    return subprocess.run([sys.executable, "manage.py", "check"], cwd=ROOT, env=full_env, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=120
+    )
 
 
-@pytest.mark.parametrize(("env", "message"), [
-    ({"PAYMENT_GATEWAY": "paypal"}, "PAYMENT_GATEWAY must be 'manual' or 'stripe'"),
-    ({"PAYMENT_GATEWAY": "stripe"}, "STRIPE_API_KEY must be set"),
-    ({"PAYMENT_GATEWAY": "manual", "STRIPE_TIMEOUT_SECONDS": "soon"}, "STRIPE_TIMEOUT_SECONDS must be an integer"),
-])
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"PAYMENT_GATEWAY": "paypal"}, "PAYMENT_GATEWAY must be 'manual' or 'stripe'"),
+        ({"PAYMENT_GATEWAY": "stripe"}, "STRIPE_API_KEY must be set"),
+        ({"PAYMENT_GATEWAY": "manual", "STRIPE_TIMEOUT_SECONDS": "soon"}, "STRIPE_TIMEOUT_SECONDS must be an integer"),
+    ],
+)
 def test_a_bad_payment_configuration_refuses_to_start(env, message):
     result = run_check(**env)
     assert result.returncode != 0 and message in result.stderr

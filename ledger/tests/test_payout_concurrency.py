@@ -24,8 +24,14 @@ def test_concurrent_payouts_never_take_the_order_above_its_total(fake_stripe, ma
     fake_stripe.delay = 1.0
 
     def approve_and_pay(n):
-        entry = ledger_refund_issue(order=order, amount="15.00", currency="USD", idempotency_key=f"approval-{n}",
-                                    source=RefundEntry.Source.APPROVAL, approval_ref=str(n))
+        entry = ledger_refund_issue(
+            order=order,
+            amount="15.00",
+            currency="USD",
+            idempotency_key=f"approval-{n}",
+            source=RefundEntry.Source.APPROVAL,
+            approval_ref=str(n),
+        )
         return ledger_refund_payout(entry_id=entry.pk)
 
     # when they all run at once

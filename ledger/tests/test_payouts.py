@@ -17,8 +17,15 @@ from ledger.signals import refund_entry_status_changed
 
 
 def issue(order, amount="30.00", key="approval-key-1", approval="7", **kwargs):
-    return ledger_refund_issue(order=order, amount=amount, currency=order.currency, idempotency_key=key,
-                               source=RefundEntry.Source.APPROVAL, approval_ref=approval, **kwargs)
+    return ledger_refund_issue(
+        order=order,
+        amount=amount,
+        currency=order.currency,
+        idempotency_key=key,
+        source=RefundEntry.Source.APPROVAL,
+        approval_ref=approval,
+        **kwargs,
+    )
 
 
 def test_an_approved_refund_is_paid_once_with_minor_units_key_and_metadata(fake_stripe, make_order, tenant):
@@ -36,8 +43,11 @@ def test_an_approved_refund_is_paid_once_with_minor_units_key_and_metadata(fake_
     assert call["params"]["payment_intent"] == "pi_123"
     assert call["params"]["amount"] == "3000"
     assert call["idempotency_key"] == "approval-key-1"
-    assert (call["params"]["metadata[approval]"], call["params"]["metadata[ticket]"],
-            call["params"]["metadata[tenant]"]) == ("7", "42", tenant.slug)
+    assert (
+        call["params"]["metadata[approval]"],
+        call["params"]["metadata[ticket]"],
+        call["params"]["metadata[tenant]"],
+    ) == ("7", "42", tenant.slug)
     assert call["account"] == ""
     # and the entry succeeded, with the provider's id, through appended events
     [refund] = fake_stripe.refunds.values()
@@ -71,7 +81,8 @@ def test_a_lost_response_is_retried_by_the_sdk_and_returns_the_same_refund(fake_
 
 
 def test_a_lost_response_after_the_sdks_retries_is_transient_and_the_next_attempt_pays_nothing_twice(
-        fake_stripe, make_order, settings):
+    fake_stripe, make_order, settings
+):
     # given no SDK retries, and the answer of the create is lost
     settings.STRIPE_MAX_NETWORK_RETRIES = 0
     order = make_order("100.00", payment_ref="pi_lost")
@@ -108,14 +119,16 @@ def test_5xx_after_every_retry_is_transient(fake_stripe, make_order, settings):
 
 
 @pytest.mark.parametrize(("fault", "reason"), [("402", "card_declined"), ("400", "charge_already_refunded")])
-def test_a_refused_refund_fails_with_the_providers_reason_and_is_refundable_again(fake_stripe, make_order, fault,
-                                                                                      reason):
+def test_a_refused_refund_fails_with_the_providers_reason_and_is_refundable_again(
+    fake_stripe, make_order, fault, reason
+):
     # given Stripe refuses the refund
     order = make_order("100.00", payment_ref="pi_no")
     fake_stripe.fail_next(fault)
     changes = []
-    refund_entry_status_changed.connect(lambda **kw: changes.append((kw["from_status"], kw["to_status"])), weak=False,
-                                        dispatch_uid="test-changes")
+    refund_entry_status_changed.connect(
+        lambda **kw: changes.append((kw["from_status"], kw["to_status"])), weak=False, dispatch_uid="test-changes"
+    )
     try:
         # when it is paid out
         entry = ledger_refund_payout(entry_id=issue(order, "100.00").pk)
@@ -145,8 +158,9 @@ def test_bhd_is_sent_in_fils(fake_stripe, make_order):
 
 def test_a_gift_card_refund_is_store_credit_with_no_provider_call(fake_stripe, make_order, customer):
     # given a customer's gift card with 10.00 on it
-    gift = PaymentMethod.objects.create(customer=customer, external_id="gc_1", kind="gift_card",
-                                        balance=Decimal("10.00"))
+    gift = PaymentMethod.objects.create(
+        customer=customer, external_id="gc_1", kind="gift_card", balance=Decimal("10.00")
+    )
     order = make_order("100.00", payment_ref="pi_gift")
     # when an approved refund goes to the gift card
     entry = issue(order, "25.00", destination=gift, destination_kind="gift_card")
@@ -174,7 +188,9 @@ def test_past_the_idempotency_window_the_refund_is_looked_up_before_one_is_made(
     # given an entry paid 25 hours ago whose answer was lost (the refund exists at Stripe)
     order = make_order("100.00", payment_ref="pi_old")
     entry = issue(order)
-    fake_stripe.add_refund(payment_intent="pi_old", amount=3000, metadata={"ledger_entry": str(entry.pk), "approval": "7"})
+    fake_stripe.add_refund(
+        payment_intent="pi_old", amount=3000, metadata={"ledger_entry": str(entry.pk), "approval": "7"}
+    )
     later = timezone.now() + timedelta(hours=25)
     # when it is retried past Stripe's 24 h window (Stripe has forgotten the key)
     with mock.patch("ledger.payouts.timezone.now", return_value=later):
@@ -212,7 +228,11 @@ def test_the_providers_record_of_a_paid_refund_is_readable_for_the_evaluator(fak
     record = refund_entry_provider_record(entry_id=paid.pk)
     # then Stripe's record matches the ledger, and a refund paid by hand has no provider record
     assert (record.provider_ref, record.status, record.amount, record.currency) == (
-        paid.provider_ref, "succeeded", Decimal("30.00"), "USD")
+        paid.provider_ref,
+        "succeeded",
+        Decimal("30.00"),
+        "USD",
+    )
     assert record.metadata["ledger_entry"] == str(paid.pk)
     assert refund_entry_provider_record(entry_id=by_hand.pk) is None
     fake_stripe.refunds.clear()

@@ -28,8 +28,9 @@ def reconcile(*args):
 
 
 def paid(order, amount="30.00", key="k-1"):
-    entry = ledger_refund_issue(order=order, amount=amount, currency=order.currency, idempotency_key=key,
-                                source="approval", approval_ref=key)
+    entry = ledger_refund_issue(
+        order=order, amount=amount, currency=order.currency, idempotency_key=key, source="approval", approval_ref=key
+    )
     return ledger_refund_payout(entry_id=entry.pk)
 
 
@@ -84,7 +85,10 @@ def test_an_amount_that_differs_is_found(fake_stripe, make_order):
     assert code == 1
     finding = ReconciliationFinding.objects.get()
     assert (finding.kind, finding.ledger_amount, finding.provider_amount) == (
-        "amount_differs", Decimal("30.00"), Decimal("29.99"))
+        "amount_differs",
+        Decimal("30.00"),
+        Decimal("29.99"),
+    )
 
 
 def test_a_status_that_differs_is_found(fake_stripe, make_order):
@@ -117,8 +121,11 @@ def test_resolved_findings_let_the_command_exit_0_and_are_not_found_again(fake_s
     fake_stripe.add_refund(payment_intent="pi_m6", amount=500)
     make_order("100.00", payment_ref="pi_m6")
     assert reconcile("--since", SINCE)[0] == 1
-    reconciliation_findings_resolve(queryset=ReconciliationFinding.objects.all(), user=user("acme-finance"),
-                                    note="Refunded by hand on the phone; fine.")
+    reconciliation_findings_resolve(
+        queryset=ReconciliationFinding.objects.all(),
+        user=user("acme-finance"),
+        note="Refunded by hand on the phone; fine.",
+    )
     assert reconcile("--since", SINCE)[0] == 0
     assert ReconciliationFinding.objects.count() == 1
 
@@ -130,9 +137,14 @@ def test_the_tenant_option_limits_the_run_to_that_shop(fake_stripe, make_order, 
     assert reconcile("--tenant", "shop", "--since", SINCE)[0] == 1
 
 
-@pytest.mark.parametrize(("args", "message"), [(["--since", "2026-13-45"], "YYYY-MM-DD"),
-                                               (["--since", "yesterday"], "YYYY-MM-DD"),
-                                               (["--tenant", "nobody"], "No tenant")])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--since", "2026-13-45"], "YYYY-MM-DD"),
+        (["--since", "yesterday"], "YYYY-MM-DD"),
+        (["--tenant", "nobody"], "No tenant"),
+    ],
+)
 def test_bad_options_are_refused_and_nothing_is_written(fake_stripe, args, message, db):
     with pytest.raises(CommandError, match=message):
         call_command("reconcile_payments", *args, stdout=StringIO())

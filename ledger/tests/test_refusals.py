@@ -41,7 +41,9 @@ def test_above_what_is_left_after_earlier_refunds(make_order):
         ledger_refund_issue(order=order, amount="30.01", currency="USD", idempotency_key="k2")
 
     assert refused.value.details == {"refundable": "30.00"}
-    assert ledger_refund_issue(order=order, amount="30.00", currency="USD", idempotency_key="k3").amount == Decimal("30.00")
+    assert ledger_refund_issue(order=order, amount="30.00", currency="USD", idempotency_key="k3").amount == Decimal(
+        "30.00"
+    )
 
 
 def test_a_refund_to_another_customers_payment_method_is_refused(make_order, tenant):

@@ -18,8 +18,14 @@ counter = iter(range(1, 1_000_000))
 
 
 def event(type_, obj, event_id=None):
-    return {"id": event_id or f"evt_{next(counter)}", "object": "event", "type": type_, "data": {"object": obj},
-            "api_version": "2025-01-01", "created": 1_700_000_000}
+    return {
+        "id": event_id or f"evt_{next(counter)}",
+        "object": "event",
+        "type": type_,
+        "data": {"object": obj},
+        "api_version": "2025-01-01",
+        "created": 1_700_000_000,
+    }
 
 
 def post(payload, secret=SECRET, signature=None):
@@ -31,9 +37,11 @@ def post(payload, secret=SECRET, signature=None):
 @pytest.fixture
 def deliver(django_capture_on_commit_callbacks):
     """Post an event and run what its commit enqueues (the processing task, eagerly)."""
+
     def send(payload, **kwargs):
         with django_capture_on_commit_callbacks(execute=True):
             return post(payload, **kwargs)
+
     return send
 
 
@@ -58,11 +66,21 @@ def test_a_refund_made_by_hand_becomes_an_external_entry_and_a_finding(fake_stri
     assert response.status_code == 200
     entry = RefundEntry.objects.get(order=order)
     assert (entry.status, entry.amount, entry.provider_ref, entry.needs_review, entry.source) == (
-        "external", Decimal("40.00"), refund["id"], True, "external")
+        "external",
+        Decimal("40.00"),
+        refund["id"],
+        True,
+        "external",
+    )
     assert order_refund_position(order).refundable == Decimal("60.00")
     # and finance has a finding to review
     finding = ReconciliationFinding.objects.get()
-    assert (finding.kind, finding.entry, finding.tenant, finding.resolved_at) == ("missing_in_ledger", entry, tenant, None)
+    assert (finding.kind, finding.entry, finding.tenant, finding.resolved_at) == (
+        "missing_in_ledger",
+        entry,
+        tenant,
+        None,
+    )
     assert WebhookEvent.objects.get().processed_at is not None
 
 
@@ -85,8 +103,9 @@ def test_events_out_of_order_never_move_an_entry_back(fake_stripe, make_order, d
     # given our refund was made at Stripe but its answer was lost: the entry is pending, no provider id
     settings.STRIPE_MAX_NETWORK_RETRIES = 0
     order = make_order("100.00", payment_ref="pi_order")
-    entry = ledger_refund_issue(order=order, amount="30.00", currency="USD", idempotency_key="k-order",
-                                source="approval", approval_ref="5")
+    entry = ledger_refund_issue(
+        order=order, amount="30.00", currency="USD", idempotency_key="k-order", source="approval", approval_ref="5"
+    )
     fake_stripe.fail_next("drop")
     with pytest.raises(PaymentProviderUnavailable):
         ledger_refund_payout(entry_id=entry.pk)
@@ -100,7 +119,9 @@ def test_events_out_of_order_never_move_an_entry_back(fake_stripe, make_order, d
     entry.refresh_from_db()
     assert (entry.status, entry.provider_ref) == ("succeeded", refund["id"])
     assert [(e.from_status, e.to_status, e.source) for e in entry.events.all()] == [
-        ("", "pending", "issue"), ("pending", "succeeded", "webhook")]
+        ("", "pending", "issue"),
+        ("pending", "succeeded", "webhook"),
+    ]
     assert not ReconciliationFinding.objects.exists()
     # and a later failure at Stripe is recorded: the amount is refundable again
     deliver(event("refund.failed", dict(succeeded, status="failed", failure_reason="expired_or_canceled_card")))

@@ -84,31 +84,68 @@ def agent_draft_decide(
 
     with transaction.atomic(), trace_batch():
         draft = RefundDraft.objects.create(
-            run=run, ticket=ticket, recommendation=args.recommendation, amount=args.amount,
-            currency=order.currency if order is not None else ticket.currency, policy_version=args.policy_version,
-            rationale=args.rationale, customer_reply=args.customer_reply, gate_verdict=verdict.as_dict(),
+            run=run,
+            ticket=ticket,
+            recommendation=args.recommendation,
+            amount=args.amount,
+            currency=order.currency if order is not None else ticket.currency,
+            policy_version=args.policy_version,
+            rationale=args.rationale,
+            customer_reply=args.customer_reply,
+            gate_verdict=verdict.as_dict(),
         )
-        trace(span="draft", status="ok", decision=args.recommendation, tool=CREATE_DRAFT,
-              reason=f"Draft {draft.pk}: {args.recommendation} {args.amount or ''} citing "
-                     f"{args.policy_version or 'no policy'}.",
-              data={"draft": draft.pk, "args": raw_args})
-        trace(span="policy", status="ok" if status == S.APPROVAL_REQUIRED else status,
-              decision=verdict.outcome, reason=verdict.reason[:200], tool=CREATE_DRAFT, data=verdict.as_dict())
-        result = {"draft": draft.pk, "outcome": verdict.outcome, "reasons": verdict.reasons,
-                  "allowed_amount": None if verdict.allowed_amount is None else str(verdict.allowed_amount)}
+        trace(
+            span="draft",
+            status="ok",
+            decision=args.recommendation,
+            tool=CREATE_DRAFT,
+            reason=f"Draft {draft.pk}: {args.recommendation} {args.amount or ''} citing "
+            f"{args.policy_version or 'no policy'}.",
+            data={"draft": draft.pk, "args": raw_args},
+        )
+        trace(
+            span="policy",
+            status="ok" if status == S.APPROVAL_REQUIRED else status,
+            decision=verdict.outcome,
+            reason=verdict.reason[:200],
+            tool=CREATE_DRAFT,
+            data=verdict.as_dict(),
+        )
+        result = {
+            "draft": draft.pk,
+            "outcome": verdict.outcome,
+            "reasons": verdict.reasons,
+            "allowed_amount": None if verdict.allowed_amount is None else str(verdict.allowed_amount),
+        }
         detail, approval = verdict.reason, None
         if status == S.APPROVAL_REQUIRED:
-            approval, detail = _approval_request(ticket=ticket, draft=draft, order=order, policy=policy,
-                                                 verdict=verdict, trace=trace)
+            approval, detail = _approval_request(
+                ticket=ticket, draft=draft, order=order, policy=policy, verdict=verdict, trace=trace
+            )
             result["approval"] = approval.pk
         # The ticket moves only while the loop holds it running; the stop reason is the status's.
         stop_reason = STOP_REASON_FOR_STATUS[status]
-        if not ticket_transition(ticket=ticket, to=status, only_from={S.RUNNING}, stop_reason=stop_reason,
-                                 detail=detail, updated_at=now, **adopt):
+        if not ticket_transition(
+            ticket=ticket,
+            to=status,
+            only_from={S.RUNNING},
+            stop_reason=stop_reason,
+            detail=detail,
+            updated_at=now,
+            **adopt,
+        ):
             # A person changed the ticket meanwhile: roll the decision back.
             raise TicketStateConflict(f"Ticket {ticket.pk} was changed by a person while the agent ran.")
-        decision = DraftDecision(draft=draft, verdict=verdict, status=status, stop_reason=stop_reason,
-                                 detail=detail, result=result, approval=approval, decided_at=now)
+        decision = DraftDecision(
+            draft=draft,
+            verdict=verdict,
+            status=status,
+            stop_reason=stop_reason,
+            detail=detail,
+            result=result,
+            approval=approval,
+            decided_at=now,
+        )
         stop_run(decision)
     return decision
 
@@ -117,40 +154,68 @@ def _approval_request(*, ticket, draft, order, policy, verdict, trace) -> tuple[
     """The approval request for exactly what the gate allowed, keyed by the draft; and the
     ticket's stop detail that tells finance what to decide."""
     approval, created = approval_request_create(
-        order=order, policy=policy, verdict=verdict,
+        order=order,
+        policy=policy,
+        verdict=verdict,
         idempotency_key=f"refund:{ticket.tenant.slug}:ticket-{ticket.pk}:draft-{draft.pk}",
-        requested_by=ticket.created_by, ticket_ref=ticket.pk, trace_id=str(ticket.trace_id),
+        requested_by=ticket.created_by,
+        ticket_ref=ticket.pk,
+        trace_id=str(ticket.trace_id),
         fresh_key=True,  # derived from the draft inserted just before, in this transaction
     )
-    detail = (f"Finance must approve a refund of {approval.amount} {approval.currency} on "
-              f"{order.external_id} under {approval.policy_version} (approval #{approval.pk}).")
-    trace(span="approval", status="pending", decision="requested" if created else "replayed",
-          tool="refunds.issue_refund", reason=detail[:200],
-          data={"approval": approval.pk, "amount": str(approval.amount), "currency": approval.currency,
-                "args_hash": approval.args_hash, "idempotency_key": approval.idempotency_key,
-                "required_approvals": approval.required_approvals})
+    detail = (
+        f"Finance must approve a refund of {approval.amount} {approval.currency} on "
+        f"{order.external_id} under {approval.policy_version} (approval #{approval.pk})."
+    )
+    trace(
+        span="approval",
+        status="pending",
+        decision="requested" if created else "replayed",
+        tool="refunds.issue_refund",
+        reason=detail[:200],
+        data={
+            "approval": approval.pk,
+            "amount": str(approval.amount),
+            "currency": approval.currency,
+            "args_hash": approval.args_hash,
+            "idempotency_key": approval.idempotency_key,
+            "required_approvals": approval.required_approvals,
+        },
+    )
     return approval, detail
 
 
-def _verdict(*, ticket: Ticket, args: CreateDraftArgs, order: Order | None, policy: RefundPolicy | None,
-             now: datetime) -> tuple[gate.GateVerdict, dict]:
+def _verdict(
+    *, ticket: Ticket, args: CreateDraftArgs, order: Order | None, policy: RefundPolicy | None, now: datetime
+) -> tuple[gate.GateVerdict, dict]:
     """The gate's verdict on the draft, and what a customer-level ticket adopts from it."""
     items = list(ticket.items or []) or list(args.items or [])
     if order is None:
         verdict = gate.GateVerdict(
-            outcome=Outcome.ESCALATED, currency=ticket.currency, refundable=Decimal("0.00"),
-            policy_version=policy.version if policy else None, codes=["order_not_named"],
-            reasons=["The ticket names no order and the draft named none of the customer's orders: a person "
-                     "decides."],
+            outcome=Outcome.ESCALATED,
+            currency=ticket.currency,
+            refundable=Decimal("0.00"),
+            policy_version=policy.version if policy else None,
+            codes=["order_not_named"],
+            reasons=["The ticket names no order and the draft named none of the customer's orders: a person decides."],
         )
         return verdict, {}
     proposal = gate.Proposal(
-        recommendation=args.recommendation, amount=args.amount, policy_version=args.policy_version,
-        customer_reply=args.customer_reply, destination=args.destination,
+        recommendation=args.recommendation,
+        amount=args.amount,
+        policy_version=args.policy_version,
+        customer_reply=args.customer_reply,
+        destination=args.destination,
     )
     verdict = gate.policy_gate_evaluate(
-        order=order, policy=policy, proposal=proposal, requested_amount=ticket.requested_amount,
-        requested_currency=ticket.currency or None, item_ids=items, refund_to=ticket.refund_to, now=now,
+        order=order,
+        policy=policy,
+        proposal=proposal,
+        requested_amount=ticket.requested_amount,
+        requested_currency=ticket.currency or None,
+        item_ids=items,
+        refund_to=ticket.refund_to,
+        now=now,
     )
     adopt = {}
     if ticket.order_id is None:

@@ -96,7 +96,9 @@ class LostClaim(Exception):
     span_ok = True
 
 
-def agent_run_ticket(*, ticket_id: int, provider: Provider | None = None, task_id: str | None = None) -> AgentRun | None:
+def agent_run_ticket(
+    *, ticket_id: int, provider: Provider | None = None, task_id: str | None = None
+) -> AgentRun | None:
     """Run (or resume) the agent on a ticket until it stops. A ticket that is not queued, or
     whose run another live task holds, is left alone: the ticket's newest run is returned."""
     provider = provider or provider_get()
@@ -124,9 +126,14 @@ def agent_run_claim(*, ticket_id: int, task_id: str, provider: Provider) -> tupl
         # The claim needs only the ticket's id; the loop loads the ticket once it holds the run.
         if ticket_transition(ticket=Ticket(pk=ticket_id), to=S.RUNNING, detail="", updated_at=now):
             run = AgentRun.objects.create(
-                ticket_id=ticket_id, status=AgentRun.Status.RUNNING, provider=provider.name,
-                model=getattr(provider, "model", "") or "", claimed_by=task_id, claimed_at=now,
-                lease_expires_at=now + _lease(), started_at=now,
+                ticket_id=ticket_id,
+                status=AgentRun.Status.RUNNING,
+                provider=provider.name,
+                model=getattr(provider, "model", "") or "",
+                claimed_by=task_id,
+                claimed_at=now,
+                lease_expires_at=now + _lease(),
+                started_at=now,
             )
             return run, "claimed"
     taken = (
@@ -159,7 +166,14 @@ class _Loop:
         self.order = self.ticket.order  # None on a customer-level ticket until the decision
         self.sensitive = sensitive_values_for_ticket(self.ticket)
         self.messages: list[dict] = list(run.messages or [])
-        self.state: dict = {"results": {}, "seen": {}, "evidence": 0, "repeats": 0, "nudged": False, **(run.state or {})}
+        self.state: dict = {
+            "results": {},
+            "seen": {},
+            "evidence": 0,
+            "repeats": 0,
+            "nudged": False,
+            **(run.state or {}),
+        }
         self.capabilities = None
         self.offered: set[str] = set()
 
@@ -167,16 +181,28 @@ class _Loop:
 
     def go(self, how: str):
         """Step until a stop: a decided draft (_Done) or any other stop (_Stop, then finish)."""
-        self.trace(span="run", status="running", decision=how,
-                   reason=f"Run {self.run.pk} {how} by task {self.task_id} ({self.provider.name}).",
-                   data={"provider": self.provider.name, "model": self.run.model, "task": self.task_id})
+        self.trace(
+            span="run",
+            status="running",
+            decision=how,
+            reason=f"Run {self.run.pk} {how} by task {self.task_id} ({self.provider.name}).",
+            data={"provider": self.provider.name, "model": self.run.model, "task": self.task_id},
+        )
         try:
             if ticket_cross_tenant(self.ticket):
                 # Before the model sees anything: no evidence of another tenant enters its context.
-                self.trace(span="policy", status="denied", decision="deny", reason="cross_tenant",
-                           data={"message": "The ticket's order or customer is outside the ticket's tenant."})
-                raise _Stop(S.DENIED, R.DENIED, "cross_tenant: the ticket's order or customer belongs to another "
-                            "tenant; nothing was read.")
+                self.trace(
+                    span="policy",
+                    status="denied",
+                    decision="deny",
+                    reason="cross_tenant",
+                    data={"message": "The ticket's order or customer is outside the ticket's tenant."},
+                )
+                raise _Stop(
+                    S.DENIED,
+                    R.DENIED,
+                    "cross_tenant: the ticket's order or customer belongs to another tenant; nothing was read.",
+                )
             if not self.messages:
                 self.messages = [ticket_first_message(self.ticket)]
             while True:
@@ -204,17 +230,31 @@ class _Loop:
             # them again, so switching refunds.create_draft off still stops a draft in flight.
             self.tools_refresh()
         if api_name(CREATE_DRAFT) not in self.offered:
-            raise _Stop(S.ESCALATED, R.ESCALATED, "refunds.create_draft is switched off (kill switch): the ticket "
-                        "goes to the human queue.")
+            raise _Stop(
+                S.ESCALATED,
+                R.ESCALATED,
+                "refunds.create_draft is switched off (kill switch): the ticket goes to the human queue.",
+            )
         max_tokens = self.budget_check(model_call=True)
         started = time.monotonic()
         try:
-            turn = model_complete(self.provider, sensitive=self.sensitive, system=SYSTEM_PROMPT, tools=self.tools,
-                                  messages=self.messages, max_tokens=max_tokens)
+            turn = model_complete(
+                self.provider,
+                sensitive=self.sensitive,
+                system=SYSTEM_PROMPT,
+                tools=self.tools,
+                messages=self.messages,
+                max_tokens=max_tokens,
+            )
         except ProviderError as exc:
-            self.trace(span="model", status="error", decision="provider_error", reason=str(exc)[:200],
-                       duration_ms=int((time.monotonic() - started) * 1000),
-                       data={"status_code": exc.status_code, "transient": exc.transient})
+            self.trace(
+                span="model",
+                status="error",
+                decision="provider_error",
+                reason=str(exc)[:200],
+                duration_ms=int((time.monotonic() - started) * 1000),
+                data={"status_code": exc.status_code, "transient": exc.transient},
+            )
             raise _Stop(S.FAILED, R.FAILED, f"The model provider failed: {exc}") from None
         duration_ms = int((time.monotonic() - started) * 1000)
         self.account(turn)
@@ -226,14 +266,22 @@ class _Loop:
         self.messages.append({"role": "assistant", "content": content})
         usage = turn.usage
         self.trace(
-            span="model", status="ok", decision=turn.stop_reason or "", duration_ms=duration_ms,
-            input_tokens=usage.input_tokens, output_tokens=usage.output_tokens,
+            span="model",
+            status="ok",
+            decision=turn.stop_reason or "",
+            duration_ms=duration_ms,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
             reason=f"{len(turn.tool_calls)} tool call(s)" if turn.tool_calls else "no tool call",
-            data={"model": turn.model or self.run.model, "max_tokens": max_tokens,
-                  "cache_creation_input_tokens": usage.cache_creation_input_tokens,
-                  "cache_read_input_tokens": usage.cache_read_input_tokens,
-                  "cost_usd": str(self.provider.cost_usd(usage)), "tool_calls": [c.name for c in turn.tool_calls],
-                  "text": (turn.text or "")[:1000]},
+            data={
+                "model": turn.model or self.run.model,
+                "max_tokens": max_tokens,
+                "cache_creation_input_tokens": usage.cache_creation_input_tokens,
+                "cache_read_input_tokens": usage.cache_read_input_tokens,
+                "cost_usd": str(self.provider.cost_usd(usage)),
+                "tool_calls": [c.name for c in turn.tool_calls],
+                "text": (turn.text or "")[:1000],
+            },
         )
         calls = [b for b in content if isinstance(b, dict) and b.get("type") == "tool_use"]
         if calls:
@@ -266,8 +314,9 @@ class _Loop:
     def no_call(self):
         """A turn without a tool call: nudge the model once, then a person decides."""
         if self.state.get("nudged"):
-            raise _Stop(S.ESCALATED, R.ESCALATED, "The agent ended without recording a recommendation: a person "
-                        "decides.")
+            raise _Stop(
+                S.ESCALATED, R.ESCALATED, "The agent ended without recording a recommendation: a person decides."
+            )
         self.state["nudged"] = True
         self.messages.append({"role": "user", "content": [{"type": "text", "text": NUDGE}]})
         self.persist()
@@ -278,52 +327,104 @@ class _Loop:
         """Authorize, validate and scope one call; a draft goes to the decision, a read is executed."""
         check = tool_call_authorize(call=call, capabilities=self.capabilities, offered=self.offered)
         if not check.allowed:
-            self.trace(span="policy", status="denied", decision="deny", reason=check.reason,
-                       tool=check.capability or call.name, data={"tool": call.name, "args": call.input,
-                                                                 "message": check.message})
+            self.trace(
+                span="policy",
+                status="denied",
+                decision="deny",
+                reason=check.reason,
+                tool=check.capability or call.name,
+                data={"tool": call.name, "args": call.input, "message": check.message},
+            )
             if check.capability == CREATE_DRAFT and check.reason == "capability_disabled":
-                raise _Stop(S.ESCALATED, R.ESCALATED, "refunds.create_draft is switched off (kill switch): the "
-                            "ticket goes to the human queue.")
+                raise _Stop(
+                    S.ESCALATED,
+                    R.ESCALATED,
+                    "refunds.create_draft is switched off (kill switch): the ticket goes to the human queue.",
+                )
             self.progress_check(call)
-            return self._result(call, {"error": "denied", "reason": check.reason, "message": check.message},
-                                error=True)
+            return self._result(call, {"error": "denied", "reason": check.reason, "message": check.message}, error=True)
         capability = check.capability
         args, problems = tool_args_validate(capability=capability, arguments=call.input)
         if problems:
             self.run.invalid_args_retries += 1
             tries, allowed = self.run.invalid_args_retries, settings.AGENT_MAX_INVALID_ARGS_RETRIES
             summary = "; ".join(f"{p['field']}: {p['problem']}" for p in problems)
-            self.trace(span="tool", status="error", decision="invalid_args", tool=capability, reason=summary[:200],
-                       data={"args": call.input, "problems": problems, "attempt": tries})
+            self.trace(
+                span="tool",
+                status="error",
+                decision="invalid_args",
+                tool=capability,
+                reason=summary[:200],
+                data={"args": call.input, "problems": problems, "attempt": tries},
+            )
             if tries > allowed:
-                raise _Stop(S.FAILED, R.FAILED, f"The model sent invalid arguments {tries} times (at most "
-                            f"{allowed} retries); last, to {call.name}: {summary}")
-            return self._result(call, {"error": "invalid_arguments", "tool": call.name, "problems": problems,
-                                       "retries_left": allowed - tries + 1}, error=True)
+                raise _Stop(
+                    S.FAILED,
+                    R.FAILED,
+                    f"The model sent invalid arguments {tries} times (at most "
+                    f"{allowed} retries); last, to {call.name}: {summary}",
+                )
+            return self._result(
+                call,
+                {
+                    "error": "invalid_arguments",
+                    "tool": call.name,
+                    "problems": problems,
+                    "retries_left": allowed - tries + 1,
+                },
+                error=True,
+            )
         scope = tool_scope_authorize(ticket=self.ticket, args=args)
         if not scope.allowed:
-            self.trace(span="policy", status="denied", decision="deny", reason=scope.reason, tool=capability,
-                       data={"args": call.input, "message": scope.message})
+            self.trace(
+                span="policy",
+                status="denied",
+                decision="deny",
+                reason=scope.reason,
+                tool=capability,
+                data={"args": call.input, "message": scope.message},
+            )
             self.progress_check(call)
-            return self._result(call, {"error": "denied", "reason": scope.reason, "message": scope.message},
-                                error=True)
+            return self._result(call, {"error": "denied", "reason": scope.reason, "message": scope.message}, error=True)
         if capability == CREATE_DRAFT:
             self.decide(call, args, scope.order)  # always stops the run
         if self.progress_check(call):
-            return self._result(call, {"error": "repeated_call", "message": "You already made this exact call and "
-                                       "nothing has changed since: its result is above. Decide now with "
-                                       "refunds_create_draft."}, error=True)
+            return self._result(
+                call,
+                {
+                    "error": "repeated_call",
+                    "message": "You already made this exact call and "
+                    "nothing has changed since: its result is above. Decide now with "
+                    "refunds_create_draft.",
+                },
+                error=True,
+            )
         started = time.monotonic()
         try:
             value = tool_execute(capability=capability, ticket=self.ticket, order=scope.order)
         except ToolFailed as exc:
-            self.trace(span="tool", status="error", decision="no_result", tool=capability, reason=str(exc)[:200],
-                       duration_ms=int((time.monotonic() - started) * 1000), data={"args": call.input})
+            self.trace(
+                span="tool",
+                status="error",
+                decision="no_result",
+                tool=capability,
+                reason=str(exc)[:200],
+                duration_ms=int((time.monotonic() - started) * 1000),
+                data={"args": call.input},
+            )
             return self._result(call, {"error": "no_result", "message": str(exc)}, error=True)
         self.state["evidence"] = self.state.get("evidence", 0) + 1
-        self.state["seen"][call.name + ":" + json.dumps(call.input, sort_keys=True, default=str)] = self.state["evidence"]
-        self.trace(span="tool", status="ok", decision="allowed", tool=capability,
-                   duration_ms=int((time.monotonic() - started) * 1000), data={"args": call.input, "result": value})
+        self.state["seen"][call.name + ":" + json.dumps(call.input, sort_keys=True, default=str)] = self.state[
+            "evidence"
+        ]
+        self.trace(
+            span="tool",
+            status="ok",
+            decision="allowed",
+            tool=capability,
+            duration_ms=int((time.monotonic() - started) * 1000),
+            data={"args": call.input, "result": value},
+        )
         return self._result(call, value)
 
     def progress_check(self, call: ToolCall) -> bool:
@@ -337,10 +438,20 @@ class _Loop:
         self.state["repeats"] = self.state.get("repeats", 0) + 1
         allowed = settings.AGENT_MAX_REPEATED_CALLS
         if self.state["repeats"] > allowed:
-            self.trace(span="policy", status="denied", decision="no_progress", tool=call.name,
-                       reason="The same call was repeated without new evidence.", data={"args": call.input})
-            raise _Stop(S.ESCALATED, R.NO_PROGRESS, f"No progress: the agent repeated {call.name} with the same "
-                        "arguments and nothing new was learned. A person takes the ticket from here.")
+            self.trace(
+                span="policy",
+                status="denied",
+                decision="no_progress",
+                tool=call.name,
+                reason="The same call was repeated without new evidence.",
+                data={"args": call.input},
+            )
+            raise _Stop(
+                S.ESCALATED,
+                R.NO_PROGRESS,
+                f"No progress: the agent repeated {call.name} with the same "
+                "arguments and nothing new was learned. A person takes the ticket from here.",
+            )
         return True
 
     @staticmethod
@@ -352,8 +463,15 @@ class _Loop:
     def decide(self, call: ToolCall, args, order):
         """The runtime's decision on the draft (agent.decision). Always stops the run."""
         try:
-            agent_draft_decide(run=self.run, ticket=self.ticket, args=args, raw_args=call.input, order=order,
-                               sensitive=self.sensitive, stop_run=lambda decision: self.stop_decided(call, decision))
+            agent_draft_decide(
+                run=self.run,
+                ticket=self.ticket,
+                args=args,
+                raw_args=call.input,
+                order=order,
+                sensitive=self.sensitive,
+                stop_run=lambda decision: self.stop_decided(call, decision),
+            )
         except TicketStateConflict:
             # A person changed the ticket meanwhile: the decision rolled back, the run stops here.
             raise _Stop(S.ESCALATED, R.ESCALATED, "The ticket was changed by a person while the agent ran.") from None
@@ -363,23 +481,47 @@ class _Loop:
         """Inside the decision's transaction: answer the draft call and stop the run with it."""
         self.messages.append({"role": "user", "content": [self._result(call, decision.result)]})
         self.state["results"] = {}
-        self.trace(span="stop", status=decision.status, decision=decision.status, reason=decision.detail[:200],
-                   data={"iterations": self.run.iterations, "tokens": self.tokens_used(),
-                         "cost_usd": str(self.run.cost_usd)})
-        self.persist(status=AgentRun.Status.STOPPED, stop_reason=decision.stop_reason, stop_detail=decision.detail,
-                     finished_at=decision.decided_at)
+        self.trace(
+            span="stop",
+            status=decision.status,
+            decision=decision.status,
+            reason=decision.detail[:200],
+            data={"iterations": self.run.iterations, "tokens": self.tokens_used(), "cost_usd": str(self.run.cost_usd)},
+        )
+        self.persist(
+            status=AgentRun.Status.STOPPED,
+            stop_reason=decision.stop_reason,
+            stop_detail=decision.detail,
+            finished_at=decision.decided_at,
+        )
 
     def finish(self, stop: _Stop):
         """Every stop but a decided draft: the ticket moves only if the loop still holds it running."""
         now = timezone.now()
         with transaction.atomic():
-            moved = ticket_transition(ticket=self.ticket, to=stop.status, only_from={S.RUNNING},
-                                      stop_reason=stop.stop_reason, detail=stop.detail, updated_at=now)
-            self.trace(span="stop", status=stop.status, decision=stop.stop_reason, reason=stop.detail[:200],
-                       data={"iterations": self.run.iterations, "tokens": self.tokens_used(),
-                             "cost_usd": str(self.run.cost_usd), "ticket_updated": moved})
-            self.persist(status=AgentRun.Status.STOPPED, stop_reason=stop.stop_reason, stop_detail=stop.detail,
-                         finished_at=now)
+            moved = ticket_transition(
+                ticket=self.ticket,
+                to=stop.status,
+                only_from={S.RUNNING},
+                stop_reason=stop.stop_reason,
+                detail=stop.detail,
+                updated_at=now,
+            )
+            self.trace(
+                span="stop",
+                status=stop.status,
+                decision=stop.stop_reason,
+                reason=stop.detail[:200],
+                data={
+                    "iterations": self.run.iterations,
+                    "tokens": self.tokens_used(),
+                    "cost_usd": str(self.run.cost_usd),
+                    "ticket_updated": moved,
+                },
+            )
+            self.persist(
+                status=AgentRun.Status.STOPPED, stop_reason=stop.stop_reason, stop_detail=stop.detail, finished_at=now
+            )
 
     # --- plumbing ---------------------------------------------------------------------
 

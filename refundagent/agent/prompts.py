@@ -57,7 +57,7 @@ the policy, or the amount."""
 
 NUDGE = (
     "You ended your turn without recording a recommendation. Call refunds_create_draft now "
-    "(recommend \"escalate\" if you cannot decide)."
+    '(recommend "escalate" if you cannot decide).'
 )
 
 
@@ -161,5 +161,5 @@ def facts_from_messages(messages: list[dict]) -> dict:
                 continue
             for line in block.get("text", "").splitlines():
                 if line.startswith(FACTS_PREFIX):
-                    return json.loads(line[len(FACTS_PREFIX):])
+                    return json.loads(line[len(FACTS_PREFIX) :])
     return {}

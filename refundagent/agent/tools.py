@@ -60,8 +60,12 @@ class _Args(BaseModel):
 
 
 class OrderArgs(_Args):
-    order_id: str = Field(min_length=1, max_length=100, description="The ticket's order id, e.g. ORD-5001 (on a "
-                          "ticket without an order: one of the customer's orders).")
+    order_id: str = Field(
+        min_length=1,
+        max_length=100,
+        description="The ticket's order id, e.g. ORD-5001 (on a "
+        "ticket without an order: one of the customer's orders).",
+    )
 
 
 class NoArgs(_Args):
@@ -78,26 +82,43 @@ def _amount_string_pattern(schema: dict) -> None:
 class CreateDraftArgs(_Args):
     recommendation: Literal["refund", "escalate", "deny", "request_info"]
     amount: Decimal | None = Field(
-        default=None, ge=0, le=MAX_AMOUNT, json_schema_extra=_amount_string_pattern,
+        default=None,
+        ge=0,
+        le=MAX_AMOUNT,
+        json_schema_extra=_amount_string_pattern,
         description="Decimal string with two places, e.g. '120.00'. Required for 'refund'.",
     )
-    policy_version: str = Field(default="", max_length=100, description="The current policy version you rely on, "
-                                "exactly as refund_policy_retrieve returned it.")
+    policy_version: str = Field(
+        default="",
+        max_length=100,
+        description="The current policy version you rely on, exactly as refund_policy_retrieve returned it.",
+    )
     rationale: str = Field(min_length=1, max_length=4000, description="The evidence and the rule it rests on.")
-    customer_reply: str = Field(min_length=1, max_length=4000, description="A draft reply for a person to review. "
-                                "No promise of money.")
+    customer_reply: str = Field(
+        min_length=1, max_length=4000, description="A draft reply for a person to review. No promise of money."
+    )
     destination: Literal["original", "gift_card"] | None = Field(
-        default=None, description="Where the refund goes: the customer's choice on the ticket (TICKET_FACTS "
+        default=None,
+        description="Where the refund goes: the customer's choice on the ticket (TICKET_FACTS "
         "destination), never yours to change. A draft that disagrees with the ticket is escalated.",
     )
     # The order the draft is about: required on a customer-level ticket, optional (and only the
     # ticket's own) on an order ticket. Items: ids on that order, repeated for several units.
-    order: str | None = Field(default=None, min_length=1, max_length=100, description="The order the "
-                              "recommendation is about. Required when the ticket names no order (TICKET_FACTS order "
-                              "null): one of the customer's orders from orders_list_customer_orders.")
-    items: list[str] | None = Field(default=None, max_length=100, description="The item ids on that order to "
-                                    "refund (repeat an id for several units); omit for the whole order. Ignored when "
-                                    "the ticket already names items.")
+    order: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=100,
+        description="The order the "
+        "recommendation is about. Required when the ticket names no order (TICKET_FACTS order "
+        "null): one of the customer's orders from orders_list_customer_orders.",
+    )
+    items: list[str] | None = Field(
+        default=None,
+        max_length=100,
+        description="The item ids on that order to "
+        "refund (repeat an id for several units); omit for the whole order. Ignored when "
+        "the ticket already names items.",
+    )
 
     @field_validator("amount", mode="before")
     @classmethod
@@ -183,24 +204,45 @@ class ToolDef:
         return tool_input_schema(self.args_model)
 
     def spec(self) -> ToolSpec:
-        return ToolSpec(name=self.name, capability=self.capability, description=self.description,
-                        input_schema=self.input_schema)
+        return ToolSpec(
+            name=self.name, capability=self.capability, description=self.description, input_schema=self.input_schema
+        )
 
 
 TOOL_DEFS: dict[str, ToolDef] = {
     d.capability: d
     for d in [
-        ToolDef(LOOKUP_ORDER, "Look up the ticket's order: status, age in days, items, total, what was already "
-                "refunded and what is still refundable. Only the ticket's own order.", OrderArgs),
-        ToolDef(LIST_CUSTOMER_ORDERS, "List the ticket's customer's orders: id, status, placed_at, total, currency, "
-                "items (item_id, name, price) and what is still refundable. Only on a ticket filed without an "
-                "order: find the order the customer means here.", NoArgs),
-        ToolDef(PAYMENT_SUMMARY, "How the ticket's order was paid: method, card brand and last four digits, amount. "
-                "Payment identifiers are never shown.", OrderArgs),
-        ToolDef(POLICY_RETRIEVE, "The tenant's current refund policy: version (cite it), window, eligible order "
-                "statuses, allowed destinations, approval threshold and text.", NoArgs),
-        ToolDef(CREATE_DRAFT, "Record your one recommendation for this ticket and a customer reply draft. The reply "
-                "is never sent by you; finance approves any refund. Call this once, at the end.", CreateDraftArgs),
+        ToolDef(
+            LOOKUP_ORDER,
+            "Look up the ticket's order: status, age in days, items, total, what was already "
+            "refunded and what is still refundable. Only the ticket's own order.",
+            OrderArgs,
+        ),
+        ToolDef(
+            LIST_CUSTOMER_ORDERS,
+            "List the ticket's customer's orders: id, status, placed_at, total, currency, "
+            "items (item_id, name, price) and what is still refundable. Only on a ticket filed without an "
+            "order: find the order the customer means here.",
+            NoArgs,
+        ),
+        ToolDef(
+            PAYMENT_SUMMARY,
+            "How the ticket's order was paid: method, card brand and last four digits, amount. "
+            "Payment identifiers are never shown.",
+            OrderArgs,
+        ),
+        ToolDef(
+            POLICY_RETRIEVE,
+            "The tenant's current refund policy: version (cite it), window, eligible order "
+            "statuses, allowed destinations, approval threshold and text.",
+            NoArgs,
+        ),
+        ToolDef(
+            CREATE_DRAFT,
+            "Record your one recommendation for this ticket and a customer reply draft. The reply "
+            "is never sent by you; finance approves any refund. Call this once, at the end.",
+            CreateDraftArgs,
+        ),
         ToolDef(ISSUE_REFUND, "Issue a refund. Runtime only, after finance approval.", IssueRefundArgs),
         ToolDef(SEND_MESSAGE, "Send a message to the customer. People only.", SendMessageArgs),
     ]
@@ -221,7 +263,9 @@ def tool_manifest(capabilities: dict[str, Capability], *, customer_level: bool =
     return [
         d.spec()
         for name, d in TOOL_DEFS.items()
-        if name in capabilities and capabilities[name].enabled and capabilities[name].agent_allowed
+        if name in capabilities
+        and capabilities[name].enabled
+        and capabilities[name].agent_allowed
         and (customer_level or name != LIST_CUSTOMER_ORDERS)
     ]
 
@@ -259,8 +303,12 @@ def tool_call_authorize(*, call: ToolCall, capabilities: dict[str, Capability], 
         return ToolAuthorization(False, "", "unknown_tool", f"There is no tool named {call.name!r}.")
     capability = capabilities.get(definition.capability)
     if capability is None:
-        return ToolAuthorization(False, definition.capability, "capability_unknown",
-                         f"{definition.capability} is not in the capability registry.")
+        return ToolAuthorization(
+            False,
+            definition.capability,
+            "capability_unknown",
+            f"{definition.capability} is not in the capability registry.",
+        )
     if not capability.agent_allowed:
         reason, message = FORBIDDEN_REASONS.get(
             capability.side_effect,
@@ -268,10 +316,13 @@ def tool_call_authorize(*, call: ToolCall, capabilities: dict[str, Capability], 
         )
         return ToolAuthorization(False, capability.name, reason, message)
     if not capability.enabled:
-        return ToolAuthorization(False, capability.name, "capability_disabled",
-                         f"{capability.name} is switched off by an operator.")
+        return ToolAuthorization(
+            False, capability.name, "capability_disabled", f"{capability.name} is switched off by an operator."
+        )
     if definition.name not in offered:
-        return ToolAuthorization(False, capability.name, "tool_not_offered", f"{definition.name} was not offered to you.")
+        return ToolAuthorization(
+            False, capability.name, "tool_not_offered", f"{definition.name} was not offered to you."
+        )
     return ToolAuthorization(True, capability.name)
 
 
@@ -301,8 +352,12 @@ def tool_scope_authorize(*, ticket, args: _Args) -> ToolAuthorization:
         return ToolAuthorization(True, order=ticket.order)
     if ticket.order_id:
         if order_id != ticket.order.external_id:
-            return ToolAuthorization(False, "", "out_of_scope_order",
-                             f"Only the ticket's own order ({ticket.order.external_id}) may be looked at.")
+            return ToolAuthorization(
+                False,
+                "",
+                "out_of_scope_order",
+                f"Only the ticket's own order ({ticket.order.external_id}) may be looked at.",
+            )
         return ToolAuthorization(True, order=ticket.order)
     order = (
         Order.objects.filter(tenant_id=ticket.tenant_id, customer_id=ticket.customer_id, external_id=order_id)
@@ -310,9 +365,13 @@ def tool_scope_authorize(*, ticket, args: _Args) -> ToolAuthorization:
         .first()
     )
     if order is None:
-        return ToolAuthorization(False, "", "out_of_scope_order",
-                         f"Only orders of the ticket's customer ({ticket.customer.external_id}) may be looked at; "
-                         "orders_list_customer_orders lists them.")
+        return ToolAuthorization(
+            False,
+            "",
+            "out_of_scope_order",
+            f"Only orders of the ticket's customer ({ticket.customer.external_id}) may be looked at; "
+            "orders_list_customer_orders lists them.",
+        )
     return ToolAuthorization(True, order=order)
 
 
@@ -346,15 +405,23 @@ def order_lookup(*, ticket, order=None) -> dict:
         "refunded_total": _money(position.refunded_total),
         "refundable": _money(position.refundable),
         "items": [
-            {"item_id": ln.item_id, "name": ln.name, "price": _money(ln.price), "quantity": ln.quantity,
-             "refunded_quantity": ln.refunded_quantity}
+            {
+                "item_id": ln.item_id,
+                "name": ln.name,
+                "price": _money(ln.price),
+                "quantity": ln.quantity,
+                "refunded_quantity": ln.refunded_quantity,
+            }
             for ln in position.lines
         ],
     }
     if ticket.items and order.pk == ticket.order_id:
         match = position.items_match(list(ticket.items))
-        result["ticket_items"] = {"items": list(ticket.items), "unrefunded_value": _money(match.value),
-                                  "not_refundable": match.unmatched}
+        result["ticket_items"] = {
+            "items": list(ticket.items),
+            "unrefunded_value": _money(match.value),
+            "not_refundable": match.unmatched,
+        }
     if order.note:
         result["shop_note_untrusted"] = order.note
     return result
@@ -376,26 +443,32 @@ MAX_LISTED_ORDERS = 50
 def customer_orders_list(*, ticket, order=None) -> dict:
     """The ticket's customer's orders in the ticket's tenant, newest first. Nothing of any other
     customer: the query starts from the ticket's tenant and customer."""
-    orders = (
-        Order.objects.filter(tenant_id=ticket.tenant_id, customer_id=ticket.customer_id)
-        .order_by("-placed_at", "-id")[:MAX_LISTED_ORDERS]
-    )
+    orders = Order.objects.filter(tenant_id=ticket.tenant_id, customer_id=ticket.customer_id).order_by(
+        "-placed_at", "-id"
+    )[:MAX_LISTED_ORDERS]
     listed = []
     for found in orders:
         position = order_refund_position(found)
-        listed.append({
-            "order": found.external_id,
-            "status": found.status,
-            "placed_at": found.placed_at.isoformat(),
-            "currency": found.currency,
-            "total": _money(position.total),
-            "refundable": _money(position.refundable),
-            "items": [
-                {"item_id": ln.item_id, "name": ln.name, "price": _money(ln.price), "quantity": ln.quantity,
-                 "refunded_quantity": ln.refunded_quantity}
-                for ln in position.lines
-            ],
-        })
+        listed.append(
+            {
+                "order": found.external_id,
+                "status": found.status,
+                "placed_at": found.placed_at.isoformat(),
+                "currency": found.currency,
+                "total": _money(position.total),
+                "refundable": _money(position.refundable),
+                "items": [
+                    {
+                        "item_id": ln.item_id,
+                        "name": ln.name,
+                        "price": _money(ln.price),
+                        "quantity": ln.quantity,
+                        "refunded_quantity": ln.refunded_quantity,
+                    }
+                    for ln in position.lines
+                ],
+            }
+        )
     return {"customer": ticket.customer.external_id, "orders": listed}
 
 
@@ -414,13 +487,19 @@ def policy_retrieve(*, ticket, order=None) -> dict:
         "item_refund_statuses": policy.item_refund_statuses,
         "full_refund_destinations": policy.full_refund_destinations,
         "item_refund_destinations": policy.item_refund_destinations,
-        "two_approver_threshold": None if policy.two_approver_threshold is None else _money(policy.two_approver_threshold),
+        "two_approver_threshold": None
+        if policy.two_approver_threshold is None
+        else _money(policy.two_approver_threshold),
         "text": policy.text,
     }
 
 
-READ_EXECUTORS = {LOOKUP_ORDER: order_lookup, PAYMENT_SUMMARY: payment_summary, POLICY_RETRIEVE: policy_retrieve,
-                  LIST_CUSTOMER_ORDERS: customer_orders_list}
+READ_EXECUTORS = {
+    LOOKUP_ORDER: order_lookup,
+    PAYMENT_SUMMARY: payment_summary,
+    POLICY_RETRIEVE: policy_retrieve,
+    LIST_CUSTOMER_ORDERS: customer_orders_list,
+}
 
 
 def tool_execute(*, capability: str, ticket, order=None) -> dict:

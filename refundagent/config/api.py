@@ -48,7 +48,9 @@ class SessionCookie(APIKeyCookie):
 
 
 def _per_thread(name: str) -> property:
-    return property(lambda self: getattr(self._state, name, None), lambda self, value: setattr(self._state, name, value))
+    return property(
+        lambda self: getattr(self._state, name, None), lambda self, value: setattr(self._state, name, value)
+    )
 
 
 class TokenRateThrottle(AuthRateThrottle):

@@ -49,7 +49,9 @@ _DEV_SECRET = "dev-only-insecure-secret-key-change-me-0123456789abcdefghijklmnop
 SECRET_KEY = os.getenv("DJANGO_SECRET_KEY", _DEV_SECRET if DEBUG else "")
 if not SECRET_KEY:
     raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set when DJANGO_DEBUG=0")
-ALLOWED_HOSTS = [h.strip() for h in os.getenv("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,testserver").split(",") if h.strip()]
+ALLOWED_HOSTS = [
+    h.strip() for h in os.getenv("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,testserver").split(",") if h.strip()
+]
 CSRF_TRUSTED_ORIGINS = [o.strip() for o in os.getenv("DJANGO_CSRF_TRUSTED_ORIGINS", "").split(",") if o.strip()]
 
 INSTALLED_APPS = [
@@ -298,8 +300,10 @@ LOGGING = {
     "filters": {"context": {"()": "refundagent.config.logs.ContextFilter"}},
     "formatters": {
         "json": {"()": "refundagent.config.logs.JsonFormatter"},
-        "text": {"()": "refundagent.config.logs.ConsoleFormatter",
-                 "format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "text": {
+            "()": "refundagent.config.logs.ConsoleFormatter",
+            "format": "%(asctime)s %(levelname)s %(name)s %(message)s",
+        },
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["context"]}},
     "root": {"handlers": ["console"], "level": os.getenv("LOG_LEVEL", "WARNING")},

@@ -12,7 +12,6 @@ admin.site.site_title = "refundagent admin"
 admin.site.index_title = "Finance review queue, ledger, agent runs and evals"
 
 
-
 class FaviconRedirect(RedirectView):
     """Browsers ask for /favicon.ico whatever the link tags say. The static URL is resolved per
     request: with the hashed static storage it needs the manifest, which import time may not have."""

@@ -36,7 +36,12 @@ import pytest
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 RETRY_AFTER_MS = "1"
-DEFAULT_USAGE = {"input_tokens": 100, "output_tokens": 20, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+DEFAULT_USAGE = {
+    "input_tokens": 100,
+    "output_tokens": 20,
+    "cache_creation_input_tokens": 0,
+    "cache_read_input_tokens": 0,
+}
 
 
 @dataclass
@@ -73,8 +78,9 @@ class FakeAnthropic:
         self._ids = itertools.count(1)
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02},
-                                        name="fake-anthropic", daemon=True)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, name="fake-anthropic", daemon=True
+        )
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -102,8 +108,13 @@ class FakeAnthropic:
         """An AnthropicProvider pointed at this server (its retryable errors say to retry at once)."""
         from refundagent.agent.providers.anthropic import AnthropicProvider
 
-        options = {"api_key": "test-key", "base_url": self.url, "model": "claude-fake", "max_retries": 2,
-                   "timeout": 5.0}
+        options = {
+            "api_key": "test-key",
+            "base_url": self.url,
+            "model": "claude-fake",
+            "max_retries": 2,
+            "timeout": 5.0,
+        }
         options.update(overrides)
         return AnthropicProvider(**options)
 
@@ -114,12 +125,20 @@ class FakeAnthropic:
             self._queue.append(scripted)
         return self
 
-    def add_message(self, content: list[dict], *, stop_reason: str = "end_turn", usage: dict | None = None,
-                    model: str | None = None) -> "FakeAnthropic":
+    def add_message(
+        self, content: list[dict], *, stop_reason: str = "end_turn", usage: dict | None = None, model: str | None = None
+    ) -> "FakeAnthropic":
         """A 200 answer with these content blocks. `usage=None` means DEFAULT_USAGE; pass
         `usage={}` to omit the usage object entirely."""
-        body = {"id": f"msg_fake_{next(self._ids)}", "type": "message", "role": "assistant",
-                "model": model, "content": content, "stop_reason": stop_reason, "stop_sequence": None}
+        body = {
+            "id": f"msg_fake_{next(self._ids)}",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": content,
+            "stop_reason": stop_reason,
+            "stop_sequence": None,
+        }
         if usage != {}:
             body["usage"] = {**DEFAULT_USAGE, **(usage or {})}
         return self.add(Scripted(body=body))
@@ -127,13 +146,15 @@ class FakeAnthropic:
     def add_text(self, text: str, **kwargs) -> "FakeAnthropic":
         return self.add_message([{"type": "text", "text": text}], **kwargs)
 
-    def add_tool_use(self, name: str, tool_input: dict, *, text: str | None = None, tool_use_id: str | None = None,
-                     **kwargs) -> "FakeAnthropic":
+    def add_tool_use(
+        self, name: str, tool_input: dict, *, text: str | None = None, tool_use_id: str | None = None, **kwargs
+    ) -> "FakeAnthropic":
         """A `tool_use` answer calling one tool (optionally preceded by a text block)."""
         return self.add_tool_uses([(name, tool_input)], text=text, ids=[tool_use_id] if tool_use_id else None, **kwargs)
 
-    def add_tool_uses(self, calls: list[tuple[str, dict]], *, text: str | None = None, ids: list[str] | None = None,
-                      **kwargs) -> "FakeAnthropic":
+    def add_tool_uses(
+        self, calls: list[tuple[str, dict]], *, text: str | None = None, ids: list[str] | None = None, **kwargs
+    ) -> "FakeAnthropic":
         content = [{"type": "text", "text": text}] if text else []
         for i, (name, tool_input) in enumerate(calls):
             block_id = ids[i] if ids else f"toolu_fake_{next(self._ids)}"
@@ -151,7 +172,9 @@ class FakeAnthropic:
         return self.add_error(529, "overloaded_error", message, headers=headers)
 
     def add_rate_limited(self, message: str = "Rate limited", *, retry_after: str | None = None):
-        return self.add_error(429, "rate_limit_error", message, headers={"retry-after": retry_after} if retry_after else None)
+        return self.add_error(
+            429, "rate_limit_error", message, headers={"retry-after": retry_after} if retry_after else None
+        )
 
     def add_server_error(self, message: str = "Internal server error", *, headers: dict | None = None):
         return self.add_error(500, "api_error", message, headers=headers)
@@ -194,7 +217,9 @@ class FakeAnthropic:
         with self._lock:
             scripted = self._queue.popleft() if self._queue else None
         if scripted is None:
-            return Scripted(status=400, body=error_body("fake_queue_empty", "fake_anthropic: no scripted response left"))
+            return Scripted(
+                status=400, body=error_body("fake_queue_empty", "fake_anthropic: no scripted response left")
+            )
         if scripted.status == 200 and scripted.body is not None and scripted.body.get("model") is None:
             scripted.body["model"] = request.body.get("model")
         return scripted
@@ -232,10 +257,14 @@ def validate_request(body: dict) -> str | None:
         if not wanted:
             continue
         following = messages[i + 1].get("content") if i + 1 < len(messages) else None
-        given = {b.get("tool_use_id") for b in following or [] if isinstance(b, dict) and b.get("type") == "tool_result"}
+        given = {
+            b.get("tool_use_id") for b in following or [] if isinstance(b, dict) and b.get("type") == "tool_result"
+        }
         if i + 1 < len(messages) and not wanted <= given:
-            return (f"messages.{i + 1}: `tool_use` ids were found without `tool_result` blocks immediately after: "
-                    f"{', '.join(sorted(wanted - given))}")
+            return (
+                f"messages.{i + 1}: `tool_use` ids were found without `tool_result` blocks immediately after: "
+                f"{', '.join(sorted(wanted - given))}"
+            )
     return None
 
 
@@ -269,8 +298,9 @@ def _handler_for(fake: FakeAnthropic):
                 body = json.loads(raw) if raw else None
             except ValueError:
                 body = None
-            request = RecordedRequest(method=self.command, path=self.path,
-                                      headers={k.lower(): v for k, v in self.headers.items()}, body=body)
+            request = RecordedRequest(
+                method=self.command, path=self.path, headers={k.lower(): v for k, v in self.headers.items()}, body=body
+            )
             with fake._lock:
                 fake.requests.append(request)
             scripted = fake._answer(request)

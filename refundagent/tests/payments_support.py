@@ -13,17 +13,30 @@ from refundagent.models import Ticket
 
 def ticket_awaiting_approval(*, order, filer, amount: str, key: str) -> tuple[Ticket, "ApprovalRequest"]:  # noqa: F821
     """A ticket of `order`'s customer in approval_required, and its pending request for `amount`."""
-    ticket = Ticket.objects.create(tenant=order.tenant, order=order, customer=order.customer, message="Refund please.",
-                                   currency=order.currency, created_by=filer, status=Ticket.Status.APPROVAL_REQUIRED,
-                                   stop_reason=Ticket.StopReason.APPROVAL_REQUIRED)
+    ticket = Ticket.objects.create(
+        tenant=order.tenant,
+        order=order,
+        customer=order.customer,
+        message="Refund please.",
+        currency=order.currency,
+        created_by=filer,
+        status=Ticket.Status.APPROVAL_REQUIRED,
+        stop_reason=Ticket.StopReason.APPROVAL_REQUIRED,
+    )
     policy = policy_current(order.tenant)
     verdict = policy_gate_evaluate(
-        order=order, policy=policy, now=timezone.now(), item_ids=[], refund_to=None,
-        proposal=Proposal(recommendation="refund", amount=Decimal(amount), policy_version=policy.version,
-                          destination=None),
+        order=order,
+        policy=policy,
+        now=timezone.now(),
+        item_ids=[],
+        refund_to=None,
+        proposal=Proposal(
+            recommendation="refund", amount=Decimal(amount), policy_version=policy.version, destination=None
+        ),
     )
-    request, _ = approval_request_create(order=order, policy=policy, verdict=verdict, idempotency_key=key,
-                                         requested_by=filer, ticket_ref=ticket.pk)
+    request, _ = approval_request_create(
+        order=order, policy=policy, verdict=verdict, idempotency_key=key, requested_by=filer, ticket_ref=ticket.pk
+    )
     return ticket, request
 
 

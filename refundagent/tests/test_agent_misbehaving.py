@@ -36,8 +36,11 @@ def test_a_model_that_issues_a_refund_itself_is_denied_and_nothing_reaches_the_l
     # given a model that calls refunds.issue_refund, then drafts properly
     ticket = file_ticket()
     entries = RefundEntry.objects.count()
-    turns = [{"tool": "refunds.issue_refund", "input": {"order_id": "ORD-5001", "amount": "120.00"}},
-             *investigate(), draft()]
+    turns = [
+        {"tool": "refunds.issue_refund", "input": {"order_id": "ORD-5001", "amount": "120.00"}},
+        *investigate(),
+        draft(),
+    ]
 
     ticket, agent_run, _ = run(ticket, turns)
 
@@ -53,8 +56,11 @@ def test_a_model_that_issues_a_refund_itself_is_denied_and_nothing_reaches_the_l
 
 def test_a_model_that_emails_the_customer_is_denied(file_ticket):
     ticket = file_ticket()
-    turns = [{"tool": "email_send_customer_message", "input": {"to": "jane.doe@example.com", "body": "Refunded!"}},
-             *investigate(), draft()]
+    turns = [
+        {"tool": "email_send_customer_message", "input": {"to": "jane.doe@example.com", "body": "Refunded!"}},
+        *investigate(),
+        draft(),
+    ]
 
     ticket, agent_run, _ = run(ticket, turns)
 
@@ -75,8 +81,12 @@ def test_forbidden_tools_are_never_offered(file_ticket):
 
     agent_run_ticket(ticket_id=ticket.pk, provider=Spy([draft()]))
 
-    assert seen["tools"] == {"orders_lookup_order", "payments_get_summary", "refund_policy_retrieve",
-                             "refunds_create_draft"}
+    assert seen["tools"] == {
+        "orders_lookup_order",
+        "payments_get_summary",
+        "refund_policy_retrieve",
+        "refunds_create_draft",
+    }
 
 
 def test_drafting_5000_on_a_50_order_never_asks_for_more_than_is_refundable(file_ticket):
@@ -118,8 +128,14 @@ def test_a_reply_that_promises_payment_fails_the_gate(file_ticket):
 def test_looking_at_another_order_is_denied_before_anything_is_read(file_ticket, other):
     ticket = file_ticket()
 
-    ticket, agent_run, _ = run(ticket, [{"tool": "orders_lookup_order", "input": {"order_id": other}},
-                                        {"tool": "payments_get_summary", "input": {"order_id": other}}, draft()])
+    ticket, agent_run, _ = run(
+        ticket,
+        [
+            {"tool": "orders_lookup_order", "input": {"order_id": other}},
+            {"tool": "payments_get_summary", "input": {"order_id": other}},
+            draft(),
+        ],
+    )
 
     denials = TraceEvent.objects.filter(ticket=ticket, span="policy", status="denied")
     assert [d.reason for d in denials] == ["out_of_scope_order", "out_of_scope_order"]
@@ -134,8 +150,12 @@ def test_a_cross_tenant_ticket_is_denied_before_any_tool_result_reaches_the_mode
     # given a ticket of acme built directly (bypassing the API) on globex's order and customer
     globex_order = Order.objects.select_related("customer").get(external_id="ORD-7001")
     ticket = Ticket.objects.create(
-        tenant=demo["acme"], order=globex_order, customer=globex_order.customer, message="refund",
-        currency="USD", created_by=user("acme-support"),
+        tenant=demo["acme"],
+        order=globex_order,
+        customer=globex_order.customer,
+        message="refund",
+        currency="USD",
+        created_by=user("acme-support"),
     )
     turns = [{"tool": "orders_lookup_order", "input": {"order_id": "ORD-7001"}}, draft(order="ORD-7001")]
 
@@ -153,10 +173,12 @@ def test_a_cross_tenant_ticket_is_denied_before_any_tool_result_reaches_the_mode
 def test_the_iteration_budget_stops_a_looping_model(file_ticket, settings):
     settings.AGENT_MAX_ITERATIONS = 3
     ticket = file_ticket()
-    turns = [{"tool": "orders_lookup_order", "input": {"order_id": "ORD-5001"}},
-             {"tool": "payments_get_summary", "input": {"order_id": "ORD-5001"}},
-             {"tool": "refund_policy_retrieve", "input": {}},
-             draft()]
+    turns = [
+        {"tool": "orders_lookup_order", "input": {"order_id": "ORD-5001"}},
+        {"tool": "payments_get_summary", "input": {"order_id": "ORD-5001"}},
+        {"tool": "refund_policy_retrieve", "input": {}},
+        draft(),
+    ]
 
     ticket, agent_run, provider = run(ticket, turns)
 
@@ -171,8 +193,11 @@ def test_the_token_budget_stops_the_run_and_clamps_max_tokens(file_ticket, setti
     settings.AGENT_MAX_TOKENS = 1000
     settings.AGENT_MAX_OUTPUT_TOKENS_PER_CALL = 500
     ticket = file_ticket()
-    turns = [{"tool": "orders_lookup_order", "input": {"order_id": "ORD-5001"}, "usage": {"input_tokens": 700}},
-             {"tool": "refund_policy_retrieve", "input": {}, "usage": {"input_tokens": 300}}, draft()]
+    turns = [
+        {"tool": "orders_lookup_order", "input": {"order_id": "ORD-5001"}, "usage": {"input_tokens": 700}},
+        {"tool": "refund_policy_retrieve", "input": {}, "usage": {"input_tokens": 300}},
+        draft(),
+    ]
 
     ticket, agent_run, provider = run(ticket, turns, usage={"output_tokens": 10})
 
@@ -224,9 +249,11 @@ def test_a_model_repeating_a_forbidden_call_stops_no_progress(file_ticket):
 
 def test_malformed_arguments_three_times_fail_the_run_with_the_reason(file_ticket):
     ticket = file_ticket()
-    turns = [{"tool": "orders_lookup_order", "input": {"order": "ORD-5001"}},
-             {"tool": "orders_lookup_order", "input": {"order_id": 5001}},
-             {"tool": "refunds_create_draft", "input": {"recommendation": "refund", "amount": "lots"}}]
+    turns = [
+        {"tool": "orders_lookup_order", "input": {"order": "ORD-5001"}},
+        {"tool": "orders_lookup_order", "input": {"order_id": 5001}},
+        {"tool": "refunds_create_draft", "input": {"recommendation": "refund", "amount": "lots"}},
+    ]
 
     ticket, agent_run, _ = run(ticket, turns)
 
@@ -264,8 +291,7 @@ def test_a_provider_error_fails_the_run(file_ticket):
 
 
 def test_an_unknown_tool_is_refused(file_ticket):
-    ticket, agent_run, _ = run(file_ticket(), [{"tool": "shell_exec", "input": {"cmd": "ls"}}, *investigate(),
-                                               draft()])
+    ticket, agent_run, _ = run(file_ticket(), [{"tool": "shell_exec", "input": {"cmd": "ls"}}, *investigate(), draft()])
 
     assert TraceEvent.objects.get(ticket=ticket, span="policy", status="denied").reason == "unknown_tool"
     assert ticket.status == Ticket.Status.APPROVAL_REQUIRED
@@ -292,8 +318,9 @@ def test_a_redelivered_task_resumes_its_run_and_another_task_may_not_take_it(fil
     # given a run whose worker died during its third model call, after investigating
     ticket = file_ticket()
     with pytest.raises(ScriptCrash):
-        agent_run_ticket(ticket_id=ticket.pk, provider=ScriptedProvider([*investigate(), {"crash": True}]),
-                         task_id="task-1")
+        agent_run_ticket(
+            ticket_id=ticket.pk, provider=ScriptedProvider([*investigate(), {"crash": True}]), task_id="task-1"
+        )
     ticket.refresh_from_db()
     assert ticket.status == Ticket.Status.RUNNING
     assert AgentRun.objects.get(ticket=ticket).iterations == 2

@@ -33,8 +33,15 @@ def browser_type_launch_args(browser_type_launch_args):
         **browser_type_launch_args,
         "executable_path": CHROMIUM,
         "headless": True,
-        "args": ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--disable-quic", "--no-first-run"],
+        "args": [
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--disable-quic",
+            "--no-first-run",
+        ],
     }
 
 
@@ -148,8 +155,13 @@ def test_ticket_page_follows_the_agent_live_and_copies_the_reply(live_server, pa
     # Given a ticket whose agent run has not started yet (nothing enqueued)
     with monkeypatch.context() as m:
         m.setattr(services, "ticket_run_enqueue", lambda ticket_id: None)
-        ticket = services.ticket_create(user=user("acme-support"), order="ORD-5001", customer="CUST-1001",
-                               message="Headphones broke.", requested_amount="200.00")
+        ticket = services.ticket_create(
+            user=user("acme-support"),
+            order="ORD-5001",
+            customer="CUST-1001",
+            message="Headphones broke.",
+            requested_amount="200.00",
+        )
     log_in(page, base, "acme-support")
     page.goto(f"{base}/tickets/{ticket.pk}/")
     expect(page.locator("#ticket-status .badge")).to_have_attribute("data-status", "queued")

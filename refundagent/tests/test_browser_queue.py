@@ -28,9 +28,15 @@ def escalated(order_id, username="acme-support", detail="The agent ran out of st
 
     order = Order.objects.select_related("customer", "tenant").get(external_id=order_id, tenant__slug="acme")
     return Ticket.objects.create(
-        tenant=order.tenant, order=order, customer=order.customer, message="Please help.", currency=order.currency,
-        created_by=get_user_model().objects.get(username=username), status="escalated",
-        stop_reason="budget_exhausted", stop_detail=detail,
+        tenant=order.tenant,
+        order=order,
+        customer=order.customer,
+        message="Please help.",
+        currency=order.currency,
+        created_by=get_user_model().objects.get(username=username),
+        status="escalated",
+        stop_reason="budget_exhausted",
+        stop_detail=detail,
     )
 
 

@@ -72,8 +72,13 @@ def two_requests(live_server, registry, demo, file_ticket):  # noqa: F811
     assert large_request.required_approvals == 2
     from django.contrib.auth import get_user_model
 
-    approval_request_decide(request_id=large_request.pk, user=get_user_model().objects.get(username="acme-finance"),
-                            decision="approve", args_hash=large_request.args_hash, note="First look: fine.")
+    approval_request_decide(
+        request_id=large_request.pk,
+        user=get_user_model().objects.get(username="acme-finance"),
+        decision="approve",
+        args_hash=large_request.args_hash,
+        note="First look: fine.",
+    )
     return ApprovalRequest.objects.get(ticket_ref=small.pk), ApprovalRequest.objects.get(pk=large_request.pk)
 
 
@@ -91,10 +96,18 @@ def test_the_approval_list_fits_a_laptop_screen(live_server, page, two_requests)
     expect(row.locator("td.field-approvals_display")).to_have_text("1/2")
     shot(page, "admin-approval-list-1280.png")
     assert_no_sideways_scroll(page)
-    for column in ("approvals_display", "time_to_expiry", "amount_display", "order_id_display", "customer",
-                   "policy_version"):
+    for column in (
+        "approvals_display",
+        "time_to_expiry",
+        "amount_display",
+        "order_id_display",
+        "customer",
+        "policy_version",
+    ):
         assert_inside_viewport(row.locator(f"td.field-{column}, th.field-{column}").first)
-    expect(page.locator("#result_list tbody tr", has_text="ORD-5001").locator("td.field-approvals_display")).to_have_text("0/1")
+    expect(
+        page.locator("#result_list tbody tr", has_text="ORD-5001").locator("td.field-approvals_display")
+    ).to_have_text("0/1")
 
 
 def test_the_review_page_fits_a_laptop_screen_and_offers_only_what_can_succeed(live_server, page, two_requests):

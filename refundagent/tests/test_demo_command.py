@@ -16,8 +16,14 @@ def test_the_demo_ends_with_a_passed_release_gate_that_evals_shows(transactional
     call_command("demo", stdout=out)
     text = out.getvalue()
     # then its story is unchanged, and the release gate ran once and passed
-    for step in ("1. Database", "2. Demo data", "4. Finance approves", "5. The ledger",
-                 "6. The release gate", "ORD-5001: refunded, ORD-5002: escalated"):
+    for step in (
+        "1. Database",
+        "2. Demo data",
+        "4. Finance approves",
+        "5. The ledger",
+        "6. The release gate",
+        "ORD-5001: refunded, ORD-5002: escalated",
+    ):
         assert step in text, step
     gate_line = next(line for line in text.splitlines() if "eval run #" in line)
     assert "gate passed" in gate_line and "pass rate 1.0" in gate_line, gate_line

@@ -30,8 +30,12 @@ def test_file_over_the_api_approve_over_the_api_refunded_by_the_worker(celery_wo
     # given support files a ticket asking 200.00 on the 120.00 order
     response = support.post(
         "/api/tickets",
-        {"order": "ORD-5001", "customer": "CUST-1001", "message": "Broken after a week, refund $200.",
-         "requested_amount": "200.00"},
+        {
+            "order": "ORD-5001",
+            "customer": "CUST-1001",
+            "message": "Broken after a week, refund $200.",
+            "requested_amount": "200.00",
+        },
         content_type="application/json",
     )
     assert response.status_code == 201, response.content

@@ -23,7 +23,7 @@ DRAFT = {
     "policy_version": "refund-policy-v4",
     "rationale": "Delivered 12 days ago, inside the 30-day window of refund-policy-v4; nothing refunded yet.",
     "customer_reply": "Thanks for reaching out. We have reviewed your order and passed a refund request "
-                      "for the headphones to our finance team, who will confirm the next steps.",
+    "for the headphones to our finance team, who will confirm the next steps.",
 }
 
 
@@ -32,9 +32,13 @@ def ticket(user, django_capture_on_commit_callbacks):
     # Filing enqueues the run on commit, and tasks are eager in tests: keep that run from
     # consuming the fake's queue with the default provider; the test runs the loop itself.
     with django_capture_on_commit_callbacks(execute=False):
-        return ticket_create(user=user("acme-support"), order=ORDER, customer="CUST-1001",
-                             message="My headphones stopped working, please refund me $200.",
-                             requested_amount="200.00")
+        return ticket_create(
+            user=user("acme-support"),
+            order=ORDER,
+            customer="CUST-1001",
+            message="My headphones stopped working, please refund me $200.",
+            requested_amount="200.00",
+        )
 
 
 def script_investigation(fake, usages=USAGES):
@@ -50,8 +54,7 @@ def run(ticket, provider):
     return ticket.runs.get()
 
 
-def test_tool_use_turns_over_http_reach_approval_required_with_the_fakes_token_counts(ticket, fake_anthropic,
-                                                                                      settings):
+def test_tool_use_turns_over_http_reach_approval_required_with_the_fakes_token_counts(ticket, fake_anthropic, settings):
     # claude-fake is priced here at Sonnet's list prices (an unknown model would get the fallback).
     settings.ANTHROPIC_PRICE_INPUT_PER_MTOK = Decimal("3.00")
     settings.ANTHROPIC_PRICE_OUTPUT_PER_MTOK = Decimal("15.00")
@@ -74,7 +77,11 @@ def test_tool_use_turns_over_http_reach_approval_required_with_the_fakes_token_c
     # 2450*3 + 325*15 + 1800*3.75 + 6300*0.30 = 7350 + 4875 + 6750 + 1890 = 20865 per million
     assert agent_run.cost_usd == Decimal("0.020865")
     draft = RefundDraft.objects.get(ticket=ticket)
-    assert (draft.recommendation, draft.amount, draft.policy_version) == ("refund", Decimal("120.00"), "refund-policy-v4")
+    assert (draft.recommendation, draft.amount, draft.policy_version) == (
+        "refund",
+        Decimal("120.00"),
+        "refund-policy-v4",
+    )
     approval = ApprovalRequest.objects.get(ticket_ref=ticket.pk)
     assert (approval.amount, approval.policy_version) == (Decimal("120.00"), "refund-policy-v4")
     assert not RefundEntry.objects.filter(order__external_id=ORDER).exists()
@@ -85,7 +92,8 @@ def test_tool_use_turns_over_http_reach_approval_required_with_the_fakes_token_c
 
 
 def test_every_request_carries_the_cached_system_prompt_the_offered_tools_and_the_growing_transcript(
-        ticket, fake_anthropic):
+    ticket, fake_anthropic
+):
     script_investigation(fake_anthropic)
 
     run(ticket, fake_anthropic.provider())
@@ -97,7 +105,12 @@ def test_every_request_carries_the_cached_system_prompt_the_offered_tools_and_th
         assert body["system"][-1]["cache_control"] == {"type": "ephemeral"}
         assert body["tools"][-1]["cache_control"] == {"type": "ephemeral"}
         names = {t["name"] for t in body["tools"]}
-        assert {"orders_lookup_order", "payments_get_summary", "refund_policy_retrieve", "refunds_create_draft"} <= names
+        assert {
+            "orders_lookup_order",
+            "payments_get_summary",
+            "refund_policy_retrieve",
+            "refunds_create_draft",
+        } <= names
         assert "refunds_issue_refund" not in names and "email_send_customer_message" not in names
     # Each turn sends the previous turn's tool_use back with its tool_result (the fake refuses otherwise).
     assert [len(b["messages"]) for b in bodies] == [1, 3, 5, 7]

@@ -20,7 +20,11 @@ RUN_QUERIES_MAX = 20
 
 @pytest.fixture
 def ticket_defaults():
-    return {"order": "ORD-5001", "message": "My headphones arrived broken. Please refund me.", "requested_amount": "120.00"}
+    return {
+        "order": "ORD-5001",
+        "message": "My headphones arrived broken. Please refund me.",
+        "requested_amount": "120.00",
+    }
 
 
 def four_calls(ticket) -> list[dict]:
@@ -29,9 +33,16 @@ def four_calls(ticket) -> list[dict]:
         {"tool": "orders_lookup_order", "input": {"order_id": "ORD-5001"}},
         {"tool": "payments_get_summary", "input": {"order_id": "ORD-5001"}},
         {"tool": "refund_policy_retrieve", "input": {}},
-        {"tool": "refunds_create_draft", "input": {
-            "recommendation": "refund", "amount": "120.00", "policy_version": version,
-            "rationale": "Damaged on arrival, inside the window.", "customer_reply": "We are looking into it."}},
+        {
+            "tool": "refunds_create_draft",
+            "input": {
+                "recommendation": "refund",
+                "amount": "120.00",
+                "policy_version": version,
+                "rationale": "Damaged on arrival, inside the window.",
+                "customer_reply": "We are looking into it.",
+            },
+        },
     ]
 
 
@@ -53,8 +64,21 @@ def test_every_trace_event_of_a_run_is_written_by_the_persist_of_its_step(file_t
     # and the trace is whole and in order
     spans = list(TraceEvent.objects.filter(ticket=ticket).order_by("seq").values_list("seq", "span"))
     assert [s for s, _ in spans] == list(range(1, len(spans) + 1))
-    assert [span for _, span in spans] == ["run", "run", "model", "tool", "model", "tool", "model", "tool", "model",
-                                           "draft", "policy", "approval", "stop"]
+    assert [span for _, span in spans] == [
+        "run",
+        "run",
+        "model",
+        "tool",
+        "model",
+        "tool",
+        "model",
+        "tool",
+        "model",
+        "draft",
+        "policy",
+        "approval",
+        "stop",
+    ]
     counted = [s for s in statements if "SAVEPOINT" not in s]
     assert len(counted) <= RUN_QUERIES_MAX, "\n".join(s[:90] for s in counted)
 

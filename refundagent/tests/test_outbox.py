@@ -42,15 +42,21 @@ def shop(policy, make_order, make_user):
 
 
 def test_an_approval_answers_200_when_the_broker_is_down_and_the_sweep_executes_it_once(
-        shop, api_client, django_capture_on_commit_callbacks, caplog, settings):
+    shop, api_client, django_capture_on_commit_callbacks, caplog, settings
+):
     settings.SWEEP_GRACE_SECONDS = 60
     ticket, request = ticket_awaiting_approval(order=shop["order"], filer=shop["support"], amount="40.00", key="k-1")
     # given the broker is unreachable when finance approves
-    with mock.patch.object(approval_execute_task, "delay", side_effect=broker_down), \
-            django_capture_on_commit_callbacks(execute=True), caplog.at_level(logging.ERROR):
+    with (
+        mock.patch.object(approval_execute_task, "delay", side_effect=broker_down),
+        django_capture_on_commit_callbacks(execute=True),
+        caplog.at_level(logging.ERROR),
+    ):
         response = api_client(shop["finance"]).post(
-            f"/api/approvals/{request.pk}/decision", {"decision": "approve", "args_hash": request.args_hash},
-            content_type="application/json")
+            f"/api/approvals/{request.pk}/decision",
+            {"decision": "approve", "args_hash": request.args_hash},
+            content_type="application/json",
+        )
     # then the decision is recorded and answered 200; the failed publish is logged and kept on the row
     assert response.status_code == 200, response.content
     request.refresh_from_db()
@@ -76,13 +82,24 @@ def test_an_approval_answers_200_when_the_broker_is_down_and_the_sweep_executes_
 
 
 def test_a_ticket_is_filed_201_when_the_broker_is_down_and_the_sweep_runs_it(
-        api_client, django_capture_on_commit_callbacks, caplog):
+    api_client, django_capture_on_commit_callbacks, caplog
+):
     # given the broker is unreachable when support files a ticket
-    with mock.patch.object(agent_run_ticket_task, "delay", side_effect=broker_down), \
-            django_capture_on_commit_callbacks(execute=True), caplog.at_level(logging.ERROR):
+    with (
+        mock.patch.object(agent_run_ticket_task, "delay", side_effect=broker_down),
+        django_capture_on_commit_callbacks(execute=True),
+        caplog.at_level(logging.ERROR),
+    ):
         response = api_client("acme-support").post(
-            "/api/tickets", {"order": "ORD-5001", "customer": "CUST-1001", "message": "Broken, refund $200.",
-                             "requested_amount": "200.00"}, content_type="application/json")
+            "/api/tickets",
+            {
+                "order": "ORD-5001",
+                "customer": "CUST-1001",
+                "message": "Broken, refund $200.",
+                "requested_amount": "200.00",
+            },
+            content_type="application/json",
+        )
     # then it is filed (201), queued, and the failure is logged
     assert response.status_code == 201, response.content
     ticket = Ticket.objects.get(pk=response.json()["id"])
@@ -113,8 +130,13 @@ def test_a_run_whose_lease_expired_is_enqueued_again(file_ticket):
     # given a ticket whose worker died mid-run (its lease expired)
     ticket = file_ticket(hold_agent=True)
     Ticket.objects.filter(pk=ticket.pk).update(status=Ticket.Status.RUNNING)
-    AgentRun.objects.create(ticket=ticket, status=AgentRun.Status.RUNNING, provider="offline", claimed_by="dead",
-                            lease_expires_at=timezone.now() - timedelta(seconds=1))
+    AgentRun.objects.create(
+        ticket=ticket,
+        status=AgentRun.Status.RUNNING,
+        provider="offline",
+        claimed_by="dead",
+        lease_expires_at=timezone.now() - timedelta(seconds=1),
+    )
     # when the sweep runs, the ticket is enqueued again and the new task takes the run over
     assert agent_runs_lease_expired_sweep() == 1
     ticket.refresh_from_db()
@@ -125,8 +147,13 @@ def test_a_run_whose_lease_expired_is_enqueued_again(file_ticket):
 def test_a_live_lease_is_left_alone(file_ticket):
     ticket = file_ticket(hold_agent=True)
     Ticket.objects.filter(pk=ticket.pk).update(status=Ticket.Status.RUNNING)
-    AgentRun.objects.create(ticket=ticket, status=AgentRun.Status.RUNNING, provider="offline", claimed_by="alive",
-                            lease_expires_at=timezone.now() + timedelta(seconds=60))
+    AgentRun.objects.create(
+        ticket=ticket,
+        status=AgentRun.Status.RUNNING,
+        provider="offline",
+        claimed_by="alive",
+        lease_expires_at=timezone.now() + timedelta(seconds=60),
+    )
     with mock.patch.object(agent_run_ticket_task, "delay") as delay:
         assert agent_runs_lease_expired_sweep() == 0
     delay.assert_not_called()

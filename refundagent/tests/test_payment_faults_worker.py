@@ -40,12 +40,30 @@ class PrivateRedis:
 
     def start(self):
         self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", str(self.workdir)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                "redis-server",
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                str(self.workdir),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
-            if subprocess.run(["redis-cli", "-p", str(self.port), "ping"], capture_output=True,
-                              text=True).stdout.strip() == "PONG":
+            if (
+                subprocess.run(
+                    ["redis-cli", "-p", str(self.port), "ping"], capture_output=True, text=True
+                ).stdout.strip()
+                == "PONG"
+            ):
                 return self
             time.sleep(0.1)
         raise RuntimeError("the private redis-server did not start")
@@ -79,8 +97,13 @@ def private_redis(tmp_path):
 @pytest.fixture
 def stripe_env(settings):
     server = FakeStripe().start()
-    env = {"PAYMENT_GATEWAY": "stripe", "STRIPE_API_KEY": "sk_test_fake", "STRIPE_API_BASE": server.url,
-           "STRIPE_MAX_NETWORK_RETRIES": "2", "STRIPE_TIMEOUT_SECONDS": "10"}
+    env = {
+        "PAYMENT_GATEWAY": "stripe",
+        "STRIPE_API_KEY": "sk_test_fake",
+        "STRIPE_API_BASE": server.url,
+        "STRIPE_MAX_NETWORK_RETRIES": "2",
+        "STRIPE_TIMEOUT_SECONDS": "10",
+    }
     settings.PAYMENT_GATEWAY, settings.STRIPE_API_KEY, settings.STRIPE_API_BASE = "stripe", "sk_test_fake", server.url
     yield server, env
     server.stop()
@@ -109,7 +132,8 @@ def request_status(request) -> str:
 
 
 def test_broker_down_when_finance_approves_then_the_sweep_pays_it_exactly_once(
-        celery_worker_process, private_redis, stripe_env, shop, api_client, settings):
+    celery_worker_process, private_redis, stripe_env, shop, api_client, settings
+):
     fake, env = stripe_env
     settings.SWEEP_GRACE_SECONDS = 1
     celery_worker_process.start(timeout=90, extra_env={**env, "CELERY_BROKER_URL": private_redis.url})
@@ -120,8 +144,10 @@ def test_broker_down_when_finance_approves_then_the_sweep_pays_it_exactly_once(
     # when finance approves: the decision is recorded and answered 200
     started = time.monotonic()
     response = api_client(shop["finance"]).post(
-        f"/api/approvals/{request.pk}/decision", {"decision": "approve", "args_hash": request.args_hash},
-        content_type="application/json")
+        f"/api/approvals/{request.pk}/decision",
+        {"decision": "approve", "args_hash": request.args_hash},
+        content_type="application/json",
+    )
     assert response.status_code == 200, response.content
     assert time.monotonic() - started < 10  # the failed publish does not hang the request
     request.refresh_from_db()
@@ -141,16 +167,20 @@ def test_broker_down_when_finance_approves_then_the_sweep_pays_it_exactly_once(
 
 
 def test_broker_down_when_support_files_a_ticket_then_the_sweep_has_it_run(
-        celery_worker_process, private_redis, api_client, settings):
+    celery_worker_process, private_redis, api_client, settings
+):
     settings.SWEEP_GRACE_SECONDS = 1
     support = api_client("acme-support")  # seeds the demo
-    celery_worker_process.start(timeout=90, extra_env={"CELERY_BROKER_URL": private_redis.url,
-                                                       "AGENT_PROVIDER": "offline"})
+    celery_worker_process.start(
+        timeout=90, extra_env={"CELERY_BROKER_URL": private_redis.url, "AGENT_PROVIDER": "offline"}
+    )
     # given the broker goes down; when support files a ticket: 201, queued
     private_redis.stop()
-    response = support.post("/api/tickets", {"order": "ORD-5001", "customer": "CUST-1001",
-                                             "message": "Broken, refund $200.", "requested_amount": "200.00"},
-                            content_type="application/json")
+    response = support.post(
+        "/api/tickets",
+        {"order": "ORD-5001", "customer": "CUST-1001", "message": "Broken, refund $200.", "requested_amount": "200.00"},
+        content_type="application/json",
+    )
     assert response.status_code == 201, response.content
     ticket_id = response.json()["id"]
     assert Ticket.objects.get(pk=ticket_id).status == Ticket.Status.QUEUED
@@ -160,12 +190,16 @@ def test_broker_down_when_support_files_a_ticket_then_the_sweep_has_it_run(
     time.sleep(settings.SWEEP_GRACE_SECONDS + 0.1)
     assert outbox_sweep_task()["tickets_queued"] == 1
     # then a worker picks it up and the agent stops it once
-    wait_for(lambda: Ticket.objects.get(pk=ticket_id).status == Ticket.Status.APPROVAL_REQUIRED, 90,
-             "the agent to run the swept ticket")
+    wait_for(
+        lambda: Ticket.objects.get(pk=ticket_id).status == Ticket.Status.APPROVAL_REQUIRED,
+        90,
+        "the agent to run the swept ticket",
+    )
 
 
 def test_worker_killed_between_the_provider_call_and_the_ledger_update_pays_once(
-        celery_worker_process, private_redis, stripe_env, shop, tmp_path, settings, django_capture_on_commit_callbacks):
+    celery_worker_process, private_redis, stripe_env, shop, tmp_path, settings, django_capture_on_commit_callbacks
+):
     fake, env = stripe_env
     settings.SWEEP_GRACE_SECONDS = 1
     # given a worker (visibility timeout: an hour) whose first payout is killed, whole worker,
@@ -173,14 +207,16 @@ def test_worker_killed_between_the_provider_call_and_the_ledger_update_pays_once
     marker = tmp_path / "killed-after-provider-call"
     pythonpath = os.pathsep.join(p for p in (str(FAULTS), os.environ.get("PYTHONPATH", "")) if p)
     worker_env = {**env, "CELERY_BROKER_URL": private_redis.url, "CELERY_VISIBILITY_TIMEOUT": "3600"}
-    celery_worker_process.start(timeout=90, extra_env={**worker_env, PAYOUT_CRASH_ENV: str(marker),
-                                                       "PYTHONPATH": pythonpath})
+    celery_worker_process.start(
+        timeout=90, extra_env={**worker_env, PAYOUT_CRASH_ENV: str(marker), "PYTHONPATH": pythonpath}
+    )
     ticket, request = ticket_awaiting_approval(order=shop["order"], filer=shop["support"], amount="40.00", key="k-kill")
 
     # when finance approves
     with django_capture_on_commit_callbacks(execute=True):
-        approval_request_decide(request_id=request.pk, user=shop["finance"], decision="approve",
-                                args_hash=request.args_hash)
+        approval_request_decide(
+            request_id=request.pk, user=shop["finance"], decision="approve", args_hash=request.args_hash
+        )
     wait_for(marker.exists, 60, "the worker to be killed after the provider call")
     wait_for(lambda: celery_worker_process.proc.poll() is not None, 30, "the whole worker to be gone")
     # then the provider made the refund, the ledger still says pending, the request approved

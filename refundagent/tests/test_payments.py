@@ -67,8 +67,11 @@ def test_an_approved_refund_is_paid_out_once_and_the_ticket_is_refunded(fake_str
     [call] = fake_stripe.posts()
     assert call["params"]["payment_intent"] == "pi_pay" and call["params"]["amount"] == "3000"
     assert call["idempotency_key"] == request.idempotency_key == "approval-key-1"
-    assert (call["params"]["metadata[approval]"], call["params"]["metadata[ticket]"],
-            call["params"]["metadata[tenant]"]) == (str(request.pk), str(ticket.pk), shop["order"].tenant.slug)
+    assert (
+        call["params"]["metadata[approval]"],
+        call["params"]["metadata[ticket]"],
+        call["params"]["metadata[tenant]"],
+    ) == (str(request.pk), str(ticket.pk), shop["order"].tenant.slug)
     # and the ledger entry succeeded, naming that refund
     [entry] = RefundEntry.objects.filter(order=shop["order"])
     [refund] = fake_stripe.refunds.values()
@@ -76,8 +79,13 @@ def test_an_approved_refund_is_paid_out_once_and_the_ticket_is_refunded(fake_str
     # and the evaluator checked the provider's record before the ticket became refunded
     assert request.status == ApprovalRequest.Status.EXECUTED and request.verification["ok"]
     checked = {c["name"] for c in request.verification["checks"]}
-    assert {"entry_succeeded", "provider_refund_id", "provider_status", "provider_amount",
-            "provider_metadata_approval"} <= checked
+    assert {
+        "entry_succeeded",
+        "provider_refund_id",
+        "provider_status",
+        "provider_amount",
+        "provider_metadata_approval",
+    } <= checked
     assert [c for c in fake_stripe.calls if c["method"] == "GET"]  # the provider was asked
     assert ticket.status == Ticket.Status.REFUNDED
     # and executing again changes nothing at the provider
@@ -120,7 +128,8 @@ def test_a_500_then_success_makes_one_refund(fake_stripe, shop, approved_ticket)
 
 @pytest.mark.parametrize(("fault", "reason"), [("402", "card_declined"), ("400", "charge_already_refunded")])
 def test_a_refused_payout_goes_back_to_finance_and_a_new_approval_pays_it(
-        fake_stripe, shop, approved_ticket, make_user, api_client, django_capture_on_commit_callbacks, fault, reason):
+    fake_stripe, shop, approved_ticket, make_user, api_client, django_capture_on_commit_callbacks, fault, reason
+):
     # given the provider refuses the refund
     fake_stripe.fail_next(fault)
 
@@ -173,8 +182,12 @@ def test_without_a_gateway_the_refund_is_recorded_as_paid_by_hand(shop, approved
 
 def test_the_finance_queue_counts_unresolved_reconciliation_findings(shop, make_user):
     # given a difference between the ledger and the provider, not yet resolved
-    ReconciliationFinding.objects.create(tenant=shop["order"].tenant, kind="missing_at_provider", currency="USD",
-                                         detail="refund not found at the provider")
+    ReconciliationFinding.objects.create(
+        tenant=shop["order"].tenant,
+        kind="missing_at_provider",
+        currency="USD",
+        detail="refund not found at the provider",
+    )
     # when a finance user of the shop opens the queue
     web = Client()
     web.force_login(make_user("queue-reader", "finance", is_staff=True))
@@ -195,7 +208,8 @@ def test_a_refusal_whose_receiver_failed_still_sends_the_request_back_to_finance
 
 
 def test_a_pending_refund_waits_until_the_sweep_polls_the_provider_then_the_ticket_is_refunded(
-        fake_stripe, shop, approved_ticket, settings, django_capture_on_commit_callbacks):
+    fake_stripe, shop, approved_ticket, settings, django_capture_on_commit_callbacks
+):
     # given the provider answers the refund is pending (a bank refund that takes days)
     fake_stripe.refund_status = "pending"
     ticket, request = approved_ticket("30.00")
@@ -207,8 +221,10 @@ def test_a_pending_refund_waits_until_the_sweep_polls_the_provider_then_the_tick
     # when the provider completes it (its webhook is lost) and the sweep polls pending payouts
     fake_stripe.refunds[entry.provider_ref]["status"] = "succeeded"
     settings.SWEEP_GRACE_SECONDS = 1
-    with mock.patch("django.utils.timezone.now", return_value=timezone.now() + timedelta(seconds=5)), \
-            django_capture_on_commit_callbacks(execute=True):
+    with (
+        mock.patch("django.utils.timezone.now", return_value=timezone.now() + timedelta(seconds=5)),
+        django_capture_on_commit_callbacks(execute=True),
+    ):
         done = outbox_sweep()
     # then the entry succeeded, the execution was enqueued again and verified it: refunded, one refund
     assert done["payouts_polled"] == 1

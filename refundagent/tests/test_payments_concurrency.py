@@ -32,8 +32,9 @@ def test_sixteen_concurrent_approvals_never_take_the_order_above_its_total(slow_
     order = make_order("100.00", external_id="ORD-RACE", payment_ref="pi_race")
     support = make_user("support", "support")
     approvers = [make_user(f"finance-{i}", "finance") for i in range(16)]
-    requests = [ticket_awaiting_approval(order=order, filer=support, amount="10.00", key=f"race-{i}")[1]
-                for i in range(16)]
+    requests = [
+        ticket_awaiting_approval(order=order, filer=support, amount="10.00", key=f"race-{i}")[1] for i in range(16)
+    ]
     # and a watcher that reads what counts against the order while the provider calls are in flight
     seen, done = [], threading.Event()
 

@@ -31,9 +31,15 @@ def escalated_ticket(people, customer):
 
     def make(order, status=Ticket.Status.ESCALATED):
         return Ticket.objects.create(
-            tenant=order.tenant, order=order, customer=customer, message="Please make an exception.",
-            currency=order.currency, created_by=people["support"], status=status,
-            stop_reason=Ticket.StopReason.ESCALATED, stop_detail="Outside the window: a person decides.",
+            tenant=order.tenant,
+            order=order,
+            customer=customer,
+            message="Please make an exception.",
+            currency=order.currency,
+            created_by=people["support"],
+            status=status,
+            stop_reason=Ticket.StopReason.ESCALATED,
+            stop_detail="Outside the window: a person decides.",
         )
 
     return make
@@ -44,13 +50,20 @@ def propose(client, ticket, **body):
 
 
 def decide(client, approval_id, args_hash, decision="approve", **extra):
-    return client.post(f"/api/approvals/{approval_id}/decision",
-                       {"decision": decision, "args_hash": args_hash, **extra}, content_type="application/json")
+    return client.post(
+        f"/api/approvals/{approval_id}/decision",
+        {"decision": decision, "args_hash": args_hash, **extra},
+        content_type="application/json",
+    )
 
 
 def rows() -> tuple[int, int, int, int]:
-    return (ApprovalRequest.objects.count(), ApprovalVote.objects.count(), RefundEntry.objects.count(),
-            TraceEvent.objects.count())
+    return (
+        ApprovalRequest.objects.count(),
+        ApprovalVote.objects.count(),
+        RefundEntry.objects.count(),
+        TraceEvent.objects.count(),
+    )
 
 
 def test_an_exception_on_an_escalated_out_of_window_ticket_needs_two_finance_approvers_never_the_proposer(
@@ -105,9 +118,7 @@ def test_an_exception_on_an_escalated_out_of_window_ticket_needs_two_finance_app
     assert decisions[0] == "human_proposal" and "approve_vote" in decisions and "verified" in decisions
 
 
-def test_a_proposal_within_the_policy_follows_the_policy_threshold(
-    people, make_order, escalated_ticket, api_client
-):
+def test_a_proposal_within_the_policy_follows_the_policy_threshold(people, make_order, escalated_ticket, api_client):
     # given a failed ticket on an order in the window
     ticket = escalated_ticket(make_order("120.00", days_old=3), status=Ticket.Status.FAILED)
     # when support proposes a partial refund without an exception
@@ -121,8 +132,14 @@ def test_a_proposal_within_the_policy_follows_the_policy_threshold(
 
 @pytest.mark.parametrize(
     "case",
-    ["above_refundable", "foreign_method", "exception_without_reason", "outside_window_without_exception",
-     "other_currency", "rule_not_waivable"],
+    [
+        "above_refundable",
+        "foreign_method",
+        "exception_without_reason",
+        "outside_window_without_exception",
+        "other_currency",
+        "rule_not_waivable",
+    ],
 )
 def test_a_proposal_the_hard_limits_refuse_answers_422_and_writes_nothing(
     case, people, make_order, escalated_ticket, api_client, tenant
@@ -175,7 +192,9 @@ def test_assign_takes_and_hands_back_a_ticket_of_the_queue(people, make_order, e
     # then it is theirs, for everyone to see; the lead cannot take it from under them
     assert response.status_code == 200 and response.json()["owner"] == "support"
     assert lead.get(f"/api/tickets/{ticket.pk}").json()["owner"] == "support"
-    assert lead.post(f"/api/tickets/{ticket.pk}/assign", {"to": "me"}, content_type="application/json").status_code == 409
+    assert (
+        lead.post(f"/api/tickets/{ticket.pk}/assign", {"to": "me"}, content_type="application/json").status_code == 409
+    )
     # when support hands it back
     response = support.post(f"/api/tickets/{ticket.pk}/assign", {"to": None}, content_type="application/json")
     # then nobody owns it and the trace has both actions
@@ -188,7 +207,9 @@ def test_finance_reviews_a_proposal_with_who_proposed_it_why_and_what_it_waives(
 ):
     # given an exception proposed by support on an out-of-window order
     ticket = escalated_ticket(make_order("120.00", days_old=60))
-    body = propose(api_client(people["support"]), ticket, amount="30.00", reason="Courier lost it.", exception=True).json()
+    body = propose(
+        api_client(people["support"]), ticket, amount="30.00", reason="Courier lost it.", exception=True
+    ).json()
     # when finance opens its review page's sections
     sections = review_sections(ApprovalRequest.objects.get(pk=body["id"]))
     # then one says who proposed it, why, and which rules it waives with how many approvers

@@ -41,11 +41,17 @@ def complete(provider, messages=USER, max_tokens=512):
 
 
 def test_tool_use_is_parsed_into_tool_calls_with_the_exact_input(fake_anthropic):
-    draft = {"recommendation": "refund", "amount": "120.00", "policy_version": "refund-policy-v4",
-             "items": ["SKU-1", "SKU-2"], "nested": {"note": "ünïcode ✓", "n": 3}}
+    draft = {
+        "recommendation": "refund",
+        "amount": "120.00",
+        "policy_version": "refund-policy-v4",
+        "items": ["SKU-1", "SKU-2"],
+        "nested": {"note": "ünïcode ✓", "n": 3},
+    }
     fake_anthropic.add_tool_uses(
         [("orders_lookup_order", {"order_id": "ORD-5001"}), ("refunds_create_draft", draft)],
-        text="Looking it up.", ids=["toolu_a", "toolu_b"],
+        text="Looking it up.",
+        ids=["toolu_a", "toolu_b"],
     )
 
     turn = complete(fake_anthropic.provider())
@@ -76,21 +82,35 @@ def test_plain_text_answer(fake_anthropic):
 
 
 def test_token_usage_is_recorded_including_cache_tokens(fake_anthropic):
-    fake_anthropic.add_text("ok", usage={"input_tokens": 1234, "output_tokens": 56,
-                                         "cache_creation_input_tokens": 2048, "cache_read_input_tokens": 4096})
+    fake_anthropic.add_text(
+        "ok",
+        usage={
+            "input_tokens": 1234,
+            "output_tokens": 56,
+            "cache_creation_input_tokens": 2048,
+            "cache_read_input_tokens": 4096,
+        },
+    )
 
     turn = complete(fake_anthropic.provider())
 
-    assert turn.usage == Usage(input_tokens=1234, output_tokens=56, cache_creation_input_tokens=2048,
-                               cache_read_input_tokens=4096)
+    assert turn.usage == Usage(
+        input_tokens=1234, output_tokens=56, cache_creation_input_tokens=2048, cache_read_input_tokens=4096
+    )
     assert turn.usage.total == 1234 + 56 + 2048 + 4096
 
 
 def test_missing_usage_or_null_cache_fields_count_as_zero(fake_anthropic):
     fake_anthropic.add_text("no usage at all", usage={})
-    fake_anthropic.add_text("null cache fields", usage={"input_tokens": 5, "output_tokens": 2,
-                                                        "cache_creation_input_tokens": None,
-                                                        "cache_read_input_tokens": None})
+    fake_anthropic.add_text(
+        "null cache fields",
+        usage={
+            "input_tokens": 5,
+            "output_tokens": 2,
+            "cache_creation_input_tokens": None,
+            "cache_read_input_tokens": None,
+        },
+    )
     provider = fake_anthropic.provider()
 
     assert complete(provider).usage == Usage()
@@ -112,8 +132,12 @@ def test_request_carries_model_max_tokens_tools_and_the_cached_system_prompt(fak
     assert body["system"] == [{"type": "text", "text": SYSTEM, "cache_control": {"type": "ephemeral"}}]
     assert body["tools"] == [
         {"name": "orders_lookup_order", "description": TOOLS[0].description, "input_schema": TOOLS[0].input_schema},
-        {"name": "refunds_create_draft", "description": TOOLS[1].description, "input_schema": TOOLS[1].input_schema,
-         "cache_control": {"type": "ephemeral"}},
+        {
+            "name": "refunds_create_draft",
+            "description": TOOLS[1].description,
+            "input_schema": TOOLS[1].input_schema,
+            "cache_control": {"type": "ephemeral"},
+        },
     ]
 
 
@@ -121,9 +145,13 @@ def test_the_conversation_prefix_is_cached_without_touching_the_callers_transcri
     fake_anthropic.add_text("ok")
     messages = [
         {"role": "user", "content": [{"type": "text", "text": "Ticket", "cache_control": {"type": "ephemeral"}}]},
-        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "orders_lookup_order",
-                                           "input": {"order_id": "ORD-5001"}}]},
-        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "{\"total\": \"120.00\"}"}]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "tool_use", "id": "t1", "name": "orders_lookup_order", "input": {"order_id": "ORD-5001"}}
+            ],
+        },
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": '{"total": "120.00"}'}]},
     ]
     before = repr(messages)
 
@@ -204,7 +232,9 @@ def test_retry_after_header_is_honoured(fake_anthropic):
 
 
 def test_a_400_is_not_retried_and_surfaces_as_a_permanent_provider_error(fake_anthropic):
-    fake_anthropic.add_invalid_request("messages.0.content: tool_result block(s) provided when previous message has none")
+    fake_anthropic.add_invalid_request(
+        "messages.0.content: tool_result block(s) provided when previous message has none"
+    )
     fake_anthropic.add_text("never reached")
 
     with pytest.raises(ProviderError) as raised:
@@ -217,8 +247,15 @@ def test_a_400_is_not_retried_and_surfaces_as_a_permanent_provider_error(fake_an
     assert "tool_result block(s) provided" in str(raised.value)
 
 
-@pytest.mark.parametrize("status, error_type", [(401, "authentication_error"), (403, "permission_error"),
-                                                (404, "not_found_error"), (422, "invalid_request_error")])
+@pytest.mark.parametrize(
+    "status, error_type",
+    [
+        (401, "authentication_error"),
+        (403, "permission_error"),
+        (404, "not_found_error"),
+        (422, "invalid_request_error"),
+    ],
+)
 def test_other_client_errors_are_not_retried(fake_anthropic, status, error_type):
     fake_anthropic.add_error(status, error_type, "nope")
 
@@ -267,8 +304,9 @@ def test_cost_is_computed_exactly_as_decimal_from_the_prices_per_million_tokens(
     settings.ANTHROPIC_PRICE_CACHE_READ_PER_MTOK = Decimal("0.30")
     provider = fake_anthropic.provider()
 
-    cost = provider.cost_usd(Usage(input_tokens=1234, output_tokens=567, cache_creation_input_tokens=2000,
-                                   cache_read_input_tokens=10001))
+    cost = provider.cost_usd(
+        Usage(input_tokens=1234, output_tokens=567, cache_creation_input_tokens=2000, cache_read_input_tokens=10001)
+    )
 
     # 1234*3 + 567*15 + 2000*3.75 + 10001*0.30 = 3702 + 8505 + 7500 + 3000.3 = 22707.3 per million
     assert isinstance(cost, Decimal)
@@ -340,20 +378,25 @@ def test_an_unknown_model_is_priced_at_the_most_expensive_known_price(table_pric
 
     assert model_price("claude-unknown-9") == FALLBACK_PRICE
     for price in MODEL_PRICES.values():
-        assert all(getattr(FALLBACK_PRICE, part) >= getattr(price, part)
-                   for part in ("input", "output", "cache_write", "cache_read"))
+        assert all(
+            getattr(FALLBACK_PRICE, part) >= getattr(price, part)
+            for part in ("input", "output", "cache_write", "cache_read")
+        )
     assert unknown.cost_usd(USAGE) > AnthropicProvider(api_key="", model="claude-opus-4-5").cost_usd(USAGE)
 
 
-@pytest.mark.parametrize(("model", "price"), [
-    ("claude-opus-4-5-20251101", OPUS_4_5),
-    ("claude-opus-4-1-20250805", OPUS_4_0),
-    ("claude-opus-4-20250514", OPUS_4_0),
-    ("claude-sonnet-4-5-20250929", SONNET),
-    ("claude-haiku-4-5", HAIKU_4_5),
-    ("claude-3-5-haiku-20241022", HAIKU_3_5),
-    ("Claude-Sonnet-4-5", SONNET),
-])
+@pytest.mark.parametrize(
+    ("model", "price"),
+    [
+        ("claude-opus-4-5-20251101", OPUS_4_5),
+        ("claude-opus-4-1-20250805", OPUS_4_0),
+        ("claude-opus-4-20250514", OPUS_4_0),
+        ("claude-sonnet-4-5-20250929", SONNET),
+        ("claude-haiku-4-5", HAIKU_4_5),
+        ("claude-3-5-haiku-20241022", HAIKU_3_5),
+        ("Claude-Sonnet-4-5", SONNET),
+    ],
+)
 def test_a_model_is_priced_by_the_longest_matching_prefix(table_prices, model, price):
     assert model_price(model) == price
 
@@ -364,4 +407,8 @@ def test_an_operator_price_setting_replaces_only_its_part(settings, table_prices
     price = model_price("claude-haiku-4-5")
 
     assert (price.input, price.output, price.cache_write, price.cache_read) == (
-        HAIKU_4_5.input, Decimal("9.00"), HAIKU_4_5.cache_write, HAIKU_4_5.cache_read)
+        HAIKU_4_5.input,
+        Decimal("9.00"),
+        HAIKU_4_5.cache_write,
+        HAIKU_4_5.cache_read,
+    )

@@ -29,19 +29,32 @@ def ticket_with_request(user, order="ORD-5001", filer="acme-support", amount=Non
     tenant = filer_user.membership.tenant
     found = Order.objects.select_related("customer").get(tenant=tenant, external_id=order)
     ticket = Ticket.objects.create(
-        tenant=tenant, order=found, customer=found.customer, message=message, currency=found.currency,
-        created_by=filer_user, status=Ticket.Status.APPROVAL_REQUIRED, stop_reason=Ticket.StopReason.APPROVAL_REQUIRED,
+        tenant=tenant,
+        order=found,
+        customer=found.customer,
+        message=message,
+        currency=found.currency,
+        created_by=filer_user,
+        status=Ticket.Status.APPROVAL_REQUIRED,
+        stop_reason=Ticket.StopReason.APPROVAL_REQUIRED,
     )
     policy = policy_current(tenant)
     verdict = policy_gate_evaluate(
-        order=found, policy=policy,
-        proposal=Proposal(recommendation="refund", amount=Decimal(amount) if amount else None,
-                          policy_version=policy.version),
+        order=found,
+        policy=policy,
+        proposal=Proposal(
+            recommendation="refund", amount=Decimal(amount) if amount else None, policy_version=policy.version
+        ),
         now=timezone.now(),
     )
     request, _ = approval_request_create(
-        order=found, policy=policy, verdict=verdict, idempotency_key=f"refund:test:ticket-{ticket.pk}",
-        requested_by=filer_user, ticket_ref=ticket.pk, trace_id=str(ticket.trace_id),
+        order=found,
+        policy=policy,
+        verdict=verdict,
+        idempotency_key=f"refund:test:ticket-{ticket.pk}",
+        requested_by=filer_user,
+        ticket_ref=ticket.pk,
+        trace_id=str(ticket.trace_id),
     )
     return ticket, request
 
@@ -51,8 +64,9 @@ def spans(ticket):
 
 
 def decide(user, request, decision="approve", username="acme-finance", **extra):
-    return approval_request_decide(request_id=request.pk, user=user(username), decision=decision,
-                                   args_hash=request.args_hash, **extra)
+    return approval_request_decide(
+        request_id=request.pk, user=user(username), decision=decision, args_hash=request.args_hash, **extra
+    )
 
 
 def test_approved_executed_verified_ticket_is_refunded(user, api_client, django_capture_on_commit_callbacks):
@@ -80,8 +94,13 @@ def test_approved_executed_verified_ticket_is_refunded(user, api_client, django_
 def test_through_the_agent_file_approve_refund(user, django_capture_on_commit_callbacks):
     # given support files a ticket and the agent (offline provider) runs on commit
     with django_capture_on_commit_callbacks(execute=True):
-        ticket = ticket_create(user=user("acme-support"), order="ORD-5001", customer="CUST-1001",
-                               message="My headphones stopped charging; please refund.", requested_amount="120.00")
+        ticket = ticket_create(
+            user=user("acme-support"),
+            order="ORD-5001",
+            customer="CUST-1001",
+            message="My headphones stopped charging; please refund.",
+            requested_amount="120.00",
+        )
     ticket.refresh_from_db()
     assert ticket.status == Ticket.Status.APPROVAL_REQUIRED, ticket.stop_detail
     request = ApprovalRequest.objects.get(ticket_ref=ticket.pk)
@@ -130,8 +149,9 @@ def test_request_changes_sends_the_ticket_back_with_the_note_and_a_lower_amount(
     Ticket.objects.filter(pk=ticket.pk).update(requested_amount=Decimal("120.00"))
     # when finance requests changes, wanting 50.00
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
-        decide(user, request, decision="request_changes", note="Only the charger is faulty: 50.00.",
-               wanted_amount="50.00")
+        decide(
+            user, request, decision="request_changes", note="Only the charger is faulty: 50.00.", wanted_amount="50.00"
+        )
     # then the ticket is queued again with the note, its amount lowered, and a new run enqueued on commit
     ticket.refresh_from_db()
     assert ticket.status == Ticket.Status.QUEUED and ticket.stop_reason is None
@@ -153,7 +173,9 @@ def test_request_changes_sends_the_ticket_back_with_the_note_and_a_lower_amount(
     rerun = ticket.runs.order_by("-id").first()
     facts = facts_from_messages(rerun.messages)
     assert facts["finance_review"] == {
-        "decision": "request_changes", "note": "Only the charger is faulty: 50.00.", "wanted_amount": "50.00",
+        "decision": "request_changes",
+        "note": "Only the charger is faulty: 50.00.",
+        "wanted_amount": "50.00",
         "previous_request": request.pk,
     }
     assert facts["requested_amount"] == "50.00"
@@ -196,7 +218,9 @@ def test_replaced_request_keeps_the_ticket_waiting(user):
 
 def test_invalidated_without_replacement_escalates(user):
     ticket, request = ticket_with_request(user)
-    ledger_refund_issue(order=ticket.order, amount="120.00", currency="USD", idempotency_key="shop:all", source="import")
+    ledger_refund_issue(
+        order=ticket.order, amount="120.00", currency="USD", idempotency_key="shop:all", source="import"
+    )
     with pytest.raises(ApprovalConflict):
         decide(user, request)
     ticket.refresh_from_db()
@@ -234,8 +258,13 @@ def test_execution_twice_traces_the_replay_once(user, django_capture_on_commit_c
 
 def test_review_sections_show_the_ticket_draft_reply_and_trace(user, django_capture_on_commit_callbacks):
     with django_capture_on_commit_callbacks(execute=True):
-        ticket = ticket_create(user=user("acme-support"), order="ORD-5001", customer="CUST-1001",
-                               message="Refund <script>alert(1)</script> please", requested_amount="120.00")
+        ticket = ticket_create(
+            user=user("acme-support"),
+            order="ORD-5001",
+            customer="CUST-1001",
+            message="Refund <script>alert(1)</script> please",
+            requested_amount="120.00",
+        )
     request = ApprovalRequest.objects.get(ticket_ref=ticket.pk)
     sections = review_sections(request)
     titles = [s["title"] for s in sections]

@@ -48,7 +48,10 @@ def test_worker_killed_after_the_ledger_write_still_one_entry(celery_worker_proc
     request.refresh_from_db()
     assert request.status == "executed" and request.ledger_entry_id == entry.pk
     assert spans(ticket) == [
-        ("approval", "approve"), ("ledger", "refund_issued"), ("ledger", "refund_replayed"), ("verify", "verified"),
+        ("approval", "approve"),
+        ("ledger", "refund_issued"),
+        ("ledger", "refund_replayed"),
+        ("verify", "verified"),
     ]
 
 

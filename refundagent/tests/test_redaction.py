@@ -16,8 +16,13 @@ from refundagent.tracing import trace_export
 def _secrets():
     order = Order.objects.select_related("customer").get(external_id="ORD-5001")
     customer = order.customer
-    return [customer.email, customer.name, "Jane", *order.payments.values_list("payment_ref", flat=True),
-            *customer.payment_methods.values_list("external_id", flat=True)]
+    return [
+        customer.email,
+        customer.name,
+        "Jane",
+        *order.payments.values_list("payment_ref", flat=True),
+        *customer.payment_methods.values_list("external_id", flat=True),
+    ]
 
 
 def _stored_text(ticket) -> str:
@@ -28,8 +33,10 @@ def _stored_text(ticket) -> str:
 def test_no_contact_data_or_payment_reference_is_stored_in_a_trace(user):
     # given a ticket whose text carries the customer's email, name and payment reference
     secrets = _secrets()
-    message = (f"I am {secrets[1]} ({secrets[0]}), paid with {secrets[3]} via {secrets[4]}. Card 4242 4242 4242 "
-               "4242. Also mail me at other.person@example.org.")
+    message = (
+        f"I am {secrets[1]} ({secrets[0]}), paid with {secrets[3]} via {secrets[4]}. Card 4242 4242 4242 "
+        "4242. Also mail me at other.person@example.org."
+    )
     ticket = ticket_create(user=user("acme-support"), order="ORD-5001", customer="CUST-1001", message=message)
     # and a model that echoes all of it into its calls and its text
     echo = {"to": secrets[0], "body": message, "ref": secrets[3]}
@@ -39,10 +46,16 @@ def test_no_contact_data_or_payment_reference_is_stored_in_a_trace(user):
         {"tool": "orders_lookup_order", "input": {"order_id": "ORD-5001"}},
         {"tool": "payments_get_summary", "input": {"order_id": "ORD-5001"}},
         {"tool": "refund_policy_retrieve", "input": {}},
-        {"tool": "refunds_create_draft", "input": {
-            "recommendation": "refund", "amount": "120.00", "policy_version": "refund-policy-v4",
-            "rationale": f"Paid by {secrets[3]} ({secrets[4]}), contact {secrets[0]}.",
-            "customer_reply": f"Dear {secrets[1]}, we passed your request to finance."}},
+        {
+            "tool": "refunds_create_draft",
+            "input": {
+                "recommendation": "refund",
+                "amount": "120.00",
+                "policy_version": "refund-policy-v4",
+                "rationale": f"Paid by {secrets[3]} ({secrets[4]}), contact {secrets[0]}.",
+                "customer_reply": f"Dear {secrets[1]}, we passed your request to finance.",
+            },
+        },
     ]
 
     agent_run_ticket(ticket_id=ticket.pk, provider=ScriptedProvider(turns))
@@ -56,8 +69,9 @@ def test_no_contact_data_or_payment_reference_is_stored_in_a_trace(user):
 
 def test_an_offline_run_stores_no_secrets_either(user):
     secrets = _secrets()
-    ticket = ticket_create(user=user("acme-support"), order="ORD-5001", customer="CUST-1001",
-                           message=f"Refund please, {secrets[0]}")
+    ticket = ticket_create(
+        user=user("acme-support"), order="ORD-5001", customer="CUST-1001", message=f"Refund please, {secrets[0]}"
+    )
 
     agent_run_ticket(ticket_id=ticket.pk, provider=OfflineProvider())
 

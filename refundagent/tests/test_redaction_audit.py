@@ -31,9 +31,16 @@ def draft_turns(order_id, amount, reply):
         {"tool": "orders_lookup_order", "input": {"order_id": order_id}},
         {"tool": "payments_get_summary", "input": {"order_id": order_id}},
         {"tool": "refund_policy_retrieve", "input": {}},
-        {"tool": "refunds_create_draft", "input": {
-            "recommendation": "refund", "amount": amount, "policy_version": "refund-policy-v4",
-            "rationale": "Within the window.", "customer_reply": reply}},
+        {
+            "tool": "refunds_create_draft",
+            "input": {
+                "recommendation": "refund",
+                "amount": amount,
+                "policy_version": "refund-policy-v4",
+                "rationale": "Within the window.",
+                "customer_reply": reply,
+            },
+        },
     ]
 
 
@@ -41,22 +48,44 @@ def test_a_name_made_of_decision_words_does_not_blank_the_audit_trail(
     tenant, policy, make_user, django_capture_on_commit_callbacks
 ):
     # given a customer named after the fields of the audit trail, with a 12.00 USD order
-    customer = Customer.objects.create(tenant=tenant, external_id="CUST-M", name=TAMPER_NAME,
-                                       email="mallory@example.com")
-    card = PaymentMethod.objects.create(customer=customer, external_id="card_m", kind="card", brand="visa",
-                                        last4="1881")
-    order = Order.objects.create(tenant=tenant, customer=customer, external_id="ORD-M", total="12.00",
-                                 currency="USD", placed_at=timezone.now() - timedelta(days=3), status="delivered")
-    Payment.objects.create(order=order, payment_method=card, method="card", card_brand="visa", card_last4="1881",
-                           payment_ref="pi_mallory123456", amount="12.00", currency="USD")
+    customer = Customer.objects.create(
+        tenant=tenant, external_id="CUST-M", name=TAMPER_NAME, email="mallory@example.com"
+    )
+    card = PaymentMethod.objects.create(
+        customer=customer, external_id="card_m", kind="card", brand="visa", last4="1881"
+    )
+    order = Order.objects.create(
+        tenant=tenant,
+        customer=customer,
+        external_id="ORD-M",
+        total="12.00",
+        currency="USD",
+        placed_at=timezone.now() - timedelta(days=3),
+        status="delivered",
+    )
+    Payment.objects.create(
+        order=order,
+        payment_method=card,
+        method="card",
+        card_brand="visa",
+        card_last4="1881",
+        payment_ref="pi_mallory123456",
+        amount="12.00",
+        currency="USD",
+    )
     support, finance = make_user("support", "support"), make_user("finance", "finance")
     with django_capture_on_commit_callbacks(execute=False):
-        ticket = ticket_create(user=support, customer="CUST-M", order="ORD-M",
-                               message=f"I am {TAMPER_NAME}. Please refund.")
+        ticket = ticket_create(
+            user=support, customer="CUST-M", order="ORD-M", message=f"I am {TAMPER_NAME}. Please refund."
+        )
 
     # when the agent drafts 12.00 under refund-policy-v4 and finance approves
-    agent_run_ticket(ticket_id=ticket.pk, provider=ScriptedProvider(draft_turns(
-        "ORD-M", "12.00", "Dear Mallory, we passed your request to our team for review.")))
+    agent_run_ticket(
+        ticket_id=ticket.pk,
+        provider=ScriptedProvider(
+            draft_turns("ORD-M", "12.00", "Dear Mallory, we passed your request to our team for review.")
+        ),
+    )
     request = ApprovalRequest.objects.get(ticket_ref=ticket.pk)
     with django_capture_on_commit_callbacks(execute=True):
         approval_request_decide(request_id=request.pk, user=finance, decision="approve", args_hash=request.args_hash)
@@ -83,8 +112,13 @@ def test_a_name_made_of_decision_words_does_not_blank_the_audit_trail(
 
 def test_structured_fields_are_never_redacted_but_evidence_is():
     known = ["Ada 12.00 USD", "Ada", "12.00", "USD"]
-    data = {"amount": "12.00", "currency": "USD", "codes": ["USD"], "reasons": ["Ada paid 12.00 USD"],
-            "args": {"amount": "Ada", "note": "Ada"}}
+    data = {
+        "amount": "12.00",
+        "currency": "USD",
+        "codes": ["USD"],
+        "reasons": ["Ada paid 12.00 USD"],
+        "args": {"amount": "Ada", "note": "Ada"},
+    }
     redacted = redact(data, known)
     assert redacted["amount"] == "12.00" and redacted["currency"] == "USD" and redacted["codes"] == ["USD"]
     assert redacted["args"] == {"amount": "[redacted]", "note": "[redacted]"}
@@ -105,12 +139,19 @@ def test_no_card_last4_is_stored_in_any_trace(demo, user, provider, django_captu
     assert last4 and PaymentMethod.objects.filter(customer=order.customer, last4=last4).exists()
     Order.objects.filter(pk=order.pk).update(note=f"Customer called: card ending {last4} was charged twice.")
     with django_capture_on_commit_callbacks(execute=False):
-        ticket = ticket_create(user=user("acme-support"), order="ORD-5001", customer="CUST-1001",
-                               message=f"My visa ending in {last4} (last4: {last4}) was charged. Refund please.")
+        ticket = ticket_create(
+            user=user("acme-support"),
+            order="ORD-5001",
+            customer="CUST-1001",
+            message=f"My visa ending in {last4} (last4: {last4}) was charged. Refund please.",
+        )
 
     # when the agent runs (reading the order, its note and the payment summary)
-    runner = OfflineProvider() if provider == "offline" else ScriptedProvider(
-        draft_turns("ORD-5001", None, "We passed your request on for review."))
+    runner = (
+        OfflineProvider()
+        if provider == "offline"
+        else ScriptedProvider(draft_turns("ORD-5001", None, "We passed your request on for review."))
+    )
     agent_run_ticket(ticket_id=ticket.pk, provider=runner)
 
     # then no stored trace event contains the last four, while the brand is kept

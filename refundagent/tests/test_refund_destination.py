@@ -31,8 +31,9 @@ def other_customer_card(demo):
     """A gift card of another customer of the same tenant."""
     acme = Tenant.objects.get(slug="acme")
     customer = Customer.objects.create(tenant=acme, external_id="CUST-1002", name="Max Other", email="max@example.com")
-    return PaymentMethod.objects.create(customer=customer, external_id="gift_card_other", kind="gift_card",
-                                        balance=Decimal("10.00"))
+    return PaymentMethod.objects.create(
+        customer=customer, external_id="gift_card_other", kind="gift_card", balance=Decimal("10.00")
+    )
 
 
 @pytest.fixture
@@ -41,9 +42,16 @@ def ticket_defaults():
 
 
 def scripted(ticket, turns):
-    agent_run_ticket(ticket_id=ticket.pk, provider=ScriptedProvider(
-        [{"tool": "orders_lookup_order", "input": {"order_id": ticket.order.external_id}},
-         {"tool": "refund_policy_retrieve", "input": {}}, *turns]))
+    agent_run_ticket(
+        ticket_id=ticket.pk,
+        provider=ScriptedProvider(
+            [
+                {"tool": "orders_lookup_order", "input": {"order_id": ticket.order.external_id}},
+                {"tool": "refund_policy_retrieve", "input": {}},
+                *turns,
+            ]
+        ),
+    )
     ticket.refresh_from_db()
     return ticket
 
@@ -59,8 +67,11 @@ def test_the_api_refuses_a_payment_method_that_is_not_the_customers_and_writes_n
     client = api_client("acme-support")
     tickets, events = Ticket.objects.count(), TraceEvent.objects.count()
     # when support files a ticket refunding to it
-    response = client.post("/api/tickets", {"order": "ORD-5001", "customer": "CUST-1001", "message": "Refund please.",
-                                            "refund_to": refund_to}, content_type="application/json")
+    response = client.post(
+        "/api/tickets",
+        {"order": "ORD-5001", "customer": "CUST-1001", "message": "Refund please.", "refund_to": refund_to},
+        content_type="application/json",
+    )
     # then 422 with the reason, and nothing is written
     assert response.status_code == 422
     assert response.json()["code"] == "unknown_payment_method"
@@ -70,8 +81,13 @@ def test_the_api_refuses_a_payment_method_that_is_not_the_customers_and_writes_n
 
 def test_the_service_refuses_another_customers_payment_method(user, other_customer_card):
     with pytest.raises(InvalidInput) as refused:
-        ticket_create(user=user("acme-support"), order="ORD-5001", customer="CUST-1001", message="Refund please.",
-                      refund_to=other_customer_card.external_id)
+        ticket_create(
+            user=user("acme-support"),
+            order="ORD-5001",
+            customer="CUST-1001",
+            message="Refund please.",
+            refund_to=other_customer_card.external_id,
+        )
     assert refused.value.code == "unknown_payment_method"
     assert Ticket.objects.count() == 0
 
@@ -79,22 +95,34 @@ def test_the_service_refuses_another_customers_payment_method(user, other_custom
 def test_the_api_files_and_shows_the_chosen_destination(api_client, django_capture_on_commit_callbacks):
     client = api_client("acme-support")
     with django_capture_on_commit_callbacks(execute=False):
-        response = client.post("/api/tickets", {"order": "ORD-5005", "customer": "CUST-1001", "message": "Socks.",
-                                                "items": ["ITEM-6"], "refund_to": GIFT_CARD},
-                               content_type="application/json")
+        response = client.post(
+            "/api/tickets",
+            {
+                "order": "ORD-5005",
+                "customer": "CUST-1001",
+                "message": "Socks.",
+                "items": ["ITEM-6"],
+                "refund_to": GIFT_CARD,
+            },
+            content_type="application/json",
+        )
     assert response.status_code == 201
     assert (response.json()["refund_to"], response.json()["refund_to_kind"]) == (GIFT_CARD, "gift_card")
     shown = client.get(f"/api/tickets/{response.json()['id']}").json()
     assert (shown["refund_to"], shown["refund_to_kind"]) == (GIFT_CARD, "gift_card")
     # and without it: null, the original payment method
     with django_capture_on_commit_callbacks(execute=False):
-        plain = client.post("/api/tickets", {"order": "ORD-5001", "customer": "CUST-1001", "message": "Refund."},
-                            content_type="application/json").json()
+        plain = client.post(
+            "/api/tickets",
+            {"order": "ORD-5001", "customer": "CUST-1001", "message": "Refund."},
+            content_type="application/json",
+        ).json()
     assert (plain["refund_to"], plain["refund_to_kind"]) == (None, None)
 
 
-def test_the_web_form_files_the_destination_and_the_ticket_page_shows_it(client, user,
-                                                                         django_capture_on_commit_callbacks):
+def test_the_web_form_files_the_destination_and_the_ticket_page_shows_it(
+    client, user, django_capture_on_commit_callbacks
+):
     client.force_login(user("acme-support"))
     form = {"order": "ORD-5005", "customer": "CUST-1001", "message": "Socks.", "items": "ITEM-6"}
     refused = client.post(reverse("ticket_new"), {**form, "refund_to": "gift_card_cust-2001"})
@@ -115,16 +143,23 @@ def test_the_facts_name_the_destination(file_ticket, django_capture_on_commit_ca
         gift = file_ticket()
         original = file_ticket(order="ORD-5001", items=(), refund_to=None)
     assert {k: ticket_facts(gift)[k] for k in ("refund_to", "refund_to_kind", "destination")} == {
-        "refund_to": GIFT_CARD, "refund_to_kind": "gift_card", "destination": "gift_card"}
+        "refund_to": GIFT_CARD,
+        "refund_to_kind": "gift_card",
+        "destination": "gift_card",
+    }
     assert {k: ticket_facts(original)[k] for k in ("refund_to", "refund_to_kind", "destination")} == {
-        "refund_to": None, "refund_to_kind": None, "destination": "original"}
+        "refund_to": None,
+        "refund_to_kind": None,
+        "destination": "original",
+    }
 
 
 # --- from the draft to the ledger ---------------------------------------------------------------
 
 
-def test_a_gift_card_ticket_is_refunded_to_exactly_that_card_and_verified(file_ticket, user,
-                                                                          django_capture_on_commit_callbacks):
+def test_a_gift_card_ticket_is_refunded_to_exactly_that_card_and_verified(
+    file_ticket, user, django_capture_on_commit_callbacks
+):
     # given a ticket refunding ORD-5005's socks to the customer's gift card, run by the offline planner
     ticket = file_ticket()
     agent_run_ticket(ticket_id=ticket.pk, provider=OfflineProvider())
@@ -136,13 +171,17 @@ def test_a_gift_card_ticket_is_refunded_to_exactly_that_card_and_verified(file_t
     assert request.args_hash == canonical_hash(request.args)
     # when finance approves and the runtime executes (the task enqueued on commit)
     with django_capture_on_commit_callbacks(execute=True):
-        approval_request_decide(request_id=request.pk, user=user("acme-finance"), decision="approve",
-                                args_hash=request.args_hash)
+        approval_request_decide(
+            request_id=request.pk, user=user("acme-finance"), decision="approve", args_hash=request.args_hash
+        )
     request.refresh_from_db()
     # then the ledger entry went to that card, the evaluator verified it, the ticket is refunded
     entry = RefundEntry.objects.get(idempotency_key=request.idempotency_key)
-    assert (entry.destination.external_id, entry.destination_kind, entry.amount) == (GIFT_CARD, "gift_card",
-                                                                                     Decimal("25.00"))
+    assert (entry.destination.external_id, entry.destination_kind, entry.amount) == (
+        GIFT_CARD,
+        "gift_card",
+        Decimal("25.00"),
+    )
     assert request.status == "executed", request.verification
     check = next(c for c in request.verification["checks"] if c["name"] == "destination_method_exact")
     assert check["ok"] and check["actual"] == GIFT_CARD
@@ -180,7 +219,9 @@ def test_a_model_that_states_no_destination_gets_the_tickets(file_ticket):
 
 def test_a_full_refund_to_a_gift_card_is_escalated_under_refund_policy_v4(file_ticket):
     # given a whole-order refund to a gift card: refund-policy-v4 allows full refunds only to the original
-    ticket = scripted(file_ticket(order="ORD-5001", items=()), [refund_draft("ORD-5001", "120.00", destination="gift_card")])
+    ticket = scripted(
+        file_ticket(order="ORD-5001", items=()), [refund_draft("ORD-5001", "120.00", destination="gift_card")]
+    )
     # then the gate escalates, naming the rule
     assert ticket.status == "escalated"
     assert "destination_not_allowed" in ticket.drafts.get().gate_verdict["codes"]
@@ -202,8 +243,9 @@ def approved_gift_card_request(file_ticket, user, django_capture_on_commit_callb
     agent_run_ticket(ticket_id=ticket.pk, provider=OfflineProvider())
     request = ApprovalRequest.objects.get(ticket_ref=ticket.pk)
     with django_capture_on_commit_callbacks(execute=False):
-        approval_request_decide(request_id=request.pk, user=user("acme-finance"), decision="approve",
-                                args_hash=request.args_hash)
+        approval_request_decide(
+            request_id=request.pk, user=user("acme-finance"), decision="approve", args_hash=request.args_hash
+        )
     request.refresh_from_db()
     assert request.status == "approved"
     return request
@@ -213,11 +255,20 @@ def test_verification_fails_when_the_entry_went_to_another_method(approved_gift_
     # given an approved refund to the gift card, but an entry under its key written to another gift card
     request = approved_gift_card_request
     order = Order.objects.get(pk=request.order_id)
-    other_card = PaymentMethod.objects.create(customer=order.customer, external_id="gift_card_second",
-                                              kind="gift_card", balance=Decimal("5.00"))
-    ledger_refund_issue(order=order, amount=request.args["amount"], currency="USD",
-                        idempotency_key=request.idempotency_key, destination=other_card, destination_kind="gift_card",
-                        item_ids=["ITEM-6"], source=RefundEntry.Source.APPROVAL, approval_ref=str(request.pk))
+    other_card = PaymentMethod.objects.create(
+        customer=order.customer, external_id="gift_card_second", kind="gift_card", balance=Decimal("5.00")
+    )
+    ledger_refund_issue(
+        order=order,
+        amount=request.args["amount"],
+        currency="USD",
+        idempotency_key=request.idempotency_key,
+        destination=other_card,
+        destination_kind="gift_card",
+        item_ids=["ITEM-6"],
+        source=RefundEntry.Source.APPROVAL,
+        approval_ref=str(request.pk),
+    )
     # when the evaluator checks it
     verdict = approval_verify(request_id=request.pk)
     # then it fails on the destination, with the evidence
@@ -240,8 +291,9 @@ def _request_with_args(request, **changes):
     return request
 
 
-@pytest.mark.parametrize("method,code", [("gift_card_cust-2001", "foreign_destination"),
-                                         ("card_4242", "destination_not_gift_card")])
+@pytest.mark.parametrize(
+    "method,code", [("gift_card_cust-2001", "foreign_destination"), ("card_4242", "destination_not_gift_card")]
+)
 def test_execution_refuses_a_method_that_is_not_the_customers_or_not_of_the_kind(
     approved_gift_card_request, method, code
 ):
@@ -284,4 +336,6 @@ def test_a_replacement_request_keeps_the_destination(approved_gift_card_request)
     request.refresh_from_db()
     assert request.status == "invalidated"
     assert (request.replaced_by.args["destination"], request.replaced_by.args["destination_method"]) == (
-        "gift_card", GIFT_CARD)
+        "gift_card",
+        GIFT_CARD,
+    )

@@ -29,18 +29,42 @@ def people(make_user, policy):
 def waiting(people, customer, make_order, policy):
     """A ticket the agent stopped at approval_required: its draft for 150.00 and the request."""
     order = make_order("150.00", days_old=3)
-    ticket = Ticket.objects.create(tenant=order.tenant, order=order, customer=customer, message="It broke.",
-                                   currency="USD", created_by=people["support"])
+    ticket = Ticket.objects.create(
+        tenant=order.tenant,
+        order=order,
+        customer=customer,
+        message="It broke.",
+        currency="USD",
+        created_by=people["support"],
+    )
     run = AgentRun.objects.create(ticket=ticket, provider="offline", status=AgentRun.Status.STOPPED)
-    proposal = Proposal(recommendation="refund", amount=Decimal("150.00"), policy_version=policy.version,
-                        customer_reply="Hello, we passed your request on to our team.")
+    proposal = Proposal(
+        recommendation="refund",
+        amount=Decimal("150.00"),
+        policy_version=policy.version,
+        customer_reply="Hello, we passed your request on to our team.",
+    )
     verdict = policy_gate_evaluate(order=order, policy=policy, proposal=proposal, now=timezone.now())
-    RefundDraft.objects.create(run=run, ticket=ticket, recommendation="refund", amount=Decimal("150.00"),
-                               currency="USD", policy_version=policy.version, rationale=RATIONALE,
-                               customer_reply=proposal.customer_reply, gate_verdict=verdict.as_dict())
-    request, _ = approval_request_create(order=order, policy=policy, verdict=verdict,
-                                         idempotency_key=f"test:{ticket.pk}", requested_by=people["support"],
-                                         ticket_ref=ticket.pk, trace_id=str(ticket.trace_id))
+    RefundDraft.objects.create(
+        run=run,
+        ticket=ticket,
+        recommendation="refund",
+        amount=Decimal("150.00"),
+        currency="USD",
+        policy_version=policy.version,
+        rationale=RATIONALE,
+        customer_reply=proposal.customer_reply,
+        gate_verdict=verdict.as_dict(),
+    )
+    request, _ = approval_request_create(
+        order=order,
+        policy=policy,
+        verdict=verdict,
+        idempotency_key=f"test:{ticket.pk}",
+        requested_by=people["support"],
+        ticket_ref=ticket.pk,
+        trace_id=str(ticket.trace_id),
+    )
     assert ticket_transition(ticket=ticket, to=Ticket.Status.RUNNING)
     assert ticket_transition(ticket=ticket, to=Ticket.Status.APPROVAL_REQUIRED, detail="Finance must approve.")
     return ticket, request
@@ -65,8 +89,13 @@ def test_after_deny_the_reply_and_the_stop_reason_say_denied(waiting, people, cl
     # given a ticket waiting for finance
     ticket, request = waiting
     # when finance denies the request
-    approval_request_decide(request_id=request.pk, user=people["finance"], decision="deny",
-                            args_hash=request.args_hash, note="Damage caused by the customer.")
+    approval_request_decide(
+        request_id=request.pk,
+        user=people["finance"],
+        decision="deny",
+        args_hash=request.args_hash,
+        note="Damage caused by the customer.",
+    )
     # then the ticket is denied, its reply says so, and nothing still says it was passed to the team
     ticket.refresh_from_db()
     assert (ticket.status, ticket.stop_reason) == ("denied", "denied")
@@ -87,8 +116,14 @@ def test_after_request_changes_the_reply_names_the_new_amount_and_the_old_ration
     ticket, request = waiting
     # when finance requests changes to 100.00 (the agent's re-run stays queued)
     with django_capture_on_commit_callbacks(execute=False):
-        approval_request_decide(request_id=request.pk, user=people["finance"], decision="request_changes",
-                                args_hash=request.args_hash, note="Only the broken part.", wanted_amount="100.00")
+        approval_request_decide(
+            request_id=request.pk,
+            user=people["finance"],
+            decision="request_changes",
+            args_hash=request.args_hash,
+            note="Only the broken part.",
+            wanted_amount="100.00",
+        )
     # then the ticket is back with the agent, no stop reason, and the reply speaks of 100.00, not 150.00
     ticket.refresh_from_db()
     assert (ticket.status, ticket.stop_reason, ticket.requested_amount) == ("queued", None, Decimal("100.00"))

@@ -20,8 +20,14 @@ pytestmark = pytest.mark.django_db
 
 def _snapshot() -> dict:
     """Every row of every table the seed touches, values and all."""
-    models = [*apps.get_app_config("ledger").get_models(), *apps.get_app_config("approvals").get_models(),
-              get_user_model(), Group, Group.permissions.through, get_user_model().groups.through]
+    models = [
+        *apps.get_app_config("ledger").get_models(),
+        *apps.get_app_config("approvals").get_models(),
+        get_user_model(),
+        Group,
+        Group.permissions.through,
+        get_user_model().groups.through,
+    ]
     return {model._meta.label: list(model._default_manager.order_by("pk").values_list()) for model in models}
 
 

@@ -19,8 +19,9 @@ pytestmark = pytest.mark.django_db
 
 
 def approve(user, request, username="acme-finance"):
-    return approval_request_decide(request_id=request.pk, user=user(username), decision="approve",
-                                   args_hash=request.args_hash)
+    return approval_request_decide(
+        request_id=request.pk, user=user(username), decision="approve", args_hash=request.args_hash
+    )
 
 
 def test_escalating_withdraws_the_pending_request(user):
@@ -45,7 +46,8 @@ def test_escalate_then_close_then_approve_is_refused(user, api_client):
     ticket_close(ticket=ticket, user=user("acme-support"))
     # when finance approves the request through the API
     response = api_client("acme-finance").post(
-        f"/api/approvals/{request.pk}/decision", {"decision": "approve", "args_hash": request.args_hash},
+        f"/api/approvals/{request.pk}/decision",
+        {"decision": "approve", "args_hash": request.args_hash},
         content_type="application/json",
     )
     # then 409, the ticket stays closed and nothing moved
@@ -114,8 +116,9 @@ def test_close_or_escalate_racing_an_approval_never_both_win(user, move):
             ticket.refresh_from_db()
         service = ticket_close if move == "close" else ticket_escalate
         # when the ticket move and finance's approval run at the same moment (tasks eager)
-        outcomes = _race(lambda s=service, t=ticket: s(ticket=t, user=user("acme-support")),
-                         lambda r=request: approve(user, r))
+        outcomes = _race(
+            lambda s=service, t=ticket: s(ticket=t, user=user("acme-support")), lambda r=request: approve(user, r)
+        )
         # then exactly one wins
         assert sorted(outcomes).count("ok") == 1, outcomes
         ticket.refresh_from_db()

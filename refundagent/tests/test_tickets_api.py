@@ -108,8 +108,9 @@ def test_the_list_is_the_tenants_newest_first_paginated_and_filterable(api_clien
 
 
 def test_the_detail_shows_the_draft_and_the_approval(api_client, user):
-    ticket = ticket_create(user=user("acme-support"), order="ORD-5001", customer="CUST-1001", message="x",
-                           requested_amount="200.00")
+    ticket = ticket_create(
+        user=user("acme-support"), order="ORD-5001", customer="CUST-1001", message="x", requested_amount="200.00"
+    )
     agent_run_ticket(ticket_id=ticket.pk, provider=OfflineProvider())
 
     body = api_client("acme-finance").get(f"/api/tickets/{ticket.pk}").json()

@@ -65,23 +65,36 @@ def test_tool_authorization_refuses_what_the_agent_may_not_do(db, name, reason):
 
 def test_a_tool_that_was_not_offered_is_refused(db):
     capabilities = capabilities_load()
-    check = tool_call_authorize(call=ToolCall(id="t", name="orders_lookup_order", input={}), capabilities=capabilities,
-                            offered=set())
+    check = tool_call_authorize(
+        call=ToolCall(id="t", name="orders_lookup_order", input={}), capabilities=capabilities, offered=set()
+    )
     assert check.reason == "tool_not_offered"
 
 
 @pytest.mark.parametrize(
     "arguments",
     [
-        {"recommendation": "refund", "amount": "12.5", "policy_version": "v", "rationale": "r", "customer_reply": "c",
-         "extra": 1},
+        {
+            "recommendation": "refund",
+            "amount": "12.5",
+            "policy_version": "v",
+            "rationale": "r",
+            "customer_reply": "c",
+            "extra": 1,
+        },
         {"recommendation": "pay_now", "amount": "1", "policy_version": "v", "rationale": "r", "customer_reply": "c"},
         {"recommendation": "refund", "amount": "-1", "policy_version": "v", "rationale": "r", "customer_reply": "c"},
         {"recommendation": "refund", "amount": "NaN", "policy_version": "v", "rationale": "r", "customer_reply": "c"},
         {"recommendation": "refund", "amount": True, "policy_version": "v", "rationale": "r", "customer_reply": "c"},
         {"recommendation": "refund", "amount": "1", "policy_version": "v", "rationale": "r"},
-        {"recommendation": "refund", "amount": "1", "policy_version": "v", "rationale": "r", "customer_reply": "c",
-         "destination": "bitcoin"},
+        {
+            "recommendation": "refund",
+            "amount": "1",
+            "policy_version": "v",
+            "rationale": "r",
+            "customer_reply": "c",
+            "destination": "bitcoin",
+        },
     ],
 )
 def test_invalid_draft_arguments_are_reported_field_by_field(arguments):
@@ -91,9 +104,16 @@ def test_invalid_draft_arguments_are_reported_field_by_field(arguments):
 
 @pytest.mark.parametrize(("raw", "parsed"), [("120", "120.00"), ("120.005", "120.00"), (49.9, "49.90"), (7, "7.00")])
 def test_draft_amounts_become_two_place_decimals(raw, parsed):
-    args, problems = tool_args_validate(capability=CREATE_DRAFT, arguments={
-        "recommendation": "refund", "amount": raw, "policy_version": "refund-policy-v4", "rationale": "r",
-        "customer_reply": "c"})
+    args, problems = tool_args_validate(
+        capability=CREATE_DRAFT,
+        arguments={
+            "recommendation": "refund",
+            "amount": raw,
+            "policy_version": "refund-policy-v4",
+            "rationale": "r",
+            "customer_reply": "c",
+        },
+    )
     assert problems == []
     assert args.amount == Decimal(parsed)
 
@@ -155,8 +175,9 @@ def test_every_tool_offered_has_the_schema_derived_from_its_argument_model(db):
         assert spec.input_schema == tool_input_schema(model)
         assert spec.input_schema["type"] == "object" and isinstance(spec.input_schema["properties"], dict)
         assert set(spec.input_schema["properties"]) == set(model.model_fields)
-        assert set(spec.input_schema.get("required", [])) == {n for n, f in model.model_fields.items()
-                                                               if f.is_required()}
+        assert set(spec.input_schema.get("required", [])) == {
+            n for n, f in model.model_fields.items() if f.is_required()
+        }
         assert spec.input_schema["additionalProperties"] is False
         assert _refs(spec.input_schema) == []  # inlined: the API takes one self-contained schema
 
@@ -166,7 +187,9 @@ DRAFT = {"recommendation": "refund", "policy_version": "v", "rationale": "r", "c
 
 def test_the_draft_schema_carries_the_models_limits():
     properties = tool_input_schema(CreateDraftArgs)["properties"]
-    number, string = (next(b for b in properties["amount"]["anyOf"] if b["type"] == kind) for kind in ("number", "string"))
+    number, string = (
+        next(b for b in properties["amount"]["anyOf"] if b["type"] == kind) for kind in ("number", "string")
+    )
 
     assert (number["minimum"], Decimal(str(number["maximum"]))) == (0, MAX_AMOUNT)
     assert string["pattern"] == AMOUNT_PATTERN

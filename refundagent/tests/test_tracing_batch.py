@@ -22,8 +22,13 @@ def test_a_batch_writes_its_events_in_order_in_one_statement(ticket, django_asse
         with django_assert_num_queries(1):
             with trace_batch():
                 for n in range(4):
-                    trace_record(ticket=ticket, span="policy", decision=f"d{n}", reason="mail jane.doe@example.com",
-                                 sensitive=sensitive)
+                    trace_record(
+                        ticket=ticket,
+                        span="policy",
+                        decision=f"d{n}",
+                        reason="mail jane.doe@example.com",
+                        sensitive=sensitive,
+                    )
     events = list(TraceEvent.objects.filter(ticket=ticket).order_by("seq").values_list("seq", "decision", "reason"))
     assert [(s, d) for s, d, _ in events] == [(1, "filed"), (2, "d0"), (3, "d1"), (4, "d2"), (5, "d3")]
     assert all("jane" not in r for _, _, r in events)

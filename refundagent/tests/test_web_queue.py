@@ -16,8 +16,11 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def people(make_user, policy):
-    return {"support": make_user("support", "support"), "support2": make_user("support2", "support"),
-            "finance": make_user("finance", "finance")}
+    return {
+        "support": make_user("support", "support"),
+        "support2": make_user("support2", "support"),
+        "finance": make_user("finance", "finance"),
+    }
 
 
 @pytest.fixture
@@ -26,9 +29,17 @@ def queue(people, customer, make_order):
 
     def ticket(status, days_ago, stop_reason=None, detail=""):
         order = make_order("120.00", days_old=60)
-        made = Ticket.objects.create(tenant=order.tenant, order=order, customer=customer, message="Help.",
-                                     currency="USD", created_by=people["support"], status=status,
-                                     stop_reason=stop_reason, stop_detail=detail)
+        made = Ticket.objects.create(
+            tenant=order.tenant,
+            order=order,
+            customer=customer,
+            message="Help.",
+            currency="USD",
+            created_by=people["support"],
+            status=status,
+            stop_reason=stop_reason,
+            stop_detail=detail,
+        )
         Ticket.objects.filter(pk=made.pk).update(created_at=timezone.now() - timedelta(days=days_ago))
         return made
 
@@ -46,8 +57,9 @@ def login(client, user):
 
 
 def queue_ids(html: str, tickets) -> list[int]:
-    return sorted((t.pk for t in tickets if f'data-ticket="{t.pk}"' in html),
-                  key=lambda pk: html.index(f'data-ticket="{pk}"'))
+    return sorted(
+        (t.pk for t in tickets if f'data-ticket="{t.pk}"' in html), key=lambda pk: html.index(f'data-ticket="{pk}"')
+    )
 
 
 def test_the_queue_lists_what_a_person_must_finish_oldest_first_with_reason_age_and_owner(queue, people, client):
@@ -78,8 +90,9 @@ def test_take_hand_back_propose_and_close_through_the_ui_are_traced(queue, peopl
     client = login(client, people["support"])
     escalated, failed = queue["escalated"], queue["failed"]
     # when support takes the escalated ticket from the queue page
-    response = client.post(reverse("ticket_assign", args=[escalated.pk]), {"to": "me", "next": reverse("ticket_queue")},
-                           follow=True)
+    response = client.post(
+        reverse("ticket_assign", args=[escalated.pk]), {"to": "me", "next": reverse("ticket_queue")}, follow=True
+    )
     # then it is theirs, shown to everyone on the queue and on the ticket
     assert response.status_code == 200
     escalated.refresh_from_db()
@@ -95,20 +108,29 @@ def test_take_hand_back_propose_and_close_through_the_ui_are_traced(queue, peopl
     client.post(reverse("ticket_assign", args=[escalated.pk]), {"to": "me"})
     html = client.get(reverse("ticket", args=[escalated.pk])).content.decode()
     assert 'id="propose-form"' in html and 'id="close-form"' in html
-    response = client.post(reverse("ticket_propose", args=[escalated.pk]),
-                           {"amount": "60.00", "reason": "Goodwill: a loyal customer.", "exception": "on"}, follow=True)
+    response = client.post(
+        reverse("ticket_propose", args=[escalated.pk]),
+        {"amount": "60.00", "reason": "Goodwill: a loyal customer.", "exception": "on"},
+        follow=True,
+    )
     # then a human request for exactly 60.00 waits for two finance approvers, and the ticket waits for finance
     assert "proposed (request #" in response.content.decode()
     request = ApprovalRequest.objects.get(ticket_ref=escalated.pk)
     assert (request.origin, request.amount, request.requested_by, request.required_approvals) == (
-        "human", 60, people["support"], 2)
+        "human",
+        60,
+        people["support"],
+        2,
+    )
     escalated.refresh_from_db()
     assert escalated.status == "approval_required"
 
     # when they close the failed ticket with a reply and a note
-    response = client.post(reverse("ticket_close", args=[failed.pk]),
-                           {"reply": "We have sent a replacement instead.", "note": "Replacement shipped."},
-                           follow=True)
+    response = client.post(
+        reverse("ticket_close", args=[failed.pk]),
+        {"reply": "We have sent a replacement instead.", "note": "Replacement shipped."},
+        follow=True,
+    )
     # then it is closed and its reply is the person's
     failed.refresh_from_db()
     assert (failed.status, failed.customer_reply) == ("closed", "We have sent a replacement instead.")
@@ -116,7 +138,11 @@ def test_take_hand_back_propose_and_close_through_the_ui_are_traced(queue, peopl
 
     # and each action is in the traces, in order, shown on the ticket pages
     assert list(escalated.trace_events.order_by("seq").values_list("decision", flat=True)) == [
-        "take", "hand_back", "take", "human_proposal"]
+        "take",
+        "hand_back",
+        "take",
+        "human_proposal",
+    ]
     close = failed.trace_events.get(decision="close")
     assert "Replacement shipped." in close.reason and close.data["reply_written"] is True
     trace_html = client.get(reverse("ticket", args=[escalated.pk])).content.decode()
@@ -128,8 +154,9 @@ def test_a_refused_proposal_in_the_ui_shows_why_and_writes_nothing(queue, people
     client = login(client, people["support"])
     ticket = queue["escalated"]
     # when support proposes more than is refundable
-    response = client.post(reverse("ticket_propose", args=[ticket.pk]),
-                           {"amount": "500.00", "reason": "x", "exception": "on"}, follow=True)
+    response = client.post(
+        reverse("ticket_propose", args=[ticket.pk]), {"amount": "500.00", "reason": "x", "exception": "on"}, follow=True
+    )
     # then the page says why and nothing was written
     assert "Not proposed:" in response.content.decode() and "still refundable" in response.content.decode()
     assert not ApprovalRequest.objects.exists()

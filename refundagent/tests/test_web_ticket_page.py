@@ -21,8 +21,11 @@ def ticket(user, django_capture_on_commit_callbacks):
     """An acme ticket for ORD-5001 asking 200.00, filed without running the agent."""
     with django_capture_on_commit_callbacks(execute=False):
         return ticket_create(
-            user=user("acme-support"), order="ORD-5001", customer="CUST-1001",
-            message="Headphones broke. Contact me at jane.doe@example.com", requested_amount="200.00",
+            user=user("acme-support"),
+            order="ORD-5001",
+            customer="CUST-1001",
+            message="Headphones broke. Contact me at jane.doe@example.com",
+            requested_amount="200.00",
         )
 
 
@@ -39,23 +42,44 @@ def _stopped_for_approval(ticket: Ticket) -> ApprovalRequest:
     """Given the agent drafted a refund and the gate asked finance for the allowed amount."""
     run = AgentRun.objects.create(ticket=ticket, provider="offline", status=AgentRun.Status.STOPPED)
     policy = policy_current(ticket.tenant)
-    proposal = Proposal(recommendation="refund", amount=Decimal("200.00"), policy_version=policy.version,
-                        customer_reply="Hi Jane, we are reviewing your request and will get back to you.")
-    verdict = policy_gate_evaluate(order=ticket.order, policy=policy, proposal=proposal,
-                                   requested_amount=ticket.requested_amount, now=timezone.now())
+    proposal = Proposal(
+        recommendation="refund",
+        amount=Decimal("200.00"),
+        policy_version=policy.version,
+        customer_reply="Hi Jane, we are reviewing your request and will get back to you.",
+    )
+    verdict = policy_gate_evaluate(
+        order=ticket.order,
+        policy=policy,
+        proposal=proposal,
+        requested_amount=ticket.requested_amount,
+        now=timezone.now(),
+    )
     RefundDraft.objects.create(
-        run=run, ticket=ticket, recommendation="refund", amount=Decimal("200.00"), currency="USD",
-        policy_version=policy.version, rationale="Within the 30-day window.", customer_reply=proposal.customer_reply,
+        run=run,
+        ticket=ticket,
+        recommendation="refund",
+        amount=Decimal("200.00"),
+        currency="USD",
+        policy_version=policy.version,
+        rationale="Within the 30-day window.",
+        customer_reply=proposal.customer_reply,
         gate_verdict=verdict.as_dict(),
     )
     request, _ = approval_request_create(
-        order=ticket.order, policy=policy, verdict=verdict, idempotency_key=f"web-test:{ticket.pk}",
-        requested_by=ticket.created_by, ticket_ref=ticket.pk, trace_id=str(ticket.trace_id),
+        order=ticket.order,
+        policy=policy,
+        verdict=verdict,
+        idempotency_key=f"web-test:{ticket.pk}",
+        requested_by=ticket.created_by,
+        ticket_ref=ticket.pk,
+        trace_id=str(ticket.trace_id),
     )
     # The agent's path: queued -> running -> approval_required, through the transition table.
     assert ticket_transition(ticket=ticket, to=Ticket.Status.RUNNING)
-    assert ticket_transition(ticket=ticket, to=Ticket.Status.APPROVAL_REQUIRED,
-                             detail="Finance must approve 120.00 USD.")
+    assert ticket_transition(
+        ticket=ticket, to=Ticket.Status.APPROVAL_REQUIRED, detail="Finance must approve 120.00 USD."
+    )
     return request
 
 
@@ -109,8 +133,9 @@ def test_ticket_page_after_finance_approves_shows_refunded_and_the_ledger_entry(
 ):
     request = _stopped_for_approval(ticket)
     with django_capture_on_commit_callbacks(execute=True):
-        approval_request_decide(request_id=request.pk, user=user("acme-finance"), decision="approve",
-                                args_hash=request.args_hash)
+        approval_request_decide(
+            request_id=request.pk, user=user("acme-finance"), decision="approve", args_hash=request.args_hash
+        )
 
     response = login("acme-support").get(reverse("ticket", args=[ticket.pk]))
 

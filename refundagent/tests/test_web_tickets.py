@@ -180,8 +180,13 @@ def test_customer_mismatch_is_shown_on_the_customer_field(login, demo):
 
 def test_new_ticket_is_filed_and_redirects_to_its_page(login, django_capture_on_commit_callbacks):
     client = login("acme-support")
-    form = {"order": " ORD-5001 ", "customer": "CUST-1001", "message": "Broken.", "requested_amount": "200.00",
-            "items": "ITEM-1"}
+    form = {
+        "order": " ORD-5001 ",
+        "customer": "CUST-1001",
+        "message": "Broken.",
+        "requested_amount": "200.00",
+        "items": "ITEM-1",
+    }
 
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         response = client.post(reverse("ticket_new"), form)

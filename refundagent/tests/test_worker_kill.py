@@ -12,7 +12,12 @@ from refundagent.models import AgentRun, RefundDraft, Ticket, TraceEvent
 # The offline planner pauses a second before each turn (a slow model), and unacknowledged
 # messages become visible again 3 s after delivery, so the restarted worker picks the killed
 # one's message up at once.
-WORKER_ENV = {"AGENT_PROVIDER": "offline", "AGENT_OFFLINE_THINK_SECONDS": "1.0", "CELERY_VISIBILITY_TIMEOUT": "3", "AGENT_LEASE_SECONDS": "2"}
+WORKER_ENV = {
+    "AGENT_PROVIDER": "offline",
+    "AGENT_OFFLINE_THINK_SECONDS": "1.0",
+    "CELERY_VISIBILITY_TIMEOUT": "3",
+    "AGENT_LEASE_SECONDS": "2",
+}
 
 
 def wait_for(predicate, timeout: float, what: str):
@@ -37,8 +42,13 @@ def test_a_worker_killed_mid_run_resumes_and_the_ticket_stops_exactly_once(celer
     worker = celery_worker_process.start(timeout=90, extra_env=WORKER_ENV)
 
     # given a ticket whose run is under way on the worker
-    ticket = ticket_create(user=get_user_model().objects.get(username="acme-support"), order="ORD-5001",
-                           customer="CUST-1001", message="Broken headphones, refund $200.", requested_amount="200.00")
+    ticket = ticket_create(
+        user=get_user_model().objects.get(username="acme-support"),
+        order="ORD-5001",
+        customer="CUST-1001",
+        message="Broken headphones, refund $200.",
+        requested_amount="200.00",
+    )
     wait_for(lambda: AgentRun.objects.filter(ticket=ticket, iterations__gte=2).exists(), 60, "two persisted steps")
 
     # when the worker is killed mid-run
@@ -53,8 +63,11 @@ def test_a_worker_killed_mid_run_resumes_and_the_ticket_stops_exactly_once(celer
     celery_worker_process.start(timeout=90, extra_env=WORKER_ENV)
 
     # then the redelivered task resumes the same run and the ticket stops exactly once
-    wait_for(lambda: Ticket.objects.filter(pk=ticket.pk).exclude(status__in=["queued", "running"]).exists(), 180,
-             "the ticket to stop")
+    wait_for(
+        lambda: Ticket.objects.filter(pk=ticket.pk).exclude(status__in=["queued", "running"]).exists(),
+        180,
+        "the ticket to stop",
+    )
     ticket.refresh_from_db()
     assert ticket.status == Ticket.Status.APPROVAL_REQUIRED
     run = AgentRun.objects.get(ticket=ticket)

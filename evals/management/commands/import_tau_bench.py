@@ -11,8 +11,12 @@ class Command(BaseCommand):
     help = "Import the τ-bench retail shop (users.json, orders.json) as tenant tau-retail. Safe to run twice."
 
     def add_arguments(self, parser):
-        parser.add_argument("directory", nargs="?", default=None,
-                            help="a τ-bench retail data directory (default: the copy in evals/data/tau_bench_retail)")
+        parser.add_argument(
+            "directory",
+            nargs="?",
+            default=None,
+            help="a τ-bench retail data directory (default: the copy in evals/data/tau_bench_retail)",
+        )
 
     def handle(self, *args, directory, **options):
         try:

@@ -47,20 +47,30 @@ class Command(BaseCommand):
         if repeat < 1:
             raise CommandError("--repeat must be at least 1")
         progress = ProgressBar(sys.stderr)
-        run = eval_run_execute(suite=suite, provider=provider, repeat=repeat, trigger=EvalRun.Trigger.COMMAND,
-                               progress=progress, names=cases)
+        run = eval_run_execute(
+            suite=suite,
+            provider=provider,
+            repeat=repeat,
+            trigger=EvalRun.Trigger.COMMAND,
+            progress=progress,
+            names=cases,
+        )
         self._table(run, failures_only)
         for name, value in run.metrics.items():
             self.stdout.write(f"{name}={value}")
         self.stdout.write(f"duration_s={run.duration_ms / 1000:.1f}")
-        self.stdout.write(f"run={run.pk} suite={run.suite} provider={run.provider} model={run.model or '-'} "
-                          f"code_version={run.code_version or '-'}")
+        self.stdout.write(
+            f"run={run.pk} suite={run.suite} provider={run.provider} model={run.model or '-'} "
+            f"code_version={run.code_version or '-'}"
+        )
         if not run.passed:
             # The "gate:" prefix and the metric lines are the output CI and users already read.
             whys = []
             for failure in run.gate_failures:
-                self.stderr.write(f"gate: {failure['metric']}={failure['value']} (needs {failure['threshold']})"
-                                  + (f" -- {failure['why']}" if failure.get("why") else ""))
+                self.stderr.write(
+                    f"gate: {failure['metric']}={failure['value']} (needs {failure['threshold']})"
+                    + (f" -- {failure['why']}" if failure.get("why") else "")
+                )
                 whys += [failure["why"]] if failure.get("why") else []
             raise CommandError(f"release gate FAILED (eval run #{run.pk})" + "".join(f"; {w}" for w in whys))
         self.stdout.write(self.style.SUCCESS(f"gate=passed (eval run #{run.pk})"))
@@ -78,8 +88,17 @@ class Command(BaseCommand):
             approvals = last.get("approvals") or []
             ticket = last.get("ticket") or {}
             first_failure = next((r.failures[0] for r in results if r.failures), "")
-            rows.append((passed == len(results), suite, name, f"{passed}/{len(results)}", ticket.get("stop_reason") or last.get("ticket_error") or "-",
-                         ",".join(a["amount"] for a in approvals) or "-", first_failure[:90]))
+            rows.append(
+                (
+                    passed == len(results),
+                    suite,
+                    name,
+                    f"{passed}/{len(results)}",
+                    ticket.get("stop_reason") or last.get("ticket_error") or "-",
+                    ",".join(a["amount"] for a in approvals) or "-",
+                    first_failure[:90],
+                )
+            )
         if not rows:
             return
         header = ("suite", "case", "passed", "stop", "approval", "why it failed")

@@ -19,8 +19,11 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument("--tenant", metavar="SLUG", help="Only this shop (default: every shop).")
-        parser.add_argument("--since", metavar="YYYY-MM-DD",
-                            help="Refunds created since this day, UTC (default: RECONCILE_LOOKBACK_DAYS ago).")
+        parser.add_argument(
+            "--since",
+            metavar="YYYY-MM-DD",
+            help="Refunds created since this day, UTC (default: RECONCILE_LOOKBACK_DAYS ago).",
+        )
 
     def handle(self, *args, tenant=None, since=None, **options):
         # Everything is parsed before anything is written.
@@ -40,8 +43,10 @@ class Command(BaseCommand):
         except PaymentProviderUnavailable as exc:
             raise CommandError(f"The payment provider could not be listed: {exc}") from exc
 
-        self.stdout.write(f"Reconciliation #{run.pk} ({run.gateway}) since {run.since:%Y-%m-%d %H:%M} UTC: "
-                          f"{run.provider_refunds} provider refund(s), {run.ledger_entries} ledger entr(y/ies).")
+        self.stdout.write(
+            f"Reconciliation #{run.pk} ({run.gateway}) since {run.since:%Y-%m-%d %H:%M} UTC: "
+            f"{run.provider_refunds} provider refund(s), {run.ledger_entries} ledger entr(y/ies)."
+        )
         if run.note:
             self.stdout.write(run.note)
         findings = list(reconciliation_findings_unresolved(tenant=shop).select_related("tenant").order_by("id"))
@@ -50,13 +55,18 @@ class Command(BaseCommand):
             return
         rows = [("id", "kind", "tenant", "entry", "provider ref", "ledger", "provider", "detail")]
         for f in findings:
-            rows.append((
-                str(f.pk), f.kind, f.tenant.slug if f.tenant_id else "?", f"#{f.entry_id}" if f.entry_id else "-",
-                f.provider_ref or "-",
-                f"{f.ledger_amount if f.ledger_amount is not None else '-'} {f.ledger_status}".strip(),
-                f"{f.provider_amount if f.provider_amount is not None else '-'} {f.provider_status}".strip(),
-                f.detail[:70],
-            ))
+            rows.append(
+                (
+                    str(f.pk),
+                    f.kind,
+                    f.tenant.slug if f.tenant_id else "?",
+                    f"#{f.entry_id}" if f.entry_id else "-",
+                    f.provider_ref or "-",
+                    f"{f.ledger_amount if f.ledger_amount is not None else '-'} {f.ledger_status}".strip(),
+                    f"{f.provider_amount if f.provider_amount is not None else '-'} {f.provider_status}".strip(),
+                    f.detail[:70],
+                )
+            )
         widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
         for r in rows:
             self.stdout.write("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())

@@ -70,8 +70,10 @@ class OfflineProvider:
                 if CREATE_DRAFT in offered:
                     turn = self._call(step, offered[CREATE_DRAFT], draft_from_evidence(facts, results))
                 else:
-                    turn = self._text("I cannot record a recommendation (refunds_create_draft is not available): "
-                                      "a person should take this ticket.")
+                    turn = self._text(
+                        "I cannot record a recommendation (refunds_create_draft is not available): "
+                        "a person should take this ticket."
+                    )
         prompt_chars = len(system) + len(json.dumps(messages)) + sum(len(json.dumps(t.input_schema)) for t in tools)
         turn.usage = Usage(input_tokens=prompt_chars // 4, output_tokens=max(1, len(json.dumps(turn.content)) // 4))
         turn.model = self.model
@@ -89,14 +91,18 @@ class OfflineProvider:
         if chosen is None:
             if CREATE_DRAFT not in offered:
                 return self._text("I cannot record a recommendation: a person should take this ticket.")
-            return self._call(step, offered[CREATE_DRAFT], {
-                "recommendation": "escalate",
-                "policy_version": (policy or {}).get("version", ""),
-                "rationale": f"The ticket names no order and none of the customer's {len(listed)} order(s) can be "
-                             "identified from it unambiguously: a person decides which order is meant.",
-                "customer_reply": "Hello, thank you for contacting us. A member of our team will look into your "
-                                  "request, identify the order it is about and get back to you.",
-            })
+            return self._call(
+                step,
+                offered[CREATE_DRAFT],
+                {
+                    "recommendation": "escalate",
+                    "policy_version": (policy or {}).get("version", ""),
+                    "rationale": f"The ticket names no order and none of the customer's {len(listed)} order(s) can be "
+                    "identified from it unambiguously: a person decides which order is meant.",
+                    "customer_reply": "Hello, thank you for contacting us. A member of our team will look into your "
+                    "request, identify the order it is about and get back to you.",
+                },
+            )
         order_id = chosen["order"]
         for capability in (LOOKUP_ORDER, PAYMENT_SUMMARY):
             if capability in offered and capability not in results:
@@ -204,8 +210,14 @@ def items_mentioned(order: dict, text: str) -> list[str]:
 def _items_value(order: dict, items: list[str]) -> Decimal:
     """The unrefunded value of the items on a looked-up order, by the ledger's matching rule."""
     lines = [
-        LinePosition(line_no=n, item_id=i["item_id"], name=i.get("name", ""), price=_decimal(i["price"]) or ZERO,
-                     quantity=i.get("quantity", 1), refunded_quantity=i.get("refunded_quantity", 0))
+        LinePosition(
+            line_no=n,
+            item_id=i["item_id"],
+            name=i.get("name", ""),
+            price=_decimal(i["price"]) or ZERO,
+            quantity=i.get("quantity", 1),
+            refunded_quantity=i.get("refunded_quantity", 0),
+        )
         for n, i in enumerate(order.get("items") or [])
     ]
     return items_match(lines, items).value
@@ -247,31 +259,31 @@ def draft_from_evidence(facts: dict, results: dict) -> dict:
             "recommendation": "deny",
             "policy_version": version,
             "rationale": f"Order {order_ref}: {order['refunded_total']} {currency} of {order['total']} {currency} already "
-                         f"refunded; nothing is left to refund ({version}, rule 2).",
+            f"refunded; nothing is left to refund ({version}, rule 2).",
             # No amount and no word of money moving (the gate's payment-promise rule): the
             # runtime states outcomes itself.
             "customer_reply": f"{greeting} Our records show that {what} no remaining balance that is eligible "
-                              "for a further refund. If you think this is a mistake, reply to this message and we "
-                              "will look into it.",
+            "for a further refund. If you think this is a mistake, reply to this message and we "
+            "will look into it.",
         }
     if order["status"] not in statuses:
         return {
             "recommendation": "escalate",
             "policy_version": version,
             "rationale": f"Order {order_ref} is {order['status']}; {version} allows this refund only for "
-                         f"{', '.join(statuses) or 'no'} orders.",
+            f"{', '.join(statuses) or 'no'} orders.",
             "customer_reply": f"{greeting} The order is currently {order['status']}, so a member of our team will "
-                              "review your request personally and get back to you.",
+            "review your request personally and get back to you.",
         }
     if window is not None and age > window:
         return {
             "recommendation": "escalate",
             "policy_version": version,
             "rationale": f"Order {order_ref} was placed {age} days ago, outside the {window}-day window of {version} "
-                         "(rule 1): a person decides whether to make an exception.",
+            "(rule 1): a person decides whether to make an exception.",
             "customer_reply": f"{greeting} The order was placed {age} days ago, which is outside our {window}-day "
-                              "refund window, so a member of our team will review your request personally and get "
-                              "back to you.",
+            "refund window, so a member of our team will review your request personally and get "
+            "back to you.",
         }
     destination = facts.get("destination") or "original"
     allowed_destinations = policy.get("item_refund_destinations" if items else "full_refund_destinations") or []
@@ -281,11 +293,11 @@ def draft_from_evidence(facts: dict, results: dict) -> dict:
             "recommendation": "escalate",
             "policy_version": version,
             "rationale": f"The customer wants the refund on {where} ({destination}); {version} allows "
-                         f"{'item refunds' if items else 'refunds of the whole order'} only to "
-                         f"{', '.join(allowed_destinations) or 'no'} destinations: a person decides.",
+            f"{'item refunds' if items else 'refunds of the whole order'} only to "
+            f"{', '.join(allowed_destinations) or 'no'} destinations: a person decides.",
             "customer_reply": f"{greeting} The refund cannot go to the payment method you chose under our refund "
-                              "policy, so a member of our team will review your request personally and get back "
-                              "to you.",
+            "policy, so a member of our team will review your request personally and get back "
+            "to you.",
         }
     requested = _decimal(facts.get("requested_amount"))
     amount = cap if requested is None else min(requested, cap)
@@ -294,14 +306,21 @@ def draft_from_evidence(facts: dict, results: dict) -> dict:
     rationale = (
         f"Order {order_ref} is {order['status']}, placed {age} days ago, within the {window}-day window of {version}. "
         f"{refundable} {currency} of {order['total']} {currency} is still refundable; the refund covers {what}. "
-        + (f"The requested {requested} {currency} is above that, so the amount is capped at {amount} {currency} "
-           "(rule 2). " if capped else "")
+        + (
+            f"The requested {requested} {currency} is above that, so the amount is capped at {amount} {currency} "
+            "(rule 2). "
+            if capped
+            else ""
+        )
         + "Finance approves before anything is issued (rule 4)."
     )
     reply = (
         f"{greeting} We have checked the order and passed a refund request to our finance team for review."
-        + (" Our team will also look at the amount you asked for, which is more than what is left on the order."
-           if capped else "")
+        + (
+            " Our team will also look at the amount you asked for, which is more than what is left on the order."
+            if capped
+            else ""
+        )
         + " We will get back to you as soon as they have made a decision."
     )
     return {

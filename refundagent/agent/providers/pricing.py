@@ -67,12 +67,14 @@ def model_price(model: str) -> ModelPrice:
         "cache_write": settings.ANTHROPIC_PRICE_CACHE_WRITE_PER_MTOK,
         "cache_read": settings.ANTHROPIC_PRICE_CACHE_READ_PER_MTOK,
     }
-    return ModelPrice(**{part: price.__dict__[part] if value is None else Decimal(value)
-                         for part, value in overrides.items()})
+    return ModelPrice(
+        **{part: price.__dict__[part] if value is None else Decimal(value) for part, value in overrides.items()}
+    )
 
 
-def usage_cost_usd(*, model: str, input_tokens: int, output_tokens: int, cache_creation_input_tokens: int,
-                   cache_read_input_tokens: int) -> Decimal:
+def usage_cost_usd(
+    *, model: str, input_tokens: int, output_tokens: int, cache_creation_input_tokens: int, cache_read_input_tokens: int
+) -> Decimal:
     """The cost in USD of one call's usage, exact (not rounded)."""
     price = model_price(model)
     return (

@@ -73,8 +73,9 @@ class ScriptedProvider:
         if turn.get("crash"):
             raise ScriptCrash(f"scripted crash at turn {index}")
         if "error" in turn:
-            raise ProviderError(str(turn["error"]), transient=bool(turn.get("transient")),
-                                status_code=turn.get("status_code"))
+            raise ProviderError(
+                str(turn["error"]), transient=bool(turn.get("transient")), status_code=turn.get("status_code")
+            )
         usage = Usage(**{**self.default_usage, **turn.get("usage", {})})
         calls = turn.get("tools") or ([turn] if "tool" in turn else [])
         content: list[dict] = []

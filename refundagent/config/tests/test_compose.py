@@ -14,14 +14,19 @@ ROOT = Path(__file__).resolve().parents[3]
 COMPOSE = shutil.which("docker-compose")
 
 pytestmark = pytest.mark.skipif(
-    COMPOSE is None and os.getenv("CI") != "true", reason="docker-compose not installed (apt-get install docker-compose)"
+    COMPOSE is None and os.getenv("CI") != "true",
+    reason="docker-compose not installed (apt-get install docker-compose)",
 )
 
 
 def compose_config(**env):
     result = subprocess.run(
         [COMPOSE or "docker-compose", "-f", "docker-compose.yml", "config"],
-        cwd=ROOT, env={"PATH": os.environ["PATH"], **env}, capture_output=True, text=True, timeout=60,
+        cwd=ROOT,
+        env={"PATH": os.environ["PATH"], **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     return result
 
@@ -47,7 +52,14 @@ def test_compose_file_is_valid_and_complete():
     assert "beat" in json.dumps(services["beat"]["command"])
     # the worker is healthy when it answers a ping, beat when the sweep it schedules ran lately
     assert "inspect ping" in json.dumps(services["worker"]["healthcheck"]["test"])
-    assert services["beat"]["healthcheck"]["test"] == ["CMD", "python", "-m", "refundagent.config.healthcheck", "--only", "beat"]
+    assert services["beat"]["healthcheck"]["test"] == [
+        "CMD",
+        "python",
+        "-m",
+        "refundagent.config.healthcheck",
+        "--only",
+        "beat",
+    ]
     # Flower only on demand, on the same broker
     assert services["flower"]["profiles"] == ["flower"]
     assert services["flower"]["environment"]["CELERY_BROKER_URL"] == "redis://redis:6379/0"

@@ -51,8 +51,9 @@ def test_a_non_staff_user_at_the_admin_login_is_sent_to_the_support_app(client):
     # given a support user who is not staff
     get_user_model().objects.create_user("helpdesk", password="pw-helpdesk-1")
     # when they sign in to the admin
-    response = client.post("/admin/login/?next=/admin/", {"username": "helpdesk", "password": "pw-helpdesk-1",
-                                                           "next": "/admin/"})
+    response = client.post(
+        "/admin/login/?next=/admin/", {"username": "helpdesk", "password": "pw-helpdesk-1", "next": "/admin/"}
+    )
     # then the login page says to use the support app, with a link to it
     assert response.status_code == 200
     html = response.content.decode()

@@ -41,14 +41,22 @@ def test_health_without_a_broker_is_eager(db, settings):
 
     assert response.status_code == 200
     body = response.json()
-    assert body.pop("details")["queued_tickets"] == {"count": 0, "oldest_age_seconds": None,
-                                                      "threshold_seconds": 900}
-    assert body == {"status": "ok", "database": "ok", "broker": "eager", "worker": "eager", "beat": "eager",
-                    "migrations": "ok", "queued_tickets": "ok", "approved_unexecuted": "ok"}
+    assert body.pop("details")["queued_tickets"] == {"count": 0, "oldest_age_seconds": None, "threshold_seconds": 900}
+    assert body == {
+        "status": "ok",
+        "database": "ok",
+        "broker": "eager",
+        "worker": "eager",
+        "beat": "eager",
+        "migrations": "ok",
+        "queued_tickets": "ok",
+        "approved_unexecuted": "ok",
+    }
 
 
-@pytest.mark.skipif(not REDIS_URL.startswith("redis://") and os.getenv("CI") != "true",
-                    reason="needs CELERY_BROKER_URL=redis://...")
+@pytest.mark.skipif(
+    not REDIS_URL.startswith("redis://") and os.getenv("CI") != "true", reason="needs CELERY_BROKER_URL=redis://..."
+)
 def test_health_with_redis_but_no_worker_reports_the_broker_ok_and_the_worker_failing(db, broker, settings):
     assert REDIS_URL.startswith("redis://"), "CI must run this test: set CELERY_BROKER_URL to Redis"
     broker(REDIS_URL)
@@ -84,8 +92,12 @@ def _beat_ran(ago=timedelta(0)):
     interval, _ = IntervalSchedule.objects.get_or_create(every=5, period=IntervalSchedule.MINUTES)
     PeriodicTask.objects.update_or_create(
         task=BEAT_TASK,
-        defaults={"name": "approvals: expire approval requests", "interval": interval, "enabled": True,
-                  "last_run_at": timezone.now() - ago},
+        defaults={
+            "name": "approvals: expire approval requests",
+            "interval": interval,
+            "enabled": True,
+            "last_run_at": timezone.now() - ago,
+        },
     )
 
 
@@ -104,8 +116,16 @@ def test_health_is_503_without_a_worker_and_200_with_one(celery_worker_process, 
     assert response.status_code == 200, response.json()
     body = response.json()
     body.pop("details")
-    assert body == {"status": "ok", "database": "ok", "broker": "ok", "worker": "ok", "beat": "ok",
-                    "migrations": "ok", "queued_tickets": "ok", "approved_unexecuted": "ok"}
+    assert body == {
+        "status": "ok",
+        "database": "ok",
+        "broker": "ok",
+        "worker": "ok",
+        "beat": "ok",
+        "migrations": "ok",
+        "queued_tickets": "ok",
+        "approved_unexecuted": "ok",
+    }
 
 
 def test_beat_that_has_not_run_for_three_intervals_fails(db, settings, monkeypatch):
@@ -129,8 +149,12 @@ def test_an_old_queued_ticket_and_an_old_approved_refund_fail(demo, settings, us
     from refundagent.models import Ticket
 
     settings.CELERY_TASK_ALWAYS_EAGER = True
-    ticket = Ticket.objects.create(tenant=demo["acme"], customer_id=demo["acme"].customers.first().pk,
-                                   message="Refund.", created_by=user("acme-support"))
+    ticket = Ticket.objects.create(
+        tenant=demo["acme"],
+        customer_id=demo["acme"].customers.first().pk,
+        message="Refund.",
+        created_by=user("acme-support"),
+    )
     Ticket.objects.filter(pk=ticket.pk).update(created_at=timezone.now() - timedelta(minutes=20))
     # when the health is asked
     response = Client().get("/api/health")

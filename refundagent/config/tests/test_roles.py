@@ -15,8 +15,13 @@ from ledger.models import Membership, Tenant
 from ledger.tenancy import api_token_create, roles_sync
 
 EXPECTED = {
-    "support": {"ledger.view_order", "ledger.view_customer", "ledger.view_refundentry", "refundagent.view_ticket",
-                "refundagent.view_escalatedticket"},
+    "support": {
+        "ledger.view_order",
+        "ledger.view_customer",
+        "ledger.view_refundentry",
+        "refundagent.view_ticket",
+        "refundagent.view_escalatedticket",
+    },
     "finance": {
         "approvals.view_approvalrequest",
         "approvals.approve_approvalrequest",
@@ -50,7 +55,9 @@ EXPECTED = {
 
 def role_permissions() -> dict[str, set[str]]:
     return {
-        group.name: {f"{p.content_type.app_label}.{p.codename}" for p in group.permissions.select_related("content_type")}
+        group.name: {
+            f"{p.content_type.app_label}.{p.codename}" for p in group.permissions.select_related("content_type")
+        }
         for group in Group.objects.prefetch_related("permissions")
     }
 
@@ -125,7 +132,9 @@ def test_a_finance_user_uses_the_approval_api_and_admin_without_the_demo(db):
 
 def test_an_app_may_declare_only_its_own_permissions(db, monkeypatch):
     # given the ledger declaring a permission of a higher app
-    monkeypatch.setattr(apps.get_app_config("ledger"), "role_permissions", {"finance": ["approvals.view_approvalrequest"]})
+    monkeypatch.setattr(
+        apps.get_app_config("ledger"), "role_permissions", {"finance": ["approvals.view_approvalrequest"]}
+    )
     # then the sync refuses
     with pytest.raises(ImproperlyConfigured, match="only its own permissions"):
         roles_sync()

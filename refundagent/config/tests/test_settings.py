@@ -18,7 +18,10 @@ def run_manage(*args, **env):
 
 def test_check_deploy_is_clean_with_production_values():
     result = run_manage(
-        "check", "--deploy", "--fail-level", "WARNING",
+        "check",
+        "--deploy",
+        "--fail-level",
+        "WARNING",
         DJANGO_DEBUG="0",
         DJANGO_SECRET_KEY="x7Qm2vLr9TzP4kWb8NcY1fHs6JdGa3Ue5RiOo0XlKtZqVyMnBpCw",
         DJANGO_ALLOWED_HOSTS="refunds.example.com",
@@ -46,8 +49,10 @@ def test_a_malformed_boolean_is_refused():
 
 
 def test_a_sweep_grace_that_is_not_a_positive_integer_is_refused():
-    for value, message in (("soon", "SWEEP_GRACE_SECONDS must be an integer"),
-                           ("0", "SWEEP_GRACE_SECONDS must be a positive integer")):
+    for value, message in (
+        ("soon", "SWEEP_GRACE_SECONDS must be an integer"),
+        ("0", "SWEEP_GRACE_SECONDS must be a positive integer"),
+    ):
         result = run_manage("check", SWEEP_GRACE_SECONDS=value)
         assert result.returncode != 0
         assert message in result.stderr

@@ -51,7 +51,9 @@ class Command(BaseCommand):
         if self.embedded:
             self.say("embedded SQLite, fresh demo database; Celery eager; provider " + settings.AGENT_PROVIDER)
         else:
-            self.say(f"{connection.vendor} database; {'Celery eager' if settings.CELERY_TASK_ALWAYS_EAGER else 'Celery workers'}")
+            self.say(
+                f"{connection.vendor} database; {'Celery eager' if settings.CELERY_TASK_ALWAYS_EAGER else 'Celery workers'}"
+            )
 
         self.step("2. Demo data")
         demo_seed()
@@ -82,7 +84,10 @@ class Command(BaseCommand):
                 f"to {request.args.get('destination')} for {request.order.external_id} (hash {request.args_hash[:12]}…)"
             )
             approval_request_decide(
-                request_id=request.pk, user=finance, decision="approve", args_hash=request.args_hash,
+                request_id=request.pk,
+                user=finance,
+                decision="approve",
+                args_hash=request.args_hash,
                 note="Checked against the order and refund-policy-v4.",
             )
             request.refresh_from_db()
@@ -109,8 +114,11 @@ class Command(BaseCommand):
 
         final = {t.order.external_id: Ticket.objects.get(pk=t.pk).status for t in tickets}
         gate_passed = self.release_gate()
-        ok = (final.get("ORD-5001") == Ticket.Status.REFUNDED and final.get("ORD-5002") == Ticket.Status.ESCALATED
-              and gate_passed)
+        ok = (
+            final.get("ORD-5001") == Ticket.Status.REFUNDED
+            and final.get("ORD-5002") == Ticket.Status.ESCALATED
+            and gate_passed
+        )
         self.step("Done" if ok else "Unexpected outcome")
         self.say(", ".join(f"{order}: {status}" for order, status in final.items()))
         if not ok:
@@ -130,16 +138,20 @@ class Command(BaseCommand):
         text = out.getvalue()
         metrics = dict(re.findall(r"^(pass_rate|false_allow|results)=(\S+)$", text, re.M))
         run = re.search(r"^run=(\d+)", text, re.M)
-        self.say(f"eval run #{run.group(1) if run else '?'}: {metrics.get('results', '?')} cases, pass rate "
-                 f"{metrics.get('pass_rate', '?')}, false allows {metrics.get('false_allow', '?')}, "
-                 f"gate {'passed' if passed else 'FAILED'} in {time.monotonic() - started:.1f}s; see /evals/")
+        self.say(
+            f"eval run #{run.group(1) if run else '?'}: {metrics.get('results', '?')} cases, pass rate "
+            f"{metrics.get('pass_rate', '?')}, false allows {metrics.get('false_allow', '?')}, "
+            f"gate {'passed' if passed else 'FAILED'} in {time.monotonic() - started:.1f}s; see /evals/"
+        )
         for line in err.getvalue().splitlines():
             if line.startswith("gate:"):
                 self.say("   " + line)
         return passed
 
     def show_ticket(self, ticket: Ticket):
-        self.say(f"ticket #{ticket.pk} {ticket.order.external_id} asking {ticket.requested_amount or '-'}: {ticket.status}")
+        self.say(
+            f"ticket #{ticket.pk} {ticket.order.external_id} asking {ticket.requested_amount or '-'}: {ticket.status}"
+        )
         if ticket.stop_detail:
             self.say(f"   why: {ticket.stop_detail}")
         draft = ticket.drafts.order_by("-id").first()
