@@ -154,4 +154,6 @@ def test_the_cache_is_redis_when_configured():
 
 def test_health_is_not_throttled(client, db, settings, fresh_cache):
     settings.API_THROTTLE_RATE = "1/min"
+    # No worker is needed here (tasks in-process): a 503 for a missing worker is test_health.py's.
+    settings.CELERY_TASK_ALWAYS_EAGER = True
     assert [Client().get("/api/health").status_code for _ in range(3)] == [200, 200, 200]
