@@ -185,10 +185,13 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
                     "ledger_entry",
                     "approver_role",
                     "updated_at",
+                    # the execution's hand-off (the outbox): when it was last published, and why not
+                    "dispatched_at",
+                    "dispatch_attempts",
+                    "dispatch_error",
                 )
             },
         ),
-        ("Execution hand-off (outbox)", {"fields": ("dispatched_at", "dispatch_attempts", "dispatch_error")}),
     )
 
     def get_queryset(self, request):
