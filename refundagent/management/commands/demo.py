@@ -2,6 +2,7 @@
 the agent, approve as finance, execute, verify, print the ledger, and run the release gate once
 (so the operators' page /evals/ has a run to show)."""
 
+import logging
 import os
 import re
 import time
@@ -130,11 +131,18 @@ class Command(BaseCommand):
         self.step("6. The release gate (release_gate suite, offline provider)")
         out, err = StringIO(), StringIO()
         started = time.monotonic()
+        # Each case approves and executes in its own sandbox: its money log lines are the cases',
+        # not the demo's, so they stay out of the demo's output.
+        money_log = logging.getLogger("money")
+        level = money_log.level
+        money_log.setLevel(logging.WARNING)
         try:
             call_command("run_evals", suite="release_gate", provider="offline", stdout=out, stderr=err)
             passed = True
         except CommandError:
             passed = False
+        finally:
+            money_log.setLevel(level)
         text = out.getvalue()
         metrics = dict(re.findall(r"^(pass_rate|false_allow|results)=(\S+)$", text, re.M))
         run = re.search(r"^run=(\d+)", text, re.M)
