@@ -64,8 +64,7 @@ def script(policy_version: str) -> list[dict]:
                 "policy_version": policy_version,
                 "rationale": f"Order {ORDER} is delivered, 12 days old, within the 30-day window; {AMOUNT} USD is "
                 "refundable. Finance approves before anything is issued.",
-                "customer_reply": f"Hello, we passed a refund request for {AMOUNT} USD on order {ORDER} to our finance "
-                "team for review.",
+                "customer_reply": f"Hello, we passed a refund request on order {ORDER} to our finance team for review.",
                 "destination": "original",
             },
         },
