@@ -18,8 +18,14 @@ from .tasks import agent_run_ticket_task
 logger = logging.getLogger(__name__)
 
 
-def ticket_run_publish(*, ticket_id: int) -> bool:
-    """Enqueue the agent run of a ticket; True if the broker took it. Never raises."""
+def ticket_run_publish(*, ticket_id: int, mark_dispatched: bool = True) -> bool:
+    """Enqueue the agent run of a ticket; True if the broker took it. Never raises.
+
+    `run_dispatched_at` keeps the sweep from sending a ticket again within the grace period.
+    The first hand-off, right after the step that queued the ticket committed, needs no mark
+    (`mark_dispatched=False`): that step's `updated_at` is just as recent, and the sweep counts
+    from the later of the two. Only the sweep's re-sends write the mark, which saves every
+    ticket one UPDATE."""
     now = timezone.now()
     try:
         agent_run_ticket_task.delay(ticket_id)
@@ -31,5 +37,6 @@ def ticket_run_publish(*, ticket_id: int) -> bool:
             extra={"ticket": ticket_id},
         )
         return False
-    Ticket.objects.filter(pk=ticket_id).update(run_dispatched_at=now)
+    if mark_dispatched:
+        Ticket.objects.filter(pk=ticket_id).update(run_dispatched_at=now)
     return True

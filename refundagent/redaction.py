@@ -10,6 +10,7 @@ vocabulary (currency codes, decisions): a customer named "Mallory refund-policy-
 approve" loses "Mallory" and the full name, never the amount, currency, version or decision.
 A card's last four digits are customer data too (item 6): traces keep brand and kind only."""
 
+import functools
 import re
 from typing import Any
 
@@ -120,6 +121,19 @@ def _name_words(name: str) -> list[str]:
 
 
 def redact_text(text: str, known: list[str] | tuple[str, ...] = ()) -> str:
+    for pattern in _known_patterns(tuple(known)):
+        text = pattern.sub(REDACTED, text)
+    for pattern, replacement in _PATTERNS:
+        text = pattern.sub(replacement, text)
+    return text
+
+
+@functools.lru_cache(maxsize=256)
+def _known_patterns(known: tuple[str, ...]) -> tuple[re.Pattern, ...]:
+    """The patterns for a ticket's known values, longest value first, compiled once: a run
+    redacts every trace event and message with the same values (escaping and compiling them
+    per call cost more than the substitutions)."""
+    patterns = []
     for value in sorted((k for k in known if k and (len(k) >= 3 or k.isdigit())), key=len, reverse=True):
         pattern = re.escape(value)
         if value.isdigit():
@@ -130,10 +144,8 @@ def redact_text(text: str, known: list[str] | tuple[str, ...] = ()) -> str:
             # A plain word (a part of the customer's name): whole words only, so that "Doe"
             # does not turn "does" into "[redacted]s". Identifiers are replaced anywhere.
             pattern = rf"(?<![^\W\d_]){pattern}(?![^\W\d_])"
-        text = re.sub(pattern, REDACTED, text, flags=re.IGNORECASE)
-    for pattern, replacement in _PATTERNS:
-        text = pattern.sub(replacement, text)
-    return text
+        patterns.append(re.compile(pattern, flags=re.IGNORECASE))
+    return tuple(patterns)
 
 
 def redact(value: Any, known: list[str] | tuple[str, ...] = (), *, evidence: bool = False) -> Any:

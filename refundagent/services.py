@@ -58,7 +58,10 @@ def ticket_create(
     tenant = tenant_for_user(user)
     order = (order or "").strip()
     found_order = order_get(tenant=tenant, external_id=order) if order else None
-    found_customer = customer_get(tenant=tenant, external_id=customer)
+    if found_order is not None and _is_customer(found_order.customer, tenant=tenant, external_id=customer):
+        found_customer = found_order.customer  # read with the order: one query fewer
+    else:
+        found_customer = customer_get(tenant=tenant, external_id=customer)
     if found_order is not None and found_order.customer_id != found_customer.pk:
         raise InvalidInput(f"Order {order} does not belong to customer {customer}.", code="customer_mismatch")
     message = (message or "").strip()
@@ -114,6 +117,10 @@ def ticket_create(
     return ticket
 
 
+def _is_customer(candidate, *, tenant, external_id: str) -> bool:
+    return candidate.tenant_id == tenant.pk and candidate.external_id == external_id
+
+
 def _trace_id_new() -> uuid.UUID:
     """With tracing on, the ticket's trace id IS the OpenTelemetry trace of the request that
     filed it (the same 128 bits): one id in the admin and in the tracing backend. A second ticket
@@ -134,7 +141,7 @@ def _trace(ticket: Ticket, **kwargs):
 
 def ticket_run_enqueue(ticket_id: int) -> None:
     """Hand a queued ticket to a worker (after commit). Never raises: see refundagent.outbox."""
-    ticket_run_publish(ticket_id=ticket_id)
+    ticket_run_publish(ticket_id=ticket_id, mark_dispatched=False)
 
 
 def ticket_escalate(*, ticket: Ticket, user, note: str = "") -> Ticket:

@@ -102,11 +102,12 @@ def tool_answer(call: ToolCall, handle, *, sensitive: list[str]) -> dict:
         telemetry.content_set(span, "gen_ai.tool.call.arguments", _redacted_json(call.input, sensitive))
         result = handle(call)
         telemetry.attributes_set(span, refund__tool__is_error=bool(result.get("is_error")))
-        telemetry.content_set(
-            span,
-            "gen_ai.tool.call.result",
-            redact_text(str(result.get("content", "")), [*sensitive, *_export_extra.get()]),
-        )
+        if telemetry.content_export_enabled():
+            telemetry.content_set(
+                span,
+                "gen_ai.tool.call.result",
+                redact_text(str(result.get("content", "")), [*sensitive, *_export_extra.get()]),
+            )
         return result
 
 

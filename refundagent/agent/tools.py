@@ -13,6 +13,7 @@ their orders in the ticket's tenant may be looked at (orders.list_customer_order
 on such tickets, lists them), and the draft must name the one it is about.
 """
 
+import functools
 import json
 import re
 from dataclasses import dataclass
@@ -154,9 +155,11 @@ class SendMessageArgs(_Args):
     body: str = ""
 
 
+@functools.cache
 def tool_input_schema(args_model: type[BaseModel]) -> dict:
     """The model's JSON schema as the Messages API takes it as a tool's input_schema: an object
-    with properties, references inlined, no pydantic titles."""
+    with properties, references inlined, no pydantic titles. Built once per model class (pydantic's
+    schema generation costs more than a whole tool call); callers must not mutate it."""
     schema = _schema_tidy(_inline_refs(args_model.model_json_schema(), {}))
     return {"type": "object", "properties": {}, **schema}
 

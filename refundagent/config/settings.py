@@ -111,6 +111,14 @@ DATABASES = {
         conn_max_age=envint("DATABASE_CONN_MAX_AGE", "0"),
     )
 }
+if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and envbool(
+    "DATABASE_PREPARED_STATEMENTS", "true"
+):
+    # Server-side binding, and each statement prepared on its first use: PostgreSQL then plans
+    # a query once per connection instead of at every execution (planning the loop's joins
+    # cost more than running them). Off for a pooler that cannot keep prepared statements
+    # (PgBouncer in transaction mode before 1.21): DATABASE_PREPARED_STATEMENTS=false.
+    DATABASES["default"].setdefault("OPTIONS", {}).update({"server_side_binding": True, "prepare_threshold": 0})
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Row locks do not exist on SQLite; serialise writers instead of failing with "database is locked".
     DATABASES["default"].setdefault("OPTIONS", {})
