@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from decimal import Decimal
 
+from ledger.compiled import CompiledQuery
 from ledger.models import Order, PaymentMethod
 from ledger.selectors import ZERO, order_refund_position
 from ledger.telemetry import traced
@@ -61,8 +62,19 @@ class GateVerdict:
         return data
 
 
+# Read at every policy lookup of the agent and again at its decision: compiled once.
+_POLICY_CURRENT = CompiledQuery(
+    lambda tenant_id: RefundPolicy.objects.current(tenant_id).values(
+        *(f.attname for f in RefundPolicy._meta.concrete_fields)
+    ),
+    tenant_id=int,
+)
+
+
 def policy_current(tenant) -> RefundPolicy | None:
-    return RefundPolicy.objects.current_for(tenant)
+    """The tenant's current policy (RefundPolicy.objects.current), or None."""
+    found = _POLICY_CURRENT.instances(RefundPolicy, tenant_id=tenant.pk)
+    return found[0] if found else None
 
 
 def order_original_method(order: Order) -> PaymentMethod | None:

@@ -17,14 +17,13 @@ class PolicyImmutable(Exception):
 
 
 class RefundPolicyQuerySet(TenantQuerySet):
+    def current(self, tenant):
+        """The tenant's current policy, as a queryset of one: the newest published version
+        (retired versions are no longer published)."""
+        return self.for_tenant(tenant).filter(status=RefundPolicy.Status.PUBLISHED).order_by("-published_at", "-id")[:1]
+
     def current_for(self, tenant):
-        """The tenant's current policy: the newest published version that is not retired."""
-        return (
-            self.for_tenant(tenant)
-            .filter(status=RefundPolicy.Status.PUBLISHED)
-            .order_by("-published_at", "-id")
-            .first()
-        )
+        return self.current(tenant).first()
 
 
 def waivable_rules_default() -> list[str]:

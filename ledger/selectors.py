@@ -7,6 +7,7 @@ from decimal import Decimal
 from django.db.models import DecimalField, OuterRef, Subquery, Sum
 from django.db.models.functions import Coalesce
 
+from .compiled import CompiledQuery
 from .exceptions import NotFound
 from .models import (
     COUNTING_STATUSES,
@@ -129,10 +130,9 @@ def items_match(lines: list[LinePosition], item_ids: list[str]) -> ItemsMatch:
     )
 
 
-def order_refund_position(order: Order) -> RefundPosition:
-    # Each line with the units already refunded and the order's refunded total, in one query
-    # (the agent reads this at every order lookup and again at its decision). Only entries that
-    # count (pending, succeeded, external) are counted.
+def _order_position_rows(order_id: int):
+    # Each line with the units already refunded and the order's refunded total, in one query.
+    # Only entries that count (pending, succeeded, external) are counted.
     refunded_units = (
         RefundEntryItem.objects.filter(order_item=OuterRef("pk"), entry__status__in=COUNTING_STATUSES)
         .values("order_item")
@@ -145,22 +145,31 @@ def order_refund_position(order: Order) -> RefundPosition:
         .annotate(s=Sum("effective_amount"))
         .values("s")
     )
-    items = list(
-        OrderItem.objects.filter(order=order)
+    return (
+        OrderItem.objects.filter(order_id=order_id)
         .annotate(
             refunded_units=Coalesce(Subquery(refunded_units), 0),
             order_refunded=Coalesce(Subquery(refunded_total), ZERO, output_field=MONEY_FIELD),
         )
         .order_by("line_no")
+        .values("line_no", "item_id", "name", "price", "quantity", "refunded_units", "order_refunded")
     )
+
+
+# The agent reads the position at every order lookup and again at its decision: compiled once.
+_ORDER_POSITION = CompiledQuery(_order_position_rows, order_id=int)
+
+
+def order_refund_position(order: Order) -> RefundPosition:
+    items = _ORDER_POSITION.rows(order_id=order.pk)
     lines = [
         LinePosition(
-            line_no=item.line_no,
-            item_id=item.item_id,
-            name=item.name,
-            price=item.price,
-            quantity=item.quantity,
-            refunded_quantity=item.refunded_units,
+            line_no=item["line_no"],
+            item_id=item["item_id"],
+            name=item["name"],
+            price=item["price"],
+            quantity=item["quantity"],
+            refunded_quantity=item["refunded_units"],
         )
         for item in items
     ]
@@ -170,7 +179,7 @@ def order_refund_position(order: Order) -> RefundPosition:
         total=order.total,
         currency=order.currency,
         # An order without lines has no row to carry the total: ask for it alone.
-        refunded_total=items[0].order_refunded.quantize(Decimal("0.01")) if items else order_refunded_total(order),
+        refunded_total=items[0]["order_refunded"].quantize(Decimal("0.01")) if items else order_refunded_total(order),
         lines=lines,
     )
 

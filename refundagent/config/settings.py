@@ -114,11 +114,13 @@ DATABASES = {
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and envbool(
     "DATABASE_PREPARED_STATEMENTS", "true"
 ):
-    # Server-side binding, and each statement prepared on its first use: PostgreSQL then plans
-    # a query once per connection instead of at every execution (planning the loop's joins
-    # cost more than running them). Off for a pooler that cannot keep prepared statements
-    # (PgBouncer in transaction mode before 1.21): DATABASE_PREPARED_STATEMENTS=false.
-    DATABASES["default"].setdefault("OPTIONS", {}).update({"server_side_binding": True, "prepare_threshold": 0})
+    # Server-side binding, and a statement prepared from its 5th use on a connection (psycopg's
+    # default): PostgreSQL then plans the hot queries once per connection instead of at every
+    # execution (planning the loop's joins cost more than running them). Not from the first
+    # use: a statement run once (a migration's multi-statement script) cannot be prepared.
+    # Off for a pooler that cannot keep prepared statements (PgBouncer in transaction mode
+    # before 1.21): DATABASE_PREPARED_STATEMENTS=false.
+    DATABASES["default"].setdefault("OPTIONS", {}).update({"server_side_binding": True, "prepare_threshold": 5})
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     # Row locks do not exist on SQLite; serialise writers instead of failing with "database is locked".
     DATABASES["default"].setdefault("OPTIONS", {})
