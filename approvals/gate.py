@@ -77,13 +77,22 @@ def policy_current(tenant) -> RefundPolicy | None:
     return found[0] if found else None
 
 
+# Read at every decision: compiled once.
+_ORIGINAL_METHOD = CompiledQuery(
+    lambda order_id: (
+        PaymentMethod.objects.filter(payments__order_id=order_id)
+        .order_by("payments__id")
+        .values(*(f.attname for f in PaymentMethod._meta.concrete_fields))[:1]
+    ),
+    order_id=int,
+)
+
+
 def order_original_method(order: Order) -> PaymentMethod | None:
     """The payment method the order was paid with (its first recorded payment's), or None when
     the shop recorded none."""
-    payment = (
-        order.payments.filter(payment_method__isnull=False).select_related("payment_method").order_by("id").first()
-    )
-    return payment.payment_method if payment else None
+    found = _ORIGINAL_METHOD.instances(PaymentMethod, order_id=order.pk)
+    return found[0] if found else None
 
 
 def refund_destination_of(*, order: Order, refund_to: PaymentMethod | None) -> tuple[str, PaymentMethod | None]:

@@ -12,7 +12,8 @@ query: no SQL is written by hand. Django has no such cache (its compiler is rebu
 evaluation), hence this small piece of our own.
 
 Only for querysets whose SQL does not depend on the arguments' values: each argument must be
-one parameter of a filter (an id, a string), which `_compile` checks.
+a parameter of a filter (an id, a string; it may appear more than once), which `_compile`
+checks.
 """
 
 from collections.abc import Callable
@@ -76,8 +77,8 @@ class CompiledQuery:
             for name, sentinel in sentinels.items()
             if type(param) is type(sentinel) and param == sentinel
         ]
-        if sorted(name for _, name in slots) != sorted(sentinels):
-            raise ValueError("each argument of a CompiledQuery must appear exactly once among the parameters")
+        if {name for _, name in slots} != set(sentinels):
+            raise ValueError("each argument of a CompiledQuery must appear among the parameters")
         names = [*query.extra_select, *query.values_select, *query.annotation_select]
         if len(names) != len(compiler.select):
             raise ValueError("a CompiledQuery needs a values() queryset")

@@ -16,7 +16,8 @@ from typing import Any
 
 from django.conf import settings
 
-from ledger.models import Payment
+from ledger.compiled import CompiledQuery
+from ledger.models import Payment, PaymentMethod
 
 REDACTED = "[redacted]"
 
@@ -171,7 +172,9 @@ def sensitive_values_for_order(order) -> list[str]:
     order: callers with a customer-level ticket use sensitive_values_for_ticket)."""
     if order is None:
         return []
-    return _customer_values(order.customer, order.payments.values_list("payment_ref", "card_last4"))
+    return _customer_values(
+        order.customer, _ORDER_PAYMENT_VALUES.rows(order_id=order.pk, customer_id=order.customer_id)
+    )
 
 
 def sensitive_values_for_ticket(ticket) -> list[str]:
@@ -180,20 +183,32 @@ def sensitive_values_for_ticket(ticket) -> list[str]:
     the payment references of all their orders."""
     if ticket.order_id:
         return sensitive_values_for_order(ticket.order)
-    customer = ticket.customer
-    return _customer_values(
-        customer, Payment.objects.filter(order__customer=customer).values_list("payment_ref", "card_last4")
-    )
+    return _customer_values(ticket.customer, _CUSTOMER_PAYMENT_VALUES.rows(customer_id=ticket.customer_id))
 
 
-def _customer_values(customer, payments) -> list[str]:
-    """`payments`: (payment_ref, card_last4) pairs of the relevant payments."""
+def _payment_values(payments, customer_id):
+    # The payments' references and card last4, and the customer's method ids and last4, in one
+    # query (read at filing and at every run, hence compiled once).
+    methods = PaymentMethod.objects.filter(customer_id=customer_id).values_list("external_id", "last4")
+    return payments.values_list("payment_ref", "card_last4").union(methods, all=True)
+
+
+_ORDER_PAYMENT_VALUES = CompiledQuery(
+    lambda order_id, customer_id: _payment_values(Payment.objects.filter(order_id=order_id), customer_id),
+    order_id=int,
+    customer_id=int,
+)
+_CUSTOMER_PAYMENT_VALUES = CompiledQuery(
+    lambda customer_id: _payment_values(Payment.objects.filter(order__customer_id=customer_id), customer_id),
+    customer_id=int,
+)
+
+
+def _customer_values(customer, payment_rows: list[dict]) -> list[str]:
+    """`payment_rows`: the reference and last4 of each relevant payment and payment method."""
     values = [customer.email, customer.name]
     if customer.name:
         values.extend(_name_words(customer.name))
-    # The payments' references and card last4, and the customer's method ids and last4, in one
-    # query (read at filing and at every run).
-    methods = customer.payment_methods.values_list("external_id", "last4")
-    for reference, last4 in payments.union(methods, all=True):
-        values.extend((reference, last4))
+    for row in payment_rows:
+        values.extend(row.values())
     return list(dict.fromkeys(v for v in values if v))

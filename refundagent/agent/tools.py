@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from approvals import gate
 from approvals.models import Capability
+from ledger.compiled import CompiledQuery
 from ledger.models import Order
 from ledger.selectors import order_refund_position
 
@@ -253,9 +254,17 @@ TOOL_DEFS: dict[str, ToolDef] = {
 BY_API_NAME = {d.name: d for d in TOOL_DEFS.values()}
 
 
+# Read at the start of every run and again before its decision: compiled once.
+_CAPABILITIES = CompiledQuery(
+    lambda: Capability.objects.filter(name__in=list(TOOL_DEFS)).values(
+        *(f.attname for f in Capability._meta.concrete_fields)
+    )
+)
+
+
 def capabilities_load() -> dict[str, Capability]:
     """The registry as it is now (one query): operators flip `enabled` without a deploy."""
-    return {c.name: c for c in Capability.objects.filter(name__in=list(TOOL_DEFS))}
+    return {c.name: c for c in _CAPABILITIES.instances(Capability)}
 
 
 def tool_manifest(capabilities: dict[str, Capability], *, customer_level: bool = False) -> list[ToolSpec]:
