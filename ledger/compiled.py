@@ -53,7 +53,7 @@ class CompiledQuery:
             for position, (functions, expression) in converters:
                 for function in functions:
                     row[position] = function(row[position], expression, connection)
-            result.append(dict(zip(names, row)))
+            result.append(dict(zip(names, row, strict=True)))
         return result
 
     def instances(self, model, *, using: str = DEFAULT_DB_ALIAS, **arguments) -> list:
