@@ -20,6 +20,8 @@ BENCH_ENV = {
     "DJANGO_DEBUG": "0",
     "DJANGO_SECRET_KEY": "benchmark-only-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz",
     "DJANGO_ALLOWED_HOSTS": "127.0.0.1,localhost,testserver",
+    # As docker-compose.yml runs it: connections (and their prepared statements) kept.
+    "DATABASE_CONN_MAX_AGE": "60",
 }
 
 

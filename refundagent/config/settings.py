@@ -109,6 +109,8 @@ DATABASES = {
     "default": dj_database_url.parse(
         os.getenv("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}"),
         conn_max_age=envint("DATABASE_CONN_MAX_AGE", "0"),
+        # A kept connection is checked before each request reuses it (a restarted database).
+        conn_health_checks=True,
     )
 }
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and envbool(
