@@ -214,7 +214,9 @@ def http_wait(url: str, deadline: float) -> bool:
 
     while time.monotonic() < deadline:
         try:
-            if requests.get(url, timeout=2).status_code == 200:
+            # Up once the workers answer: no beat runs here, so /api/health stays 503 for it.
+            response = requests.get(url, timeout=2)
+            if response.status_code == 200 or response.json().get("worker") == "ok":
                 return True
         except requests.RequestException:
             pass
