@@ -419,6 +419,15 @@ def ledger_refund_record_external(
             source=RefundEntryEvent.Source.WEBHOOK if event_ref else RefundEntryEvent.Source.RECONCILIATION,
             event_ref=event_ref,
         )
+        # Money this product did not decide left the shop: WARNING, finance reviews it.
+        refund_entry_log(
+            entry,
+            event="payout.external",
+            order_ref=locked.external_id,
+            reason=entry.reason,
+            level=logging.WARNING,
+            event_ref=event_ref,
+        )
         return entry
 
 

@@ -11,6 +11,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from approvals.execution import approval_execute
 from approvals.models import ApprovalRequest, Capability
 from evals.models import EvalRun
 from ledger.models import Order, RefundEntry
@@ -219,3 +220,21 @@ def test_an_operator_who_is_not_staff_may_see_it(demo, user):
     support = user("acme-support")
     support.groups.add(Group.objects.get(name="operator"))
     assert _signed_in(support).get(URL).status_code == 200
+
+
+def test_an_execution_the_ledger_refused_is_listed_apart_with_its_stage_and_reason(demo, user):
+    # given an approved request whose stored args were tampered with: the execution refuses it
+    order = Order.objects.get(tenant=demo["acme"], external_id="ORD-5001")
+    ticket, request = ticket_awaiting_approval(order=order, filer=user("acme-support"), amount="20.00", key="ops-t")
+    approve(request, user("acme-finance"))  # (the execution waits for commit: not run here)
+    ApprovalRequest.objects.filter(pk=request.pk).update(args={**request.args, "amount": "1.00"})
+    approval_execute(request_id=request.pk)
+    # when the operator opens the page
+    response = _signed_in(user("ops")).get(URL)
+    # then it is an execution failure, not a payout failure
+    [failure] = response.context["execution_failures"]
+    assert (failure["pk"], failure["ticket_ref"], failure["stage"]) == (request.pk, ticket.pk, "execute")
+    assert "no longer match" in failure["reason"]
+    assert response.context["payout_failures"] == []
+    row = _row(response.content.decode(), f'data-approval="{request.pk}"')
+    assert f'href="/tickets/{ticket.pk}/"' in row and "execute" in row

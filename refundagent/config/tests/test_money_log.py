@@ -188,3 +188,24 @@ def test_an_unreachable_provider_is_a_warning_and_no_result(db, make_order, fake
     assert (line["level"], line["status"], line["order"]) == ("WARNING", "pending", "ORD-DOWN")
     assert "unavailable" in line["reason"]
     assert _payout_lines(json_log) == []
+
+
+def test_a_refund_made_at_the_provider_by_hand_is_a_warning(
+    db, make_order, fake_stripe, json_log, django_capture_on_commit_callbacks
+):
+    # given a 40.00 refund someone made by hand in Stripe's dashboard
+    order = make_order("100.00", external_id="ORD-HAND", payment_ref="pi_hand")
+    refund = fake_stripe.public(fake_stripe.add_refund(payment_intent="pi_hand", amount=4000))
+    # when Stripe's webhook tells us
+    _webhook(fake_stripe, "refund.created", refund, django_capture_on_commit_callbacks)
+    # then one WARNING line says money left outside the product, for finance to review
+    [line] = _payout_lines(json_log, "payout.external")
+    entry = RefundEntry.objects.get(order=order)
+    assert (line["level"], line["status"], line["order"], line["amount"]) == (
+        "WARNING",
+        "external",
+        "ORD-HAND",
+        "40.00",
+    )
+    assert (line["ledger_entry"], line["provider_ref"], line["gateway"]) == (entry.pk, refund["id"], "stripe")
+    assert line["tenant"] == order.tenant_id
