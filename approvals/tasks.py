@@ -8,7 +8,7 @@ from celery import shared_task
 from django.db import OperationalError
 
 from ledger.exceptions import PaymentProviderUnavailable
-from ledger.telemetry import ticket_trace_span
+from ledger.telemetry import bind, ticket_trace_span
 
 from .execution import approval_execute
 from .models import ApprovalRequest
@@ -30,9 +30,15 @@ from .requests import approval_requests_expire
 )
 def approval_execute_task(request_id: int) -> None:
     # Redelivery is safe: the ledger write is keyed by the request's idempotency key.
-    # The execution and the ledger write join the ticket's trace (docs/operations.md).
-    trace_id = ApprovalRequest.objects.filter(pk=request_id).values_list("trace_id", flat=True).first()
-    with ticket_trace_span("refund.approval.execution", trace_id, attributes={"refund.approval.id": request_id}):
+    # The execution and the ledger write join the ticket's trace (docs/operations.md), and the
+    # log lines of the execution (the ledger's payout result too) carry the ticket.
+    tenant, ticket, trace_id = ApprovalRequest.objects.filter(pk=request_id).values_list(
+        "tenant_id", "ticket_ref", "trace_id"
+    ).first() or (None, None, None)
+    with (
+        bind(tenant=tenant, ticket=ticket, ticket_trace_id=(trace_id or "").replace("-", "")),
+        ticket_trace_span("refund.approval.execution", trace_id, attributes={"refund.approval.id": request_id}),
+    ):
         approval_execute(request_id=request_id)
 
 

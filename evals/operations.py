@@ -10,17 +10,18 @@ from datetime import date, datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import Count, F, Min, Sum
-from django.db.models.functions import TruncDate
+from django.db.models import Count, F, Min, OuterRef, Subquery, Sum
+from django.db.models.functions import Coalesce, TruncDate
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest, Capability
-from ledger.models import RefundEntry
+from ledger.models import RefundEntry, RefundEntryEvent
 from refundagent.models import AgentRun, Ticket
 
 from .selectors import eval_runs_recent
 
 DAYS = 14
+LIST_LIMIT = 20  # rows of each failure list (the newest)
 WIDTH, HEIGHT, PAD_LEFT, PAD_RIGHT, PAD_TOP, PAD_BOTTOM = 720, 200, 56, 16, 16, 36
 
 
@@ -52,18 +53,61 @@ def operations_overview(*, tenant, now: datetime | None = None) -> dict:
         count=Count("pk"), oldest=Min("updated_at")
     )
     refunds = (
-        # Written by this product (approved or by an operator); imported history is not "executed".
-        RefundEntry.objects.filter(tenant=tenant, created_at__gte=since)
-        .exclude(source=RefundEntry.Source.IMPORT)
+        # Written by this product (approved or by an operator) and paid or being paid: imported history
+        # and refunds made at the provider by hand are not "executed"; a refused payout moved no money
+        # (it is listed under the payout failures).
+        RefundEntry.objects.filter(
+            tenant=tenant,
+            created_at__gte=since,
+            source__in=(RefundEntry.Source.APPROVAL, RefundEntry.Source.MANUAL),
+            status__in=(RefundEntry.Status.PENDING, RefundEntry.Status.SUCCEEDED),
+        )
         .annotate(day=TruncDate("created_at"))
         .values("day", "currency")
         .annotate(count=Count("pk"), total=Sum("amount"))
         .order_by("day", "currency")
     )
-    failures = list(
+    # Refunds the provider refused or canceled, as the ledger recorded them, with the reason it gave.
+    refused = (RefundEntry.Status.FAILED, RefundEntry.Status.CANCELED)
+    payout_failures = list(
+        RefundEntry.objects.filter(tenant=tenant, status__in=refused)
+        .annotate(
+            when=Coalesce("status_changed_at", "created_at"),
+            order_ref=F("order__external_id"),
+            failure_reason=Subquery(
+                RefundEntryEvent.objects.filter(entry=OuterRef("pk"), to_status=OuterRef("status"))
+                .order_by("-id")
+                .values("reason")[:1]
+            ),
+        )
+        .filter(when__gte=since)
+        .order_by("-when", "-pk")
+        .values(
+            "pk",
+            "order_ref",
+            "amount",
+            "currency",
+            "gateway",
+            "provider_ref",
+            "status",
+            "when",
+            "failure_reason",
+            "source",
+        )[:LIST_LIMIT]
+    )
+    # The approval each refused refund was executed for (its ticket; whether finance filed it again).
+    approvals = {
+        row["ledger_entry_id"]: row
+        for row in ApprovalRequest.objects.filter(
+            tenant=tenant, ledger_entry_id__in=[f["pk"] for f in payout_failures]
+        ).values("pk", "ledger_entry_id", "ticket_ref", "status", "replaced_by_id")
+    }
+    # Approvals whose ledger write was refused or whose evaluator found a mismatch: no payout happened
+    # or it does not match the ledger.
+    execution_failures = list(
         ApprovalRequest.objects.filter(tenant=tenant, status=ApprovalRequest.Status.FAILED, updated_at__gte=since)
         .order_by("-updated_at")
-        .values("pk", "amount", "currency", "updated_at", "ticket_ref", "verification")[:20]
+        .values("pk", "amount", "currency", "updated_at", "ticket_ref", "verification")[:LIST_LIMIT]
     )
     usage = (
         AgentRun.objects.filter(ticket__tenant=tenant, created_at__gte=since)
@@ -96,10 +140,16 @@ def operations_overview(*, tenant, now: datetime | None = None) -> dict:
         "escalated": Queue(escalated["count"], escalated["oldest"]),
         "refunds": refunds,
         "refund_chart": bar_chart([(day, Decimal(count_per_day[day])) for day in days], unit=""),
-        "failures": [{**f, "reason": _failure_reason(f["verification"])} for f in failures],
+        "payout_failures": [{**f, "approval": approvals.get(f["pk"])} for f in payout_failures],
+        "execution_failures": [
+            {**f, "stage": (f["verification"] or {}).get("stage", ""), "reason": _failure_reason(f["verification"])}
+            for f in execution_failures
+        ],
         "usage": [{"day": day, **by_day.get(day, {"runs": 0, "tokens": 0, "cost": Decimal(0)})} for day in days],
         "cost_chart": bar_chart(cost_per_day, budget=budget or None, unit="$"),
         "budget": budget,
+        "cost_today": cost_per_day[-1][1],
+        "budget_used_today": round(cost_per_day[-1][1] / budget * 100, 1) if budget else None,
         "over_budget": [day for day, cost in cost_per_day if budget and cost > budget],
         "eval_runs": runs,
         "capabilities": capabilities,

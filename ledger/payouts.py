@@ -12,13 +12,14 @@ refund is first looked up by its metadata, so a late retry never pays twice.
 import logging
 from datetime import timedelta
 
+from django.db import transaction
 from django.utils import timezone
 
+from .exceptions import PaymentProviderUnavailable
 from .gateways import ProviderRefund, RefundRequest, gateway_for
 from .models import Payment, RefundEntry, RefundEntryEvent, RefundStatus
-from .services import ledger_refund_record_outcome
-
-logger = logging.getLogger(__name__)
+from .services import ledger_refund_record_outcome, refund_entry_log
+from .telemetry import traced
 
 PROVIDER_PREFIXES = ("pi_", "ch_", "py_")
 
@@ -45,6 +46,16 @@ def refund_entry_metadata(*, entry: RefundEntry, extra: dict | None = None) -> d
     return metadata
 
 
+def _payout_attributes(entry: RefundEntry) -> dict:
+    return {
+        "refund.ledger.entry_id": entry.pk,
+        "refund.ledger.status": entry.status,
+        "refund.ledger.gateway": entry.gateway,
+        "refund.ledger.provider_ref": entry.provider_ref,
+    }
+
+
+@traced("refund.ledger.payout", result=_payout_attributes)
 def ledger_refund_payout(*, entry_id: int, metadata: dict | None = None) -> RefundEntry:
     """Execute a pending refund at its gateway, exactly once; returns the entry as recorded.
 
@@ -56,19 +67,20 @@ def ledger_refund_payout(*, entry_id: int, metadata: dict | None = None) -> Refu
     retry later, the same key makes the same refund). A refusal (card declined, charge already
     refunded) is not raised: the entry is recorded `failed` with the provider's reason and
     `refund_entry_status_changed` is sent.
+
+    Each answer of the provider is one `payout.result` line on the money log (INFO; ERROR with
+    the provider's reason for failed/canceled); an unreachable provider, `payout.unavailable`
+    (WARNING: the caller retries).
     """
-    entry = RefundEntry.objects.select_related("tenant").get(pk=entry_id)
+    entry = RefundEntry.objects.select_related("tenant", "order").get(pk=entry_id)
     if entry.status != RefundStatus.PENDING:
         return entry
+    order_ref = entry.order.external_id
     gateway = gateway_for(entry.gateway)
     payment_ref = refund_entry_payment_ref(entry=entry)
     if gateway.executes_refunds and not payment_ref:
-        return ledger_refund_record_outcome(
-            entry_id=entry.pk,
-            status=RefundStatus.FAILED,
-            source=RefundEntryEvent.Source.GATEWAY,
-            reason="no_payment_ref: the order has no provider payment (pi_… or ch_…) to refund.",
-        )
+        reason = "no_payment_ref: the order has no provider payment (pi_… or ch_…) to refund."
+        return _payout_record(entry=entry, order_ref=order_ref, status=RefundStatus.FAILED, reason=reason)
     request = RefundRequest(
         payment_ref=payment_ref,
         amount=entry.amount,
@@ -79,22 +91,48 @@ def ledger_refund_payout(*, entry_id: int, metadata: dict | None = None) -> Refu
     )
     result = None
     window = gateway.idempotency_window_seconds
-    if window is not None and timezone.now() - entry.created_at > timedelta(seconds=window):
-        # The provider may have forgotten our key: a refund made by an earlier attempt is only
-        # found by its metadata.
-        result = gateway.refund_find(
-            payment_ref=payment_ref, metadata_key="ledger_entry", metadata_value=str(entry.pk), account=request.account
+    try:
+        if window is not None and timezone.now() - entry.created_at > timedelta(seconds=window):
+            # The provider may have forgotten our key: a refund made by an earlier attempt is only
+            # found by its metadata.
+            result = gateway.refund_find(
+                payment_ref=payment_ref,
+                metadata_key="ledger_entry",
+                metadata_value=str(entry.pk),
+                account=request.account,
+            )
+        if result is None:
+            result = gateway.refund_create(request)
+    except PaymentProviderUnavailable as exc:
+        refund_entry_log(
+            entry,
+            event="payout.unavailable",
+            order_ref=order_ref,
+            reason=f"the provider is unavailable, the entry stays pending: {exc}",
+            level=logging.WARNING,
         )
-    if result is None:
-        result = gateway.refund_create(request)
-    logger.info("refund #%s at %s: %s %s", entry.pk, gateway.name, result.status, result.provider_ref)
-    return ledger_refund_record_outcome(
-        entry_id=entry.pk,
-        status=result.status,
-        provider_ref=result.provider_ref,
-        reason=result.reason,
-        source=RefundEntryEvent.Source.GATEWAY,
+        raise
+    return _payout_record(
+        entry=entry, order_ref=order_ref, status=result.status, provider_ref=result.provider_ref, reason=result.reason
     )
+
+
+def _payout_record(*, entry: RefundEntry, order_ref: str, status: str, provider_ref: str = "", reason: str = ""):
+    """Record the provider's answer and log it as the payout's result. One transaction around
+    both, so the line comes before anything the record sets off after commit (the approval's
+    next execution)."""
+    with transaction.atomic():
+        recorded = ledger_refund_record_outcome(
+            entry_id=entry.pk,
+            status=status,
+            provider_ref=provider_ref,
+            reason=reason,
+            source=RefundEntryEvent.Source.GATEWAY,
+            log_change=False,
+        )
+        # The ledger's status after recording (a webhook may have been faster), and the provider's answer.
+        refund_entry_log(recorded, event="payout.result", order_ref=order_ref, reason=reason, provider_status=status)
+    return recorded
 
 
 def refund_entry_provider_record(*, entry_id: int) -> ProviderRefund | None:

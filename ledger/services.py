@@ -26,7 +26,7 @@ from .models import (
 from .money import amount_check_representable
 from .selectors import order_refund_position
 from .signals import refund_entry_status_changed
-from .telemetry import traced
+from .telemetry import money_log, traced
 
 logger = logging.getLogger(__name__)
 
@@ -254,6 +254,7 @@ def ledger_refund_record_outcome(
     reason: str = "",
     source: str = RefundEntryEvent.Source.GATEWAY,
     event_ref: str = "",
+    log_change: bool = True,
 ) -> RefundEntry:
     """Record what the provider says about a refund: append a status event, then move the
     entry's status by compare-and-set. Safe to call any number of times, in any order:
@@ -265,13 +266,15 @@ def ledger_refund_record_outcome(
     - a different provider_ref than the one already recorded raises EntryStatusConflict.
 
     A real change sends `refund_entry_status_changed` inside the transaction, so a receiver
-    (the ticket going to `payment_failed`) commits with it. Returns the entry as it now is.
+    (the ticket going to `payment_failed`) commits with it, and logs one `payout.status_changed`
+    line on the money log (ERROR for failed/canceled), unless `log_change` is False: the payout
+    logs its own `payout.result` line. Returns the entry as it now is.
     """
     status = RefundStatus(status)
     with transaction.atomic():
         # Lock order: the order row first (as ledger_refund_issue), then the entry.
         order_id = RefundEntry.objects.filter(pk=entry_id).values_list("order_id", flat=True).get()
-        Order.objects.select_for_update().filter(pk=order_id).values_list("pk", flat=True).get()
+        order_ref = Order.objects.select_for_update().filter(pk=order_id).values_list("external_id", flat=True).get()
         entry = RefundEntry.objects.get(pk=entry_id)
         if provider_ref and entry.provider_ref and provider_ref != entry.provider_ref:
             raise EntryStatusConflict(
@@ -305,10 +308,61 @@ def ledger_refund_record_outcome(
             raise EntryStatusConflict(f"Refund #{entry.pk} changed while its outcome was recorded.")
         entry.refresh_from_db()
         if from_status != status:
+            # The line first, then what the layers above do about it (their lines, their tasks).
+            if log_change:
+                refund_entry_log(
+                    entry,
+                    event="payout.status_changed",
+                    order_ref=order_ref,
+                    reason=reason,
+                    from_status=from_status,
+                    source=source,
+                    event_ref=event_ref,
+                )
             refund_entry_status_changed.send(
                 sender=RefundEntry, entry=entry, from_status=from_status, to_status=status, reason=reason
             )
         return entry
+
+
+# What the provider refusing or losing a refund leaves: money that did not move (ERROR).
+REFUSED_STATUSES = (RefundStatus.FAILED, RefundStatus.CANCELED)
+
+
+def refund_entry_log(
+    entry: RefundEntry, *, event: str, order_ref: str, reason: str = "", level: int | None = None, **fields
+) -> None:
+    """One line on the money log about a payout (docs/operations.md, "Logs"): INFO, or ERROR with
+    the provider's reason when the refund failed or was canceled (or `level`). The ticket and
+    trace come from the bound context (ledger.telemetry.bind): the ledger does not know tickets."""
+    refused = entry.status in REFUSED_STATUSES
+    line = {
+        "event": event,
+        "tenant": entry.tenant_id,
+        "order": order_ref,
+        "ledger_entry": entry.pk,
+        "amount": str(entry.amount),
+        "currency": entry.currency,
+        "gateway": entry.gateway,
+        "provider_ref": entry.provider_ref,
+        "status": entry.status,
+        "approval": entry.approval_ref,
+        **{key: value for key, value in fields.items() if value not in (None, "")},
+    }
+    if reason:
+        line["reason"] = reason
+    money_log.log(
+        level if level is not None else logging.ERROR if refused else logging.INFO,
+        "refund #%s of %s %s on %s at %s: %s%s",
+        entry.pk,
+        entry.amount,
+        entry.currency,
+        order_ref,
+        entry.gateway,
+        entry.status,
+        f" ({reason})" if reason else "",
+        extra=line,
+    )
 
 
 def ledger_refund_record_external(
@@ -363,6 +417,15 @@ def ledger_refund_record_external(
             provider_ref=provider_ref,
             reason=entry.reason,
             source=RefundEntryEvent.Source.WEBHOOK if event_ref else RefundEntryEvent.Source.RECONCILIATION,
+            event_ref=event_ref,
+        )
+        # Money this product did not decide left the shop: WARNING, finance reviews it.
+        refund_entry_log(
+            entry,
+            event="payout.external",
+            order_ref=locked.external_id,
+            reason=entry.reason,
+            level=logging.WARNING,
             event_ref=event_ref,
         )
         return entry

@@ -33,6 +33,7 @@ class ContextFilter(logging.Filter):
 
 _RECORD_ATTRIBUTES = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
 CONTEXT_KEYS = ("request_id", "task_id", "tenant", "ticket", "trace_id", "ticket_trace_id")
+ID_KEYS = ("tenant", "ticket")  # database ids: numbers in JSON, whether bound or passed
 
 
 class JsonFormatter(logging.Formatter):
@@ -47,6 +48,10 @@ class JsonFormatter(logging.Formatter):
         }
         for key in CONTEXT_KEYS:
             line[key] = getattr(record, key, "") or None
+        for key in ID_KEYS:
+            # The bound context holds strings; a line's own `extra` often the int: one type to query.
+            if isinstance(line[key], str) and line[key].isdigit():
+                line[key] = int(line[key])
         for key, value in vars(record).items():
             if key not in _RECORD_ATTRIBUTES and key not in line:
                 line[key] = value

@@ -1,4 +1,9 @@
-"""Fixtures of the observability tests: spans in memory, the content opt-in, filing a ticket."""
+"""Fixtures of the observability tests: spans in memory, the content opt-in, filing a ticket, the
+money log as JSON lines, a fake Stripe."""
+
+import io
+import json
+import logging
 
 import pytest
 from opentelemetry.instrumentation.celery import CeleryInstrumentor
@@ -7,6 +12,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ledger import telemetry
+from ledger.tests.fake_stripe import FakeStripe
+from refundagent.config.logs import ContextFilter, JsonFormatter
 from refundagent.config.observability import tracer_provider_build
 from refundagent.models import Ticket
 
@@ -44,3 +51,30 @@ def file_ticket(api_client):
         return Ticket.objects.get(pk=response.json()["id"])
 
     return file
+
+
+@pytest.fixture
+def json_log():
+    """The money logger's lines as the production handler writes them (context filter + JSON)."""
+    stream = io.StringIO()
+    handler = logging.StreamHandler(stream)
+    handler.addFilter(ContextFilter())
+    handler.setFormatter(JsonFormatter())
+    logger = logging.getLogger("money")
+    logger.addHandler(handler)
+    yield lambda: [json.loads(line) for line in stream.getvalue().splitlines()]
+    logger.removeHandler(handler)
+
+
+@pytest.fixture
+def fake_stripe(settings):
+    """The local Stripe-compatible server (ledger/tests/fake_stripe.py) and the `stripe` gateway on it."""
+    server = FakeStripe().start()
+    settings.PAYMENT_GATEWAY = "stripe"
+    settings.STRIPE_API_KEY = "sk_test_fake"
+    settings.STRIPE_API_BASE = server.url
+    settings.STRIPE_MAX_NETWORK_RETRIES = 2
+    settings.STRIPE_TIMEOUT_SECONDS = 10
+    settings.STRIPE_WEBHOOK_SECRET = "whsec_test_secret"
+    yield server
+    server.stop()

@@ -164,3 +164,21 @@ def test_an_old_queued_ticket_and_an_old_approved_refund_fail(demo, settings, us
     assert body["queued_tickets"].startswith("error: the oldest is 1200 s old")
     assert body["details"]["queued_tickets"]["count"] == 1
     assert body["approved_unexecuted"] == "ok"
+
+
+def test_a_migration_not_applied_fails_the_check(db, settings, monkeypatch):
+    # given eager mode and the newest migration of the ledger recorded as not applied (code newer than schema)
+    from django.db import connection
+    from django.db.migrations.recorder import MigrationRecorder
+
+    from refundagent.config import health
+
+    settings.CELERY_TASK_ALWAYS_EAGER = True
+    monkeypatch.setitem(health._migrations_ok, "ok", False)  # a process that has not seen them applied yet
+    newest = MigrationRecorder(connection).migration_qs.filter(app="ledger").order_by("-id").first()
+    newest.delete()
+    # when the health is asked
+    response = Client().get("/api/health")
+    # then it is 503 and says how many are missing
+    assert response.status_code == 503
+    assert response.json()["migrations"] == "error: 1 migration(s) not applied"

@@ -1,14 +1,11 @@
 """OpenTelemetry spans, the log context and the redaction of what is exported (issue 13)."""
 
-import io
 import json
-import logging
 
 import pytest
 from opentelemetry.trace import format_trace_id
 
 from approvals.models import ApprovalRequest
-from refundagent.config.logs import ContextFilter, JsonFormatter
 from refundagent.config.observability import sentry_scrub
 
 # The demo customer of ORD-5001 (refundagent/demo.py) and everything that identifies them.
@@ -92,19 +89,6 @@ def test_content_export_sends_only_redacted_content(demo, spans, content_export,
     exported = " ".join(_attribute_text(s) for s in found)
     for value in CUSTOMER_DATA:
         assert value not in exported
-
-
-@pytest.fixture
-def json_log():
-    """The money logger's lines as the production handler writes them (context filter + JSON)."""
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.addFilter(ContextFilter())
-    handler.setFormatter(JsonFormatter())
-    logger = logging.getLogger("money")
-    logger.addHandler(handler)
-    yield lambda: [json.loads(line) for line in stream.getvalue().splitlines()]
-    logger.removeHandler(handler)
 
 
 @pytest.mark.django_db(transaction=True)
