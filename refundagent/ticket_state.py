@@ -12,11 +12,17 @@ the runtime decides a draft in the same transaction that stores it, so a ticket 
 between "draft stored" and "decided". No transition leads to it (its row below is empty); it
 is kept as a source of escalate and close only so a row that somehow holds it can still be
 handed to a person or closed, as before.
+
+The same UPDATE keeps `awaiting_person_since`, the escalation queue's clock: set when a ticket
+enters the queue (escalated, failed, payment_failed), kept while it moves within it (a failed
+ticket escalated by hand has waited since it failed), cleared when it leaves (a person proposes a
+refund, the agent runs again, it is closed).
 """
 
+from django.db.models import Case, DateTimeField, F, Value, When
 from django.utils import timezone
 
-from .models import Ticket
+from .models import QUEUE_STATUSES, Ticket
 from .replies import ticket_reply_compose
 
 S = Ticket.Status
@@ -104,7 +110,7 @@ def ticket_transition(
     success the instance is updated in place; on failure it is left as it was.
 
     The customer reply follows the outcome in the same UPDATE (refundagent.replies), unless
-    `customer_reply` is given (a person's closing reply).
+    `customer_reply` is given (a person's closing reply); so does `awaiting_person_since`.
     """
     allowed = TRANSITIONS[to]
     if only_from is not None:
@@ -121,8 +127,25 @@ def ticket_transition(
         if reply is not None:
             values["customer_reply"] = reply
     values.update(fields)
+    into_queue = to in QUEUE_STATUSES
+    values["awaiting_person_since"] = _awaiting_since(values["updated_at"]) if into_queue else None
     moved = Ticket.objects.filter(pk=ticket.pk, status__in=allowed).update(**values) == 1
     if moved:
         for name, value in values.items():
             setattr(ticket, name, value)
+        if into_queue:
+            # The row's value (kept or new) as the UPDATE decided it from the row's own status.
+            ticket.awaiting_person_since = (
+                Ticket.objects.filter(pk=ticket.pk).values_list("awaiting_person_since", flat=True).get()
+            )
     return moved
+
+
+def _awaiting_since(now):
+    """The queue's clock for a move into the queue, read from the row being updated (not from a
+    possibly stale instance): kept if the row already waits in the queue, else `now`."""
+    return Case(
+        When(status__in=QUEUE_STATUSES, awaiting_person_since__isnull=False, then=F("awaiting_person_since")),
+        default=Value(now, output_field=DateTimeField()),
+        output_field=DateTimeField(),
+    )
