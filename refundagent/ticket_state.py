@@ -127,23 +127,29 @@ def ticket_transition(
         if reply is not None:
             values["customer_reply"] = reply
     values.update(fields)
-    into_queue = to in QUEUE_STATUSES
-    values["awaiting_person_since"] = _awaiting_since(values["updated_at"]) if into_queue else None
+    # The queue's clock. Only a move that may start inside the queue (escalating a failed
+    # ticket) keeps it, decided from the row's own status in the UPDATE (not from a possibly
+    # stale instance) and read back; every other move into the queue starts it now.
+    within_queue = to in QUEUE_STATUSES and bool(allowed & frozenset(QUEUE_STATUSES))
+    if to not in QUEUE_STATUSES:
+        values["awaiting_person_since"] = None
+    elif within_queue:
+        values["awaiting_person_since"] = _awaiting_kept_or(values["updated_at"])
+    else:
+        values["awaiting_person_since"] = values["updated_at"]
     moved = Ticket.objects.filter(pk=ticket.pk, status__in=allowed).update(**values) == 1
     if moved:
         for name, value in values.items():
             setattr(ticket, name, value)
-        if into_queue:
-            # The row's value (kept or new) as the UPDATE decided it from the row's own status.
+        if within_queue:
             ticket.awaiting_person_since = (
                 Ticket.objects.filter(pk=ticket.pk).values_list("awaiting_person_since", flat=True).get()
             )
     return moved
 
 
-def _awaiting_since(now):
-    """The queue's clock for a move into the queue, read from the row being updated (not from a
-    possibly stale instance): kept if the row already waits in the queue, else `now`."""
+def _awaiting_kept_or(now):
+    """The row's clock if it already waits in the queue, else `now`."""
     return Case(
         When(status__in=QUEUE_STATUSES, awaiting_person_since__isnull=False, then=F("awaiting_person_since")),
         default=Value(now, output_field=DateTimeField()),
