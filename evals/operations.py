@@ -50,7 +50,7 @@ def operations_overview(*, tenant, now: datetime | None = None) -> dict:
         count=Count("pk"), oldest=Min("created_at")
     )
     escalated = Ticket.objects.filter(tenant=tenant, status=Ticket.Status.ESCALATED).aggregate(
-        count=Count("pk"), oldest=Min("updated_at")
+        count=Count("pk"), oldest=Min("awaiting_person_since")
     )
     refunds = (
         # Written by this product (approved or by an operator) and paid or being paid: imported history

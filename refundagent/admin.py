@@ -1,24 +1,28 @@
 """The agent's records in the Django admin, for reading: tickets with their trace, runs,
 drafts and trace events. What the agent produced is never edited here; tickets change through
-the services (API, web UI). Non-superusers see their own tenant only. A trace can be exported
-as JSON, from a ticket's page or as an action on selected tickets."""
+the services (API, web UI, and the escalation queue's actions and proposal page below, which
+call the same services). Non-superusers see their own tenant only. A trace can be exported as
+JSON, from a ticket's page or as an action on selected tickets."""
 
 import json
 
 from django.contrib import admin, messages
-from django.http import JsonResponse
+from django.http import Http404, HttpResponseRedirect, JsonResponse
 from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.timesince import timesince
 
 from ledger.admin import ReadOnlyAdminMixin, ReadOnlyInline, TenantScopedAdminMixin
 from ledger.exceptions import DomainError
+from ledger.models import PaymentMethod
+from ledger.selectors import order_refund_position
 
+from .forms import ProposalForm
 from .labels import label, when
-from .models import AgentRun, EscalatedTicket, RefundDraft, Ticket, TraceEvent
-from .selectors import QUEUE_STATUSES
-from .services import ticket_assign
+from .models import QUEUE_STATUSES, AgentRun, EscalatedTicket, RefundDraft, Ticket, TraceEvent
+from .services import ticket_assign, ticket_refund_propose
 from .tracing import trace_export
 
 
@@ -95,6 +99,7 @@ class TicketAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
         "stop_reason",
         "stop_detail",
         "owner",
+        "awaiting_person_since",
         "customer_reply",
         "trace_id",
         "trace_json",
@@ -180,19 +185,34 @@ class OwnerFilter(admin.SimpleListFilter):
 
 @admin.register(EscalatedTicket)
 class EscalationQueueAdmin(TicketAdmin):
-    """The escalation queue: tickets a person must finish, oldest first, with the reason in plain
-    words, age and owner. Take and hand back are actions (traced, through ticket_assign); a
-    refund is proposed, or the ticket closed with a reply, on the ticket's page in the support app."""
+    """The escalation queue: tickets a person must finish, the longest waiting first (since they
+    entered the queue, `awaiting_person_since`), with the reason in plain words, age and owner.
+    Take and hand back are actions (traced, through ticket_assign). A refund is proposed here, on
+    the proposal page (`<id>/propose/`: the support app's ProposalForm, posted to the same
+    `ticket_refund_propose` as the API and the support app); closing with a reply is on the
+    ticket's page in the support app."""
 
-    list_display = ("id", "order", "reason", "age", "owner", "support_link")
+    list_display = ("id", "order", "reason", "age", "owner", "resolve")
     list_filter = (QueueReasonFilter, OwnerFilter)
     list_select_related = ("tenant", "order", "owner")
-    ordering = ("created_at", "id")
+    ordering = ("awaiting_person_since", "id")
     inlines = []
     actions = ["take", "hand_back"]
+    readonly_fields = ("resolve", *TicketAdmin.readonly_fields)
+    fields = readonly_fields
 
     def get_queryset(self, request):
         return super().get_queryset(request).filter(status__in=QUEUE_STATUSES)
+
+    def get_urls(self):
+        own = [
+            path(
+                "<path:object_id>/propose/",
+                self.admin_site.admin_view(self.propose_view),
+                name="refundagent_escalatedticket_propose",
+            )
+        ]
+        return own + super().get_urls()
 
     @admin.display(description="reason")
     def reason(self, obj):
@@ -201,13 +221,92 @@ class EscalationQueueAdmin(TicketAdmin):
         )
         return label(obj.status, "queue_reason") + detail
 
-    @admin.display(description="age", ordering="created_at")
+    @admin.display(description="waiting", ordering="awaiting_person_since")
     def age(self, obj):
-        return format_html('<span title="{}">{}</span>', when(obj.created_at), timesince(obj.created_at))
+        if obj.awaiting_person_since is None:
+            return "—"
+        return format_html(
+            '<span title="waiting since {}; filed {}">{}</span>',
+            when(obj.awaiting_person_since),
+            when(obj.created_at),
+            timesince(obj.awaiting_person_since),
+        )
 
     @admin.display(description="resolve")
-    def support_link(self, obj):
-        return format_html('<a href="{}">Open in the support app</a>', reverse("ticket", args=[obj.pk]))
+    def resolve(self, obj):
+        if obj.pk is None:
+            return "—"
+        return format_html(
+            '<a href="{}">Propose a refund</a> · <a href="{}">Close or open in the support app</a>',
+            reverse("admin:refundagent_escalatedticket_propose", args=[obj.pk]),
+            reverse("ticket", args=[obj.pk]),
+        )
+
+    def propose_view(self, request, object_id):
+        """A person's refund proposal from the admin: the support app's form, the same service
+        (`ticket_refund_propose`: the gate's hard limits, maker-checker, the trace). Bad input is
+        a form error (422) and nothing is written; a refusal of the service keeps its status
+        (422 the hard limits, 403 a role, 409 a ticket that left the queue)."""
+        # The URL takes any text (admin's own object_id convention); a non-numeric id is no object.
+        if not object_id.isascii() or not object_id.isdigit():
+            raise Http404("No such ticket.")
+        # Any ticket of the caller's tenant: one that left the queue gets the service's 409, not a 404.
+        found = TicketAdmin.get_queryset(self, request).filter(pk=int(object_id)).first()
+        if found is None or not self.has_view_permission(request, found):
+            raise Http404("No such ticket.")
+        ticket = Ticket.objects.select_related("order", "customer", "refund_to", "owner", "tenant").get(pk=found.pk)
+        status = 200
+        if request.method == "POST":
+            form = ProposalForm(request.POST)
+            if form.is_valid():
+                data = form.cleaned_data
+                try:
+                    made = ticket_refund_propose(
+                        ticket=ticket,
+                        user=request.user,
+                        amount=data["amount"],
+                        reason=data["reason"],
+                        exception=data["exception"],
+                        items=data["items"] or None,
+                        refund_to=data["refund_to"],
+                    )
+                except DomainError as exc:
+                    form.add_domain_error(exc)
+                    status = exc.status_code
+                else:
+                    messages.success(
+                        request,
+                        format_html(
+                            "Refund of {} {} proposed on ticket #{} (request #{}): finance decides it in the "
+                            '<a href="{}">review queue</a>; you cannot approve what you proposed.',
+                            made.amount,
+                            made.currency,
+                            ticket.pk,
+                            made.pk,
+                            reverse("admin:approvals_approvalrequest_change", args=[made.pk]),
+                        ),
+                    )
+                    return HttpResponseRedirect(reverse("admin:refundagent_escalatedticket_changelist"))
+            else:
+                status = 422
+        else:
+            form = ProposalForm()
+        order = ticket.order
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "original": ticket,
+            "title": f"Propose a refund: ticket #{ticket.pk}",
+            "form": form,
+            "in_queue": ticket.status in QUEUE_STATUSES,
+            "reason": self.reason(ticket),
+            "position": order_refund_position(order) if order is not None else None,
+            "methods": list(PaymentMethod.objects.filter(customer=ticket.customer).order_by("external_id")),
+            "change_url": reverse("admin:refundagent_escalatedticket_change", args=[ticket.pk])
+            if ticket.status in QUEUE_STATUSES
+            else reverse("admin:refundagent_ticket_change", args=[ticket.pk]),
+        }
+        return TemplateResponse(request, "admin/refundagent/escalatedticket/propose.html", context, status=status)
 
     def _assign(self, request, queryset, to_me: bool):
         done = 0

@@ -1,4 +1,7 @@
-"""Forms of the support web UI. They only parse input; `refundagent.services` decides."""
+"""Forms of the support web UI and the admin's proposal page. They only parse input;
+`refundagent.services` decides."""
+
+from decimal import Decimal
 
 from django import forms
 
@@ -117,13 +120,14 @@ class CloseForm(forms.Form):
 
 
 class ProposalForm(forms.Form):
-    """A person's refund proposal on an escalated, failed or payment-failed ticket."""
+    """A person's refund proposal on an escalated, failed or payment-failed ticket: the support
+    app's ticket page and the admin's proposal page post the same form to the same service
+    (`ticket_refund_propose`). The amount takes only the strict money syntax: "1e30", "１２０"
+    (full-width digits) or "120.001" are form errors, never a number the service sees."""
 
-    amount = forms.DecimalField(
+    amount = MoneyFormField(
         label="Amount",
-        max_digits=12,
-        decimal_places=2,
-        min_value=0.01,
+        min_value=Decimal("0.01"),
         widget=forms.TextInput(attrs={"placeholder": "50.00", "inputmode": "decimal"}),
     )
     items = forms.CharField(
@@ -157,6 +161,26 @@ class ProposalForm(forms.Form):
 
     def clean_refund_to(self):
         return self.cleaned_data["refund_to"].strip()
+
+    def add_domain_error(self, error: DomainError) -> None:
+        """Show the service's refusal next to the field it is about (else above the form)."""
+        self.add_error(PROPOSAL_ERROR_FIELDS.get(error.code), error.message)
+
+
+# The proposal service's refusals that are about one field (approvals.proposals,
+# refundagent.services.ticket_refund_propose); the gate's policy refusals are about the whole.
+PROPOSAL_ERROR_FIELDS = {
+    "amount_not_positive": "amount",
+    "bad_amount": "amount",
+    "float_amount": "amount",
+    "amount_above_refundable": "amount",
+    "currency_mismatch": "amount",
+    "unknown_payment_method": "refund_to",
+    "foreign_destination": "refund_to",
+    "exception_reason_required": "reason",
+    "reason_too_long": "reason",
+    "items_not_refundable": "items",
+}
 
 
 class QueueFilterForm(forms.Form):

@@ -1,7 +1,10 @@
 """The one mapping from the codes people see (statuses, stop reasons, gate codes, origins...) to
 their human labels, and the one date format. Templates use the `label` and `when` filters
 (refundagent/templatetags/refundagent_labels.py); the admin and the views call `label` and
-`when` directly. A code without an entry is shown humanised ("budget_exhausted" -> "Budget
+`when` directly. Django's own rendering of dates (the admin's readonly fields and changelist
+columns, `{{ value }}` and `|date` in any template) uses the same formats through the format
+module refundagent/config/formats/en/formats.py (settings.FORMAT_MODULE_PATH), which imports
+them from here. A code without an entry is shown humanised ("budget_exhausted" -> "Budget
 exhausted"), never raw."""
 
 from datetime import date, datetime
@@ -10,8 +13,10 @@ from django.utils import timezone
 from django.utils.dateformat import format as date_format
 from django.utils.dateparse import parse_datetime
 
-# Every date a person sees: one format, with the time zone (settings.TIME_ZONE).
+# Every date a person sees: one format, with the time zone (settings.TIME_ZONE). The format
+# module hands these to Django, so `when` and Django's own rendering print the same string.
 DATETIME_FORMAT = "Y-m-d H:i T"
+DATE_FORMAT = "Y-m-d"
 
 LABELS: dict[str, dict[str, str]] = {
     "ticket_status": {
@@ -114,5 +119,5 @@ def when(value) -> str:
             value = timezone.make_aware(value)
         return date_format(timezone.localtime(value), DATETIME_FORMAT)
     if isinstance(value, date):
-        return date_format(value, "Y-m-d")
+        return date_format(value, DATE_FORMAT)
     return str(value)

@@ -78,6 +78,13 @@ class Ticket(models.Model):
     # the "request changes" that re-queued it); this is when it was last handed to Celery. The
     # sweep re-enqueues queued tickets whose last hand-off is older than SWEEP_GRACE_SECONDS.
     run_dispatched_at = models.DateTimeField(null=True, blank=True, help_text="Last time the agent run was enqueued.")
+    # Written only by ticket_transition (refundagent.ticket_state), with the status.
+    awaiting_person_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When the ticket entered the escalation queue (escalated, failed or payment failed) and began "
+        "waiting for a person: the queue's order and age. Kept while it moves within the queue; blank outside it.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -85,7 +92,15 @@ class Ticket(models.Model):
 
     class Meta:
         ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["tenant", "status"], name="ticket_tenant_status_idx")]
+        indexes = [
+            models.Index(fields=["tenant", "status"], name="ticket_tenant_status_idx"),
+            # The escalation queue's order within a tenant (oldest wait first), over queued tickets only.
+            models.Index(
+                fields=["tenant", "awaiting_person_since", "id"],
+                condition=Q(status__in=["escalated", "failed", "payment_failed"]),
+                name="ticket_queue_idx",
+            ),
+        ]
         constraints = [
             models.CheckConstraint(
                 condition=Q(requested_amount__isnull=True) | Q(requested_amount__gt=0),
@@ -96,6 +111,11 @@ class Ticket(models.Model):
     def __str__(self):
         about = self.order if self.order_id else f"customer {self.customer}"
         return f"ticket #{self.pk} {about} ({self.status})"
+
+
+# The escalation queue: tickets the agent could not finish, waiting for a person (the index above
+# spells the same statuses).
+QUEUE_STATUSES = (Ticket.Status.ESCALATED, Ticket.Status.FAILED, Ticket.Status.PAYMENT_FAILED)
 
 
 class EscalatedTicket(Ticket):

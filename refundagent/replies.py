@@ -3,7 +3,14 @@ outcome. `ticket_transition` writes it in the same UPDATE that moves the ticket,
 never lag behind the status. The model's own draft stays on its RefundDraft (the history).
 
 Before finance approves, no template names an amount as granted: the neutral texts only say who
-is looking at the request.
+is looking at the request, and after finance asked for another amount, which amount it is now
+looking at.
+
+Finance's "request changes" sends the ticket back to the agent, whose new draft makes a new
+request: the ticket then waits for finance again. Its reply keeps saying that the team reviewed
+the request and is now looking at the new request's amount (not the neutral first-draft text,
+which would drop what finance changed); the approval, refund, denial or payment failure that
+follows speaks of that newest request.
 """
 
 from approvals.models import ApprovalRequest
@@ -61,7 +68,7 @@ def ticket_reply_compose(*, ticket: Ticket, to: str) -> str | None:
     has (the agent is still working, or a person closes without a new reply)."""
     about = _about(ticket)
     if to in (S.APPROVAL_REQUIRED, S.DRAFT_READY):
-        return REPLIES["approval_required"].format(about=about)
+        return _waiting_for_finance(ticket, about)
     if to == S.DENIED:
         return REPLIES["denied"].format(about=about)
     if to in (S.ESCALATED, S.FAILED):
@@ -94,3 +101,25 @@ def ticket_reply_compose(*, ticket: Ticket, to: str) -> str | None:
             about=about, amount=amount, currency=request.currency, destination=destination
         )
     return None
+
+
+def _waiting_for_finance(ticket: Ticket, about: str) -> str:
+    """Waiting for finance: the neutral text, or, once finance has asked for changes on one of the
+    ticket's requests, the amount of the newest request (the one finance now decides; it was made
+    before this move, in the same transaction).
+
+    A ticket without a reply yet has never waited for finance (every move to approval_required,
+    and finance's "request changes", writes one), so no request of it can have been changed: its
+    first draft needs no lookup (the agent's decision path keeps its query budget)."""
+    if not ticket.pk or not ticket.customer_reply:
+        return REPLIES["approval_required"].format(about=about)
+    requests = list(
+        ApprovalRequest.objects.filter(tenant_id=ticket.tenant_id, ticket_ref=ticket.pk)
+        .order_by("-created_at", "-id")
+        .values_list("status", "amount", "currency")
+    )
+    changed = any(status == ApprovalRequest.Status.CHANGES_REQUESTED for status, _, _ in requests)
+    if not changed or requests[0][0] != ApprovalRequest.Status.PENDING:
+        return REPLIES["approval_required"].format(about=about)
+    _, amount, currency = requests[0]
+    return REPLIES["changed"].format(about=about, amount=amount, currency=currency)

@@ -7,10 +7,7 @@ from approvals.schemas import approval_serialize
 from approvals.selectors import approval_latest_for_ticket
 from ledger.exceptions import NotFound
 
-from .models import RefundDraft, Ticket
-
-# The escalation queue: tickets the agent could not finish, waiting for a person.
-QUEUE_STATUSES = (Ticket.Status.ESCALATED, Ticket.Status.FAILED, Ticket.Status.PAYMENT_FAILED)
+from .models import QUEUE_STATUSES, RefundDraft, Ticket
 
 
 def ticket_list(*, tenant, status: str | None = None) -> QuerySet:
@@ -36,13 +33,15 @@ def ticket_get(*, tenant, ticket_id: int) -> Ticket:
 
 
 def ticket_queue(*, tenant, reason: str | None = None, owner=None, unowned: bool = False) -> QuerySet:
-    """The escalation queue: escalated, failed and payment-failed tickets, oldest first.
-    `reason` narrows to one of those statuses; `owner` to one person's, `unowned` to nobody's."""
+    """The escalation queue: escalated, failed and payment-failed tickets, the longest waiting for
+    a person first (`awaiting_person_since`, not the filing time: a ticket filed long ago and
+    escalated just now has only just started to wait). `reason` narrows to one of those
+    statuses; `owner` to one person's, `unowned` to nobody's. Served by ticket_queue_idx."""
     queryset = (
         Ticket.objects.for_tenant(tenant)
         .filter(status__in=QUEUE_STATUSES)
         .select_related("order", "customer", "owner")
-        .order_by("created_at", "id")
+        .order_by("awaiting_person_since", "id")
     )
     if reason:
         queryset = queryset.filter(status=reason)

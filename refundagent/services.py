@@ -19,10 +19,9 @@ from ledger.telemetry import current_trace_uuid, ticket_span_mark
 from ledger.tenancy import tenant_for_user, user_require_role
 
 from .exceptions import TicketStateConflict
-from .models import Ticket
+from .models import QUEUE_STATUSES, Ticket
 from .outbox import ticket_run_publish
 from .redaction import sensitive_values_for_ticket
-from .selectors import QUEUE_STATUSES
 from .ticket_state import ticket_transition, ticket_transition_allowed
 from .tracing import trace_record
 

@@ -12,11 +12,17 @@ the runtime decides a draft in the same transaction that stores it, so a ticket 
 between "draft stored" and "decided". No transition leads to it (its row below is empty); it
 is kept as a source of escalate and close only so a row that somehow holds it can still be
 handed to a person or closed, as before.
+
+The same UPDATE keeps `awaiting_person_since`, the escalation queue's clock: set when a ticket
+enters the queue (escalated, failed, payment_failed), kept while it moves within it (a failed
+ticket escalated by hand has waited since it failed), cleared when it leaves (a person proposes a
+refund, the agent runs again, it is closed).
 """
 
+from django.db.models import Case, DateTimeField, F, Value, When
 from django.utils import timezone
 
-from .models import Ticket
+from .models import QUEUE_STATUSES, Ticket
 from .replies import ticket_reply_compose
 
 S = Ticket.Status
@@ -104,7 +110,7 @@ def ticket_transition(
     success the instance is updated in place; on failure it is left as it was.
 
     The customer reply follows the outcome in the same UPDATE (refundagent.replies), unless
-    `customer_reply` is given (a person's closing reply).
+    `customer_reply` is given (a person's closing reply); so does `awaiting_person_since`.
     """
     allowed = TRANSITIONS[to]
     if only_from is not None:
@@ -121,8 +127,31 @@ def ticket_transition(
         if reply is not None:
             values["customer_reply"] = reply
     values.update(fields)
+    # The queue's clock. Only a move that may start inside the queue (escalating a failed
+    # ticket) keeps it, decided from the row's own status in the UPDATE (not from a possibly
+    # stale instance) and read back; every other move into the queue starts it now.
+    within_queue = to in QUEUE_STATUSES and bool(allowed & frozenset(QUEUE_STATUSES))
+    if to not in QUEUE_STATUSES:
+        values["awaiting_person_since"] = None
+    elif within_queue:
+        values["awaiting_person_since"] = _awaiting_kept_or(values["updated_at"])
+    else:
+        values["awaiting_person_since"] = values["updated_at"]
     moved = Ticket.objects.filter(pk=ticket.pk, status__in=allowed).update(**values) == 1
     if moved:
         for name, value in values.items():
             setattr(ticket, name, value)
+        if within_queue:
+            ticket.awaiting_person_since = (
+                Ticket.objects.filter(pk=ticket.pk).values_list("awaiting_person_since", flat=True).get()
+            )
     return moved
+
+
+def _awaiting_kept_or(now):
+    """The row's clock if it already waits in the queue, else `now`."""
+    return Case(
+        When(status__in=QUEUE_STATUSES, awaiting_person_since__isnull=False, then=F("awaiting_person_since")),
+        default=Value(now, output_field=DateTimeField()),
+        output_field=DateTimeField(),
+    )

@@ -25,7 +25,7 @@ from ledger.tenancy import tenant_for_user, user_require_role, user_roles
 from . import selectors
 from .forms import CloseForm, NoteForm, ProposalForm, QueueFilterForm, TicketFilterForm, TicketForm
 from .labels import label
-from .models import Ticket
+from .models import QUEUE_STATUSES, Ticket
 from .services import ticket_assign, ticket_close, ticket_create, ticket_escalate, ticket_refund_propose
 from .ticket_state import ticket_transition_allowed
 from .tracing import trace_export
@@ -165,7 +165,7 @@ def ticket_detail(request, pk: int):
             "can_close": ticket_transition_allowed(ticket=ticket, to=Ticket.Status.CLOSED),
             "note_form": NoteForm(),
             "close_form": CloseForm(),
-            "in_queue": ticket.status in selectors.QUEUE_STATUSES,
+            "in_queue": ticket.status in QUEUE_STATUSES,
             "proposal_form": ProposalForm(),
             "roles": request.roles,
             "review_queue_url": REVIEW_QUEUE_URL,

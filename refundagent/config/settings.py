@@ -138,6 +138,9 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# Dates everywhere (the admin's stock forms and columns included) in the one format with the time
+# zone of refundagent/labels.py; the module for "en" imports it from there.
+FORMAT_MODULE_PATH = ["refundagent.config.formats"]
 
 STATIC_URL = "static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"

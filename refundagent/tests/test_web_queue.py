@@ -9,7 +9,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
-from refundagent.models import Ticket
+from refundagent.models import QUEUE_STATUSES, Ticket
 
 pytestmark = pytest.mark.django_db
 
@@ -25,7 +25,7 @@ def people(make_user, policy):
 
 @pytest.fixture
 def queue(people, customer, make_order):
-    """Three tickets in the queue (escalated 3 days ago, failed 2, payment_failed 1) and one refunded."""
+    """Three tickets in the queue (filed and escalated 3 days ago, failed 2, payment_failed 1) and one refunded."""
 
     def ticket(status, days_ago, stop_reason=None, detail=""):
         order = make_order("120.00", days_old=60)
@@ -40,7 +40,9 @@ def queue(people, customer, make_order):
             stop_reason=stop_reason,
             stop_detail=detail,
         )
-        Ticket.objects.filter(pk=made.pk).update(created_at=timezone.now() - timedelta(days=days_ago))
+        then = timezone.now() - timedelta(days=days_ago)
+        waiting = then if status in QUEUE_STATUSES else None
+        Ticket.objects.filter(pk=made.pk).update(created_at=then, awaiting_person_since=waiting)
         return made
 
     return {
