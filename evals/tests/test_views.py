@@ -2,8 +2,11 @@
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.utils.dateformat import format as date_format
+from django.utils.timezone import localtime
 
 from evals.models import EvalRun
+from refundagent.labels import DATETIME_FORMAT
 
 pytestmark = pytest.mark.django_db
 
@@ -54,3 +57,9 @@ def test_admin_lists_runs_and_results_with_their_traces(staff_client, runs):
     trace = staff_client.get(f"/evals/results/{result.pk}/trace.json").json()
     assert trace["events"] == result.trace and trace["events"][0]["span"] == "run"
     assert staff_client.get("/admin/evals/evalcase/?suite=release_gate").status_code == 200
+
+
+def test_run_times_use_the_one_date_format_with_its_time_zone(staff_client, runs):
+    html = staff_client.get("/evals/").content.decode()
+    shown = date_format(localtime(runs[0].started_at), DATETIME_FORMAT)
+    assert shown.endswith(" UTC") and shown in html
