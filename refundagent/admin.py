@@ -22,7 +22,7 @@ from ledger.selectors import order_refund_position
 from .forms import ProposalForm
 from .labels import label, when
 from .models import QUEUE_STATUSES, AgentRun, EscalatedTicket, RefundDraft, Ticket, TraceEvent
-from .services import ticket_assign, ticket_refund_propose
+from .services import ticket_assign
 from .tracing import trace_export
 
 
@@ -259,17 +259,8 @@ class EscalationQueueAdmin(TicketAdmin):
         if request.method == "POST":
             form = ProposalForm(request.POST)
             if form.is_valid():
-                data = form.cleaned_data
                 try:
-                    made = ticket_refund_propose(
-                        ticket=ticket,
-                        user=request.user,
-                        amount=data["amount"],
-                        reason=data["reason"],
-                        exception=data["exception"],
-                        items=data["items"] or None,
-                        refund_to=data["refund_to"],
-                    )
+                    made = form.propose(ticket=ticket, user=request.user)
                 except DomainError as exc:
                     form.add_domain_error(exc)
                     status = exc.status_code

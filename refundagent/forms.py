@@ -9,6 +9,7 @@ from ledger.exceptions import DomainError
 from ledger.money import MoneyFormField
 
 from .models import Ticket
+from .services import ticket_refund_propose
 
 
 class TicketForm(forms.Form):
@@ -60,6 +61,20 @@ class TicketForm(forms.Form):
 
     def clean_items(self):
         return [part.strip() for part in self.cleaned_data["items"].split(",") if part.strip()]
+
+    def propose(self, *, ticket: Ticket, user):
+        """The valid proposal, through `ticket_refund_propose` (the support page's and the admin's
+        one call; the service raises DomainError for what it refuses)."""
+        data = self.cleaned_data
+        return ticket_refund_propose(
+            ticket=ticket,
+            user=user,
+            amount=data["amount"],
+            reason=data["reason"],
+            exception=data["exception"],
+            items=data["items"] or None,
+            refund_to=data["refund_to"],
+        )
 
     def add_domain_error(self, error: DomainError) -> None:
         """Show a service's refusal next to the field it is about (else above the form)."""
@@ -161,6 +176,20 @@ class ProposalForm(forms.Form):
 
     def clean_refund_to(self):
         return self.cleaned_data["refund_to"].strip()
+
+    def propose(self, *, ticket: Ticket, user):
+        """The valid proposal, through `ticket_refund_propose` (the support page's and the admin's
+        one call; the service raises DomainError for what it refuses)."""
+        data = self.cleaned_data
+        return ticket_refund_propose(
+            ticket=ticket,
+            user=user,
+            amount=data["amount"],
+            reason=data["reason"],
+            exception=data["exception"],
+            items=data["items"] or None,
+            refund_to=data["refund_to"],
+        )
 
     def add_domain_error(self, error: DomainError) -> None:
         """Show the service's refusal next to the field it is about (else above the form)."""

@@ -26,7 +26,7 @@ from . import selectors
 from .forms import CloseForm, NoteForm, ProposalForm, QueueFilterForm, TicketFilterForm, TicketForm
 from .labels import label
 from .models import QUEUE_STATUSES, Ticket
-from .services import ticket_assign, ticket_close, ticket_create, ticket_escalate, ticket_refund_propose
+from .services import ticket_assign, ticket_close, ticket_create, ticket_escalate
 from .ticket_state import ticket_transition_allowed
 from .tracing import trace_export
 
@@ -258,17 +258,8 @@ def ticket_propose_view(request, pk: int):
     ticket = _ticket_get(request, pk)
     form = ProposalForm(request.POST)
     if form.is_valid():
-        data = form.cleaned_data
         try:
-            made = ticket_refund_propose(
-                ticket=ticket,
-                user=request.user,
-                amount=data["amount"],
-                reason=data["reason"],
-                exception=data["exception"],
-                items=data["items"] or None,
-                refund_to=data["refund_to"],
-            )
+            made = form.propose(ticket=ticket, user=request.user)
         except DomainError as exc:
             messages.error(request, f"Not proposed: {exc.message}")
         else:
