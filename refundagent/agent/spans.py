@@ -102,13 +102,17 @@ def tool_answer(call: ToolCall, handle, *, sensitive: list[str]) -> dict:
         telemetry.content_set(span, "gen_ai.tool.call.arguments", _redacted_json(call.input, sensitive))
         result = handle(call)
         telemetry.attributes_set(span, refund__tool__is_error=bool(result.get("is_error")))
-        if telemetry.content_export_enabled():
-            telemetry.content_set(
-                span,
-                "gen_ai.tool.call.result",
-                redact_text(str(result.get("content", "")), [*sensitive, *_export_extra.get()]),
-            )
+        telemetry.content_set(
+            span, "gen_ai.tool.call.result", _redacted_text(str(result.get("content", "")), sensitive)
+        )
         return result
+
+
+def _redacted_text(text: str, sensitive: list[str]) -> str:
+    # Redacted only when it will be exported: every tool call of every run passes here.
+    if not telemetry.content_export_enabled():
+        return ""
+    return redact_text(text, [*sensitive, *_export_extra.get()])
 
 
 def _redacted_json(value, sensitive: list[str]) -> str:
