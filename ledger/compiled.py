@@ -61,9 +61,10 @@ class CompiledQuery:
         return [model.from_db(using, list(row), list(row.values())) for row in self.rows(using=using, **arguments)]
 
     def _compile(self, using: str) -> tuple:
+        # One sentinel per argument: two arguments of one kind must not be told apart by luck.
         sentinels = {
-            name: _SENTINEL_INT if kind is int else _SENTINEL_STR if kind is str else None
-            for name, kind in self._kinds.items()
+            name: _SENTINEL_INT - n if kind is int else f"{_SENTINEL_STR}{n}" if kind is str else None
+            for n, (name, kind) in enumerate(self._kinds.items())
         }
         if None in sentinels.values():
             raise TypeError("CompiledQuery arguments are int or str")

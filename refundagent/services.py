@@ -109,7 +109,16 @@ def ticket_create(
             trace_id=_trace_id_new(),
         )
         ticket_span_mark(ticket)
-        _trace(ticket, span="run", status="queued", decision="filed", reason=f"Filed by {user.get_username()}.")
+        # The filed event names only the filer (no customer data to redact by value; the
+        # patterns still apply): no read of the customer's payment values at filing.
+        trace_record(
+            ticket=ticket,
+            sensitive=[],
+            span="run",
+            status="queued",
+            decision="filed",
+            reason=f"Filed by {user.get_username()}.",
+        )
         # The queued row is the agent-run instruction (refundagent.outbox): a broker that is down
         # when this commits never fails the filing; the sweep enqueues it later.
         transaction.on_commit(lambda: ticket_run_enqueue(ticket.pk))

@@ -26,6 +26,26 @@ def test_rows_are_those_of_the_queryset_for_every_argument(tenant, make_order):
     assert compiled.rows(order_id=-1) == []
 
 
+def test_two_arguments_of_one_kind_each_land_where_they_belong(tenant, make_order):
+    # given a query with two int and two str arguments, and values that tell them apart
+    first, second = make_order(), make_order()
+    compiled = CompiledQuery(
+        lambda low, high, name, currency: Order.objects.filter(
+            pk__gte=low, pk__lte=high, external_id=name, currency=currency
+        ).values("external_id"),
+        low=int,
+        high=int,
+        name=str,
+        currency=str,
+    )
+    # then each argument filters its own column: swapping them finds nothing
+    assert compiled.rows(low=first.pk, high=second.pk, name=second.external_id, currency="USD") == [
+        {"external_id": second.external_id}
+    ]
+    assert compiled.rows(low=second.pk, high=first.pk, name=second.external_id, currency="USD") == []
+    assert compiled.rows(low=first.pk, high=second.pk, name="USD", currency=second.external_id) == []
+
+
 def test_the_position_follows_the_ledger_between_two_reads(tenant, make_order):
     # given an order read once (the SQL is now compiled)
     order = make_order()

@@ -42,7 +42,7 @@ from approvals.models import ApprovalRequest
 
 from ..exceptions import TicketStateConflict
 from ..models import AgentRun, Ticket
-from ..redaction import sensitive_values_for_ticket
+from ..redaction import sensitive_values_annotations, sensitive_values_for_ticket
 from ..ticket_state import ticket_transition
 from ..tracing import trace_batch, trace_record, trace_write_with_update
 from .decision import DraftDecision, agent_draft_decide
@@ -159,7 +159,7 @@ class _Loop:
         self.task_id = task_id
         self.ticket = (
             Ticket.objects.select_related("tenant", "order__tenant", "order__customer", "customer", "created_by")
-            .annotate(last_approval_status=last_approval_status)
+            .annotate(last_approval_status=last_approval_status, **sensitive_values_annotations())
             .get(pk=run.ticket_id)
         )
         run.ticket = self.ticket

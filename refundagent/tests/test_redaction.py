@@ -83,3 +83,28 @@ def test_an_offline_run_stores_no_secrets_either(user):
 def test_name_parts_are_redacted_as_whole_words_only():
     assert redact_text("Doe does it", ["Doe"]) == "[redacted] does it"
     assert redact_text("mail jane.doe@example.com", []) == "mail [email]"
+
+
+def test_the_values_loaded_with_the_ticket_are_the_ones_a_query_reads(user, django_assert_num_queries):
+    # given an order ticket and a customer-level one of a customer with payments and methods
+    from refundagent.models import Ticket
+    from refundagent.redaction import sensitive_values_annotations, sensitive_values_for_ticket
+
+    support = user("acme-support")
+    on_order = ticket_create(user=support, order="ORD-5001", customer="CUST-1001", message="Refund please.")
+    customer_level = ticket_create(user=support, customer="CUST-1001", message="Refund my order please.")
+    annotations = sensitive_values_annotations()
+    for ticket in (on_order, customer_level):
+        # when the run reads the ticket with its values, and when they are read on their own
+        loaded = Ticket.objects.select_related("order__customer", "customer").annotate(**annotations).get(pk=ticket.pk)
+        plain = Ticket.objects.select_related("order__customer", "customer").get(pk=ticket.pk)
+        queried = sensitive_values_for_ticket(plain)
+        # then both give the same values (each payment reference, card and method id included),
+        # and on PostgreSQL the loaded ticket needs no query for them
+        expected_queries = 0 if annotations else 1
+        with django_assert_num_queries(expected_queries):
+            from_load = sensitive_values_for_ticket(loaded)
+        assert sorted(from_load) == sorted(queried)
+        secrets = set(_secrets()) - {"Jane"}  # the order's payment refs, the method ids, contact data
+        assert secrets <= set(from_load), secrets - set(from_load)
+        assert "4242" in from_load
