@@ -19,7 +19,8 @@ No on_commit and no second connection: the loop also runs inside a caller's tran
 A model that ends its turn without a draft is nudged once, then the ticket is escalated.
 Budget and no-progress stops send the ticket to the human queue (status escalated, stop
 reason budget_exhausted / no_progress); invalid arguments past the retries and provider
-errors stop it failed. Every move of the ticket goes through `ticket_state.ticket_transition`.
+errors stop it failed. Every move of the ticket goes through `ticket_state` (`ticket_transition`;
+the claim writes its `ticket_move` in one statement with the run it starts).
 
 Read top-down: `agent_run_ticket` claims the run and hands it to `_Loop.go`, which steps until
 a stop; `step` makes one model call, `act` answers its tool calls through `handle`, and a draft
@@ -40,10 +41,11 @@ from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 
+from ..combined_writes import update_then_insert
 from ..exceptions import TicketStateConflict
 from ..models import AgentRun, Ticket
 from ..redaction import sensitive_values_annotations, sensitive_values_for_ticket
-from ..ticket_state import ticket_transition
+from ..ticket_state import ticket_move, ticket_transition
 from ..tracing import trace_batch, trace_record, trace_write_with_update
 from .decision import DraftDecision, agent_draft_decide
 from .prompts import NUDGE, SYSTEM_PROMPT, ticket_first_message
@@ -122,20 +124,22 @@ def agent_run_claim(*, ticket_id: int, task_id: str, provider: Provider) -> tupl
     """Claim the ticket's run for this task: a queued ticket starts a new run; a running one is
     taken over by the same task id (a redelivery) or once its lease expired. Else None."""
     now = timezone.now()
-    with transaction.atomic():
-        # The claim needs only the ticket's id; the loop loads the ticket once it holds the run.
-        if ticket_transition(ticket=Ticket(pk=ticket_id), to=S.RUNNING, detail="", updated_at=now):
-            run = AgentRun.objects.create(
-                ticket_id=ticket_id,
-                status=AgentRun.Status.RUNNING,
-                provider=provider.name,
-                model=getattr(provider, "model", "") or "",
-                claimed_by=task_id,
-                claimed_at=now,
-                lease_expires_at=now + _lease(),
-                started_at=now,
-            )
-            return run, "claimed"
+    # The claim needs only the ticket's id; the loop loads the ticket once it holds the run. The
+    # ticket's move and the run's row are one statement: the run exists only if the move matched.
+    move = ticket_move(ticket=Ticket(pk=ticket_id), to=S.RUNNING, detail="", updated_at=now)
+    run = AgentRun(
+        ticket_id=ticket_id,
+        status=AgentRun.Status.RUNNING,
+        provider=provider.name,
+        model=getattr(provider, "model", "") or "",
+        claimed_by=task_id,
+        claimed_at=now,
+        lease_expires_at=now + _lease(),
+        started_at=now,
+    )
+    if update_then_insert(move.rows, move.values, run):
+        move.applied()
+        return run, "claimed"
     taken = (
         AgentRun.objects.filter(ticket_id=ticket_id, status=AgentRun.Status.RUNNING, ticket__status=S.RUNNING)
         .filter(Q(claimed_by=task_id) | Q(lease_expires_at__lt=now))

@@ -1,0 +1,117 @@
+"""The agent's claim: the ticket's move to running and the run it starts are one write (one
+statement on PostgreSQL). The run exists only if the move matched; of two claims racing on one
+ticket exactly one starts a run."""
+
+import threading
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from refundagent.agent.loop import agent_run_claim
+from refundagent.agent.providers.scripted import ScriptedProvider
+from refundagent.combined_writes import update_then_insert
+from refundagent.models import AgentRun, Ticket
+
+S = Ticket.Status
+
+
+def _queued_ticket():
+    """A queued ticket made directly (filing one would run the agent on commit)."""
+    from django.contrib.auth import get_user_model
+
+    from ledger.models import Order
+
+    order = Order.objects.get(tenant__slug="acme", external_id="ORD-5001")
+    return Ticket.objects.create(
+        tenant=order.tenant,
+        order=order,
+        customer=order.customer,
+        message="Broken.",
+        currency=order.currency,
+        created_by=get_user_model().objects.get(username="acme-support"),
+    )
+
+
+@pytest.mark.django_db
+def test_a_claim_moves_the_ticket_and_starts_its_run_in_one_write(demo):
+    # given a queued ticket
+    ticket = _queued_ticket()
+
+    # when a task claims it
+    with CaptureQueriesContext(connection) as queries:
+        claimed = agent_run_claim(ticket_id=ticket.pk, task_id="task-1", provider=ScriptedProvider([]))
+
+    # then the ticket runs, the run is held by the task, and on PostgreSQL that was one statement
+    run, how = claimed
+    assert how == "claimed"
+    assert AgentRun.objects.get(pk=run.pk).claimed_by == "task-1"
+    assert Ticket.objects.get(pk=ticket.pk).status == S.RUNNING
+    if connection.vendor == "postgresql":
+        assert len(queries) == 1, [q["sql"] for q in queries]
+        assert "INSERT" in queries[0]["sql"] and "UPDATE" in queries[0]["sql"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("status", [S.ESCALATED, S.CLOSED, S.APPROVAL_REQUIRED])
+def test_a_ticket_that_is_not_queued_starts_no_run(demo, status):
+    # given a ticket a person already took out of the queue
+    ticket = _queued_ticket()
+    Ticket.objects.filter(pk=ticket.pk).update(status=status)
+
+    # when a task tries to claim it
+    claimed = agent_run_claim(ticket_id=ticket.pk, task_id="task-1", provider=ScriptedProvider([]))
+
+    # then nothing is claimed and no run row was written
+    assert claimed is None
+    assert not AgentRun.objects.filter(ticket_id=ticket.pk).exists()
+    assert Ticket.objects.get(pk=ticket.pk).status == status
+
+
+@pytest.mark.django_db
+def test_update_then_insert_inserts_nothing_when_the_update_matches_nothing(demo):
+    ticket = _queued_ticket()
+    run = AgentRun(ticket_id=ticket.pk, status=AgentRun.Status.RUNNING, provider="scripted")
+
+    inserted = update_then_insert(Ticket.objects.filter(pk=ticket.pk, status=S.CLOSED), {"status": S.RUNNING}, run)
+
+    assert inserted is False and run.pk is None
+    assert not AgentRun.objects.filter(ticket_id=ticket.pk).exists()
+    assert Ticket.objects.get(pk=ticket.pk).status == S.QUEUED
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("round_", range(3))
+def test_of_two_racing_claims_exactly_one_starts_a_run(round_):
+    from refundagent.demo import demo_seed
+
+    # given a queued ticket, and two tasks released at the same moment (a redelivered message)
+    demo_seed()
+    ticket = _queued_ticket()
+    barrier = threading.Barrier(2)
+    results: dict[str, object] = {}
+
+    def claim(task_id: str):
+        try:
+            barrier.wait()
+            results[task_id] = agent_run_claim(ticket_id=ticket.pk, task_id=task_id, provider=ScriptedProvider([]))
+        except Exception as exc:  # noqa: BLE001 - reported below
+            results[task_id] = exc
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=claim, args=(f"task-{n}",)) for n in (1, 2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+
+    # then one claim started the ticket's one run; the other got nothing (its lease is not expired)
+    assert not any(t.is_alive() for t in threads)
+    won = [task for task, result in results.items() if isinstance(result, tuple)]
+    assert len(won) == 1, results
+    assert [r for r in results.values() if not isinstance(r, tuple)] == [None]
+    run = AgentRun.objects.get(ticket_id=ticket.pk)
+    assert run.claimed_by == won[0]
+    assert Ticket.objects.get(pk=ticket.pk).status == S.RUNNING
