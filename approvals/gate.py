@@ -95,11 +95,32 @@ def order_original_method(order: Order) -> PaymentMethod | None:
     return found[0] if found else None
 
 
-def refund_destination_of(*, order: Order, refund_to: PaymentMethod | None) -> tuple[str, PaymentMethod | None]:
+def decision_facts(*, tenant, order: Order) -> tuple[RefundPolicy | None, PaymentMethod | None]:
+    """The tenant's current policy and the order's original payment method, read together in one
+    query: what a decision on a draft reads besides the order's position (the agent's decision
+    passes both to `policy_gate_evaluate`)."""
+    policy, method = CompiledQuery.first_rows(
+        (_POLICY_CURRENT, {"tenant_id": tenant.pk}), (_ORIGINAL_METHOD, {"order_id": order.pk})
+    )
+    return (
+        None if policy is None else RefundPolicy.from_db("default", list(policy), list(policy.values())),
+        None if method is None else PaymentMethod.from_db("default", list(method), list(method.values())),
+    )
+
+
+# `original` not given: read it.
+_UNREAD = object()
+
+
+def refund_destination_of(
+    *, order: Order, refund_to: PaymentMethod | None, original=_UNREAD
+) -> tuple[str, PaymentMethod | None]:
     """The destination kind and exact method of a refund on `order` chosen on the ticket:
     'original' is the order's own payment method (also when no method is named), 'gift_card' an
-    existing gift card of the customer, 'other' any other method of theirs (no policy allows it)."""
-    original = order_original_method(order)
+    existing gift card of the customer, 'other' any other method of theirs (no policy allows it).
+    `original`: the order's original method when the caller has read it (`decision_facts`)."""
+    if original is _UNREAD:
+        original = order_original_method(order)
     if refund_to is None:
         return "original", original
     if original is not None and refund_to.pk == original.pk:
@@ -131,6 +152,7 @@ def policy_gate_evaluate(
     refund_to: PaymentMethod | None = None,
     now: datetime,
     waive: frozenset[str] = frozenset(),
+    original_method=_UNREAD,
 ) -> GateVerdict:
     """Decide what a draft may lead to. Pure: reads the ledger, writes nothing.
 
@@ -139,10 +161,13 @@ def policy_gate_evaluate(
 
     `waive` names policy rules a person's approved-by-two exception goes outside ('window',
     'order_status'; approvals.proposals checks they are the policy's `waivable_rules`). The hard
-    limits (refundable amount, currency, the customer's own methods) are checked regardless."""
+    limits (refundable amount, currency, the customer's own methods) are checked regardless.
+
+    `original_method`: the order's original payment method, when the caller read it with the
+    policy (`decision_facts`); else it is read here."""
     position = order_refund_position(order)
     item_ids = list(item_ids or [])
-    destination, method = refund_destination_of(order=order, refund_to=refund_to)
+    destination, method = refund_destination_of(order=order, refund_to=refund_to, original=original_method)
     verdict = GateVerdict(
         outcome=Outcome.APPROVAL_REQUIRED,
         currency=order.currency,

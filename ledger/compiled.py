@@ -36,25 +36,55 @@ class CompiledQuery:
 
     def rows(self, *, using: str = DEFAULT_DB_ALIAS, **arguments) -> list[dict]:
         """The rows, as `values()` would give them (converted by the fields' converters)."""
-        sql, params, slots, names, converters = self._compiled.get(using) or self._compile(using)
+        sql, params = self._bound(using, arguments)
+        connection = connections[using]
+        with connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+        return [self._converted(list(row), connection) for row in rows]
+
+    @staticmethod
+    def first_rows(*calls: tuple["CompiledQuery", dict], using: str = DEFAULT_DB_ALIAS) -> list[dict | None]:
+        """The first row of each query (None where it has none) in ONE statement, for reads of
+        at most one row each that are needed together (the agent's decision reads the current
+        policy and the order's original payment method). The queries stay independent
+        subqueries: `SELECT q0.*, q1.* FROM (SELECT 1) LEFT JOIN (q0 LIMIT 1) ON true ...`."""
+        parts, params, widths = [], [], []
+        for n, (query, arguments) in enumerate(calls):
+            sql, bound = query._bound(using, arguments)
+            parts.append(f"LEFT JOIN (SELECT * FROM ({sql}) AS s{n} LIMIT 1) AS q{n} ON 1 = 1")
+            params.extend(bound)
+            widths.append(len(query._compiled[using][3]))
+        columns = ", ".join(f"q{n}.*" for n in range(len(calls)))
+        statement = f"SELECT {columns} FROM (SELECT 1 AS one) AS one {' '.join(parts)}"
+        connection = connections[using]
+        with connection.cursor() as cursor:
+            cursor.execute(statement, params)
+            row = list(cursor.fetchone())
+        result, start = [], 0
+        for (query, _), width in zip(calls, widths, strict=True):
+            values = row[start : start + width]
+            start += width
+            # A LEFT JOIN without a match gives NULLs only: no row (a real row has its pk).
+            result.append(None if all(v is None for v in values) else query._converted(values, connection))
+        return result
+
+    def _bound(self, using: str, arguments: dict) -> tuple[str, list]:
+        sql, params, slots, _, _ = self._compiled.get(using) or self._compile(using)
         params = list(params)
         for index, name in slots:
             value = arguments[name]
             if not isinstance(value, self._kinds[name]):
                 raise TypeError(f"{name} must be {self._kinds[name].__name__}, not {type(value).__name__}")
             params[index] = value
-        connection = connections[using]
-        with connection.cursor() as cursor:
-            cursor.execute(sql, params)
-            rows = cursor.fetchall()
-        result = []
-        for row in rows:
-            row = list(row)
-            for position, (functions, expression) in converters:
-                for function in functions:
-                    row[position] = function(row[position], expression, connection)
-            result.append(dict(zip(names, row, strict=True)))
-        return result
+        return sql, params
+
+    def _converted(self, row: list, connection) -> dict:
+        _, _, _, names, converters = self._compiled[connection.alias]
+        for position, (functions, expression) in converters:
+            for function in functions:
+                row[position] = function(row[position], expression, connection)
+        return dict(zip(names, row, strict=True))
 
     def instances(self, model, *, using: str = DEFAULT_DB_ALIAS, **arguments) -> list:
         """The rows as instances of `model` (the queryset must select its concrete fields by attname)."""

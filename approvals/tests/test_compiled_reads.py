@@ -26,3 +26,43 @@ def test_the_current_policy_is_one_query(tenant, policy):
     with CaptureQueriesContext(connection) as queries:
         assert policy_current(tenant).version == policy.version
     assert len(queries) == 1
+
+
+def _fields(instance) -> dict:
+    return {f.attname: getattr(instance, f.attname) for f in instance._meta.concrete_fields}
+
+
+def test_the_decision_reads_the_policy_and_the_original_method_in_one_query(tenant, policy, make_order):
+    # given an order paid with a card, under a tenant with a current policy
+    from approvals.gate import decision_facts
+
+    order = make_order()
+    decision_facts(tenant=tenant, order=order)
+
+    # when the decision reads its facts
+    with CaptureQueriesContext(connection) as queries:
+        found_policy, found_method = decision_facts(tenant=tenant, order=order)
+
+    # then it is one query, and each is exactly what its own read gives, every field converted
+    assert len(queries) == 1
+    assert _fields(found_policy) == _fields(policy_current(tenant))
+    assert _fields(found_method) == _fields(order_original_method(order))
+    assert found_policy._state.adding is False and found_method._state.adding is False
+
+
+def test_without_a_policy_or_a_payment_each_read_is_none_on_its_own(tenant, policy, make_order):
+    from approvals.gate import decision_facts
+    from ledger.models import Payment
+
+    # given an order with no recorded payment
+    order = make_order()
+    Payment.objects.filter(order=order).delete()
+    policy_now, method = decision_facts(tenant=tenant, order=order)
+    assert method is None and _fields(policy_now) == _fields(policy)
+
+    # and a tenant whose policy was retired: no current policy, while the method is still read
+    paid = make_order()
+    RefundPolicy.objects.filter(tenant=tenant).update(status=RefundPolicy.Status.RETIRED)
+    policy_now, method = decision_facts(tenant=tenant, order=paid)
+    assert policy_now is None
+    assert _fields(method) == _fields(order_original_method(paid))

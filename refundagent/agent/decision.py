@@ -75,8 +75,13 @@ def agent_draft_decide(
     if sensitive is None:
         sensitive = sensitive_values_for_ticket(ticket)
     now = timezone.now()
-    policy = gate.policy_current(ticket.tenant)
-    verdict, adopt = _verdict(ticket=ticket, args=args, order=order, policy=policy, now=now)
+    if order is None:
+        policy, original_method = gate.policy_current(ticket.tenant), None
+    else:
+        policy, original_method = gate.decision_facts(tenant=ticket.tenant, order=order)
+    verdict, adopt = _verdict(
+        ticket=ticket, args=args, order=order, policy=policy, original_method=original_method, now=now
+    )
     status = _status_for(verdict, policy)
 
     def trace(**kwargs):
@@ -186,7 +191,13 @@ def _approval_request(*, ticket, draft, order, policy, verdict, trace) -> tuple[
 
 
 def _verdict(
-    *, ticket: Ticket, args: CreateDraftArgs, order: Order | None, policy: RefundPolicy | None, now: datetime
+    *,
+    ticket: Ticket,
+    args: CreateDraftArgs,
+    order: Order | None,
+    policy: RefundPolicy | None,
+    original_method,
+    now: datetime,
 ) -> tuple[gate.GateVerdict, dict]:
     """The gate's verdict on the draft, and what a customer-level ticket adopts from it."""
     items = list(ticket.items or []) or list(args.items or [])
@@ -216,6 +227,7 @@ def _verdict(
         item_ids=items,
         refund_to=ticket.refund_to,
         now=now,
+        original_method=original_method,
     )
     adopt = {}
     if ticket.order_id is None:
