@@ -20,6 +20,7 @@ from collections.abc import Callable
 
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import QuerySet
+from django.db.models.query import ModelIterable, get_related_populators
 
 # Argument values that no real row has; they mark where each argument lands in the parameters.
 _SENTINEL_INT = -7_305_919_237
@@ -71,13 +72,7 @@ class CompiledQuery:
 
     def _bound(self, using: str, arguments: dict) -> tuple[str, list]:
         sql, params, slots, _, _ = self._compiled.get(using) or self._compile(using)
-        params = list(params)
-        for index, name in slots:
-            value = arguments[name]
-            if not isinstance(value, self._kinds[name]):
-                raise TypeError(f"{name} must be {self._kinds[name].__name__}, not {type(value).__name__}")
-            params[index] = value
-        return sql, params
+        return sql, _bind(params, slots, self._kinds, arguments)
 
     def _converted(self, row: list, connection) -> dict:
         _, _, _, names, converters = self._compiled[connection.alias]
@@ -91,25 +86,8 @@ class CompiledQuery:
         return [model.from_db(using, list(row), list(row.values())) for row in self.rows(using=using, **arguments)]
 
     def _compile(self, using: str) -> tuple:
-        # One sentinel per argument: two arguments of one kind must not be told apart by luck.
-        sentinels = {
-            name: _SENTINEL_INT - n if kind is int else f"{_SENTINEL_STR}{n}" if kind is str else None
-            for n, (name, kind) in enumerate(self._kinds.items())
-        }
-        if None in sentinels.values():
-            raise TypeError("CompiledQuery arguments are int or str")
-        queryset = self._build(**sentinels).using(using)
+        queryset, compiler, sql, params, slots = _compile(self._build, self._kinds, using)
         query = queryset.query
-        compiler = query.get_compiler(using)
-        sql, params = compiler.as_sql()
-        slots = [
-            (index, name)
-            for index, param in enumerate(params)
-            for name, sentinel in sentinels.items()
-            if type(param) is type(sentinel) and param == sentinel
-        ]
-        if {name for _, name in slots} != set(sentinels):
-            raise ValueError("each argument of a CompiledQuery must appear among the parameters")
         names = [*query.extra_select, *query.values_select, *query.annotation_select]
         if len(names) != len(compiler.select):
             raise ValueError("a CompiledQuery needs a values() queryset")
@@ -117,3 +95,88 @@ class CompiledQuery:
         compiled = (sql, tuple(params), slots, names, converters)
         self._compiled[using] = compiled
         return compiled
+
+
+class CompiledModelQuery:
+    """A model queryset (with its select_related and annotations) compiled once; a call runs the
+    SQL with new arguments and builds the instances as Django's ModelIterable does, related
+    objects and annotations included. The agent's run loads its ticket this way: a seven-table
+    select_related whose compiling cost more than the query (docs/performance.md)."""
+
+    def __init__(self, build: Callable[..., QuerySet], **kinds: type):
+        """`build(**arguments)` returns a model queryset; `kinds` names each argument's type."""
+        self._build = build
+        self._kinds = kinds
+        self._compiled: dict[str, tuple] = {}
+
+    def get(self, *, using: str = DEFAULT_DB_ALIAS, **arguments):
+        """The one instance, as `queryset.get()` would give it; DoesNotExist when there is none."""
+        found = self.instances(using=using, **arguments)
+        if len(found) != 1:
+            model = self._compiled[using][1].query.model
+            if not found:
+                raise model.DoesNotExist(f"{model.__name__} matching {arguments} does not exist.")
+            raise model.MultipleObjectsReturned(f"{len(found)} {model.__name__} rows match {arguments}.")
+        return found[0]
+
+    def instances(self, *, using: str = DEFAULT_DB_ALIAS, **arguments) -> list:
+        sql, compiler, params, slots, init_list, fields, populators = self._compiled.get(using) or self._compile(using)
+        params = _bind(params, slots, self._kinds, arguments)
+        with connections[using].cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+        model, start, end = compiler.klass_info["model"], fields[0], fields[1]
+        found = []
+        for row in compiler.results_iter(results=[rows]):
+            instance = model.from_db(using, init_list, row[start:end])
+            for populator in populators:
+                populator.populate(row, instance)
+            for name, position in compiler.annotation_col_map.items():
+                setattr(instance, name, row[position])
+            found.append(instance)
+        return found
+
+    def _compile(self, using: str) -> tuple:
+        queryset, compiler, sql, params, slots = _compile(self._build, self._kinds, using)
+        if queryset._iterable_class is not ModelIterable:
+            raise ValueError("a CompiledModelQuery needs a model queryset, not values()")
+        select_fields = compiler.klass_info["select_fields"]
+        start, end = select_fields[0], select_fields[-1] + 1
+        init_list = [column[0].target.attname for column in compiler.select[start:end]]
+        populators = get_related_populators(compiler.klass_info, compiler.select, using)
+        compiled = (sql, compiler, tuple(params), slots, init_list, (start, end), populators)
+        self._compiled[using] = compiled
+        return compiled
+
+
+def _compile(build: Callable[..., QuerySet], kinds: dict[str, type], using: str) -> tuple:
+    """The queryset built with sentinel arguments, compiled: (queryset, compiler, sql, params, slots)."""
+    # One sentinel per argument: two arguments of one kind must not be told apart by luck.
+    sentinels = {
+        name: _SENTINEL_INT - n if kind is int else f"{_SENTINEL_STR}{n}" if kind is str else None
+        for n, (name, kind) in enumerate(kinds.items())
+    }
+    if None in sentinels.values():
+        raise TypeError("CompiledQuery arguments are int or str")
+    queryset = build(**sentinels).using(using)
+    compiler = queryset.query.get_compiler(using)
+    sql, params = compiler.as_sql()
+    slots = [
+        (index, name)
+        for index, param in enumerate(params)
+        for name, sentinel in sentinels.items()
+        if type(param) is type(sentinel) and param == sentinel
+    ]
+    if {name for _, name in slots} != set(sentinels):
+        raise ValueError("each argument of a CompiledQuery must appear among the parameters")
+    return queryset, compiler, sql, params, slots
+
+
+def _bind(params: tuple, slots: list, kinds: dict[str, type], arguments: dict) -> list:
+    params = list(params)
+    for index, name in slots:
+        value = arguments[name]
+        if not isinstance(value, kinds[name]):
+            raise TypeError(f"{name} must be {kinds[name].__name__}, not {type(value).__name__}")
+        params[index] = value
+    return params

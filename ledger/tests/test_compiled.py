@@ -81,3 +81,51 @@ def test_only_a_values_queryset_can_be_compiled(tenant):
     compiled = CompiledQuery(lambda order_id: Order.objects.filter(pk=order_id), order_id=int)
     with pytest.raises(ValueError):
         compiled.rows(order_id=1)
+
+
+def _order_with_customer(order_id):
+    from django.db.models import Count
+
+    return Order.objects.select_related("customer", "tenant").annotate(lines=Count("items")).filter(pk=order_id)
+
+
+def test_a_compiled_model_query_builds_what_the_orm_builds(tenant, make_order):
+    from ledger.compiled import CompiledModelQuery
+
+    # given a select_related, annotated model queryset compiled once, and two orders
+    compiled = CompiledModelQuery(_order_with_customer, order_id=int)
+    first = make_order("100.00", items=[("ITEM-1", "40.00", 1), ("ITEM-2", "60.00", 1)])
+    second = make_order("30.00")
+    for order in (first, second, first):
+        # when it is run for each
+        with CaptureQueriesContext(connection) as queries:
+            found = compiled.get(order_id=order.pk)
+        expected = _order_with_customer(order.pk).get()
+
+        # then it is one query, and the instance, its related objects and annotation are the ORM's
+        assert len(queries) == 1
+        fields = [f.attname for f in Order._meta.concrete_fields]
+        assert [getattr(found, f) for f in fields] == [getattr(expected, f) for f in fields]
+        assert isinstance(found.total, Decimal) and found._state.adding is False
+        assert found.customer == expected.customer and found.customer.email == expected.customer.email
+        assert found.tenant.slug == expected.tenant.slug
+        assert found.lines == expected.lines
+    assert first.items.count() == compiled.get(order_id=first.pk).lines == 2
+
+
+def test_a_compiled_model_query_raises_does_not_exist(tenant):
+    from ledger.compiled import CompiledModelQuery
+
+    compiled = CompiledModelQuery(_order_with_customer, order_id=int)
+    with pytest.raises(Order.DoesNotExist):
+        compiled.get(order_id=-1)
+    with pytest.raises(TypeError):
+        compiled.get(order_id="1")
+
+
+def test_a_compiled_model_query_refuses_a_values_queryset(tenant):
+    from ledger.compiled import CompiledModelQuery
+
+    compiled = CompiledModelQuery(lambda order_id: Order.objects.filter(pk=order_id).values("id"), order_id=int)
+    with pytest.raises(ValueError):
+        compiled.get(order_id=1)

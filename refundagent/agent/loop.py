@@ -40,6 +40,7 @@ from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
+from ledger.compiled import CompiledModelQuery
 
 from ..combined_writes import update_then_insert
 from ..exceptions import TicketStateConflict
@@ -73,6 +74,17 @@ R = Ticket.StopReason
 # back (prompts.finance_review_of), and most tickets have no request yet.
 last_approval_status = Subquery(
     ApprovalRequest.objects.filter(ticket_ref=OuterRef("pk")).order_by("-id").values("status")[:1]
+)
+
+# The run's one read of its ticket: its order, customer, tenant and filer, finance's last word
+# and the values to redact, in one query compiled once per process.
+_TICKET_FOR_RUN = CompiledModelQuery(
+    lambda ticket_id: (
+        Ticket.objects.select_related("tenant", "order__tenant", "order__customer", "customer", "created_by")
+        .annotate(last_approval_status=last_approval_status, **sensitive_values_annotations())
+        .filter(pk=ticket_id)
+    ),
+    ticket_id=int,
 )
 
 
@@ -161,11 +173,7 @@ class _Loop:
         self.run = run
         self.provider = provider
         self.task_id = task_id
-        self.ticket = (
-            Ticket.objects.select_related("tenant", "order__tenant", "order__customer", "customer", "created_by")
-            .annotate(last_approval_status=last_approval_status, **sensitive_values_annotations())
-            .get(pk=run.ticket_id)
-        )
+        self.ticket = _TICKET_FOR_RUN.get(ticket_id=run.ticket_id)
         run.ticket = self.ticket
         self.order = self.ticket.order  # None on a customer-level ticket until the decision
         self.sensitive = sensitive_values_for_ticket(self.ticket)
