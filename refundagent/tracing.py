@@ -1,5 +1,6 @@
 """Recording trace events: one trace per ticket, events in order, redacted before storage."""
 
+import functools
 import random
 import threading
 import time
@@ -209,26 +210,30 @@ def _insert_select(events: list[dict], *, where: str = "true") -> tuple[str, lis
     """INSERT ... SELECT <values>, m.last + n FROM (VALUES ...) v CROSS JOIN m WHERE <where>
     ON CONFLICT DO NOTHING RETURNING seq, for events of one ticket; the caller defines the CTE
     `m` (the ticket's last seq) before it."""
-    meta = TraceEvent._meta
-    fields = [meta.get_field(name) for name in _FIELDS]
-    postgres = connection.vendor == "postgresql"
-    cast = (lambda f: f"::{f.db_type(connection)}") if postgres else (lambda f: "")
-    row = "(" + ", ".join(f"%s{cast(f)}" for f in fields) + ", %s)"
+    fields, row, head, tail = _insert_select_parts(connection.vendor)
     params = []
     for n, values in enumerate(events, start=1):
         params.extend(f.get_db_prep_save(values[f.attname], connection) for f in fields)
         params.append(n)
+    return f"{head}{', '.join([row] * len(events))}{tail.format(where=where)}", params
+
+
+@functools.cache
+def _insert_select_parts(vendor: str) -> tuple[list, str, str, str]:
+    """The fixed parts of `_insert_select`'s statement, built once per database vendor (the
+    column types for the casts are looked up field by field: too slow for every step)."""
+    meta = TraceEvent._meta
+    fields = [meta.get_field(name) for name in _FIELDS]
+    cast = (lambda f: f"::{f.db_type(connection)}") if vendor == "postgresql" else (lambda f: "")
+    row = "(" + ", ".join(f"%s{cast(f)}" for f in fields) + ", %s)"
     table, seq, ticket = _quote(meta.db_table), _quote(meta.get_field("seq").column), _quote("ticket_id")
     # VALUES columns are column1..columnN on both PostgreSQL and SQLite.
     selected = ", ".join(f"v.column{i}" for i in range(1, len(fields) + 1))
     position = f"v.column{len(fields) + 1}"
     columns = ", ".join(_quote(f.column) for f in fields)
-    insert = (
-        f"INSERT INTO {table} ({columns}, {seq}) "
-        f"SELECT {selected}, m.last + {position} FROM (VALUES {', '.join([row] * len(events))}) AS v "
-        f"CROSS JOIN m WHERE {where} ON CONFLICT ({ticket}, {seq}) DO NOTHING RETURNING {seq}"
-    )
-    return insert, params
+    head = f"INSERT INTO {table} ({columns}, {seq}) SELECT {selected}, m.last + {position} FROM (VALUES "
+    tail = f") AS v CROSS JOIN m WHERE {{where}} ON CONFLICT ({ticket}, {seq}) DO NOTHING RETURNING {seq}"
+    return fields, row, head, tail
 
 
 def _insert_many(events: list[dict]) -> set[int]:
