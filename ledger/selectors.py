@@ -7,7 +7,7 @@ from decimal import Decimal
 from django.db.models import DecimalField, OuterRef, Subquery, Sum
 from django.db.models.functions import Coalesce
 
-from .compiled import CompiledQuery
+from .compiled import CompiledModelQuery, CompiledQuery
 from .exceptions import NotFound
 from .models import (
     COUNTING_STATUSES,
@@ -41,9 +41,19 @@ def customer_get(*, tenant: Tenant, external_id: str) -> Customer:
         raise NotFound(f"Customer {external_id} not found.") from None
 
 
+# Every filing reads its order: compiled once.
+_ORDER_WITH_CUSTOMER = CompiledModelQuery(
+    lambda tenant_id, external_id: (
+        Order.objects.for_tenant(tenant_id).select_related("customer").filter(external_id=external_id)
+    ),
+    tenant_id=int,
+    external_id=str,
+)
+
+
 def order_get(*, tenant: Tenant, external_id: str) -> Order:
     try:
-        return Order.objects.for_tenant(tenant).select_related("customer").get(external_id=external_id)
+        return _ORDER_WITH_CUSTOMER.get(tenant_id=tenant.pk, external_id=external_id)
     except Order.DoesNotExist:
         raise NotFound(f"Order {external_id} not found.") from None
 
