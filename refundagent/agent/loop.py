@@ -188,6 +188,8 @@ class _Loop:
         }
         self.capabilities = None
         self.offered: set[str] = set()
+        # The run's row while this task holds it: every persist is a compare-and-set on it.
+        self.held = AgentRun.objects.filter(pk=run.pk, claimed_by=task_id, status=AgentRun.Status.RUNNING)
 
     # --- the loop ---------------------------------------------------------------------
 
@@ -558,9 +560,7 @@ class _Loop:
             "lease_expires_at": timezone.now() + _lease(),
             **extra,
         }
-        updated = trace_write_with_update(
-            AgentRun.objects.filter(pk=run.pk, claimed_by=self.task_id, status=AgentRun.Status.RUNNING), fields
-        )
+        updated = trace_write_with_update(self.held, fields)
         if updated != 1:
             raise LostClaim(f"run {run.pk} is no longer held by {self.task_id}")
         for key, value in fields.items():

@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from approvals import gate
 from approvals.models import Capability
 from ledger.compiled import CompiledQuery
-from ledger.models import Order
+from ledger.models import Order, Payment
 from ledger.selectors import order_refund_position
 
 from .providers.base import ToolCall, ToolSpec
@@ -439,12 +439,21 @@ def order_lookup(*, ticket, order=None) -> dict:
     return result
 
 
+# Brand and kind only: the card's last four stay in the ledger (issue 10, item 6). Every ticket
+# asks for it: compiled once.
+_PAYMENTS = CompiledQuery(
+    lambda order_id: (
+        Payment.objects.filter(order_id=order_id).order_by("id").values("method", "card_brand", "amount", "currency")
+    ),
+    order_id=int,
+)
+
+
 def payment_summary(*, ticket, order=None) -> dict:
     order = order or ticket.order
     payments = [
-        # Brand and kind only: the card's last four stay in the ledger (issue 10, item 6).
-        {"method": p.method, "brand": p.card_brand, "amount": _money(p.amount), "currency": p.currency}
-        for p in order.payments.all()
+        {"method": p["method"], "brand": p["card_brand"], "amount": _money(p["amount"]), "currency": p["currency"]}
+        for p in _PAYMENTS.rows(order_id=order.pk)
     ]
     return {"order": order.external_id, "payments": payments}
 
