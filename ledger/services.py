@@ -6,7 +6,7 @@ import logging
 from decimal import Decimal, InvalidOperation
 
 from django.conf import settings
-from django.db import IntegrityError, connection, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
 from django.db.models import F, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -123,7 +123,7 @@ def ledger_refund_issue(
     gateway, status = _first_status(source=str(source), destination=destination, destination_kind=destination_kind)
     issue = (
         _issue_in_database
-        if connection.vendor == "postgresql"
+        if connections[DEFAULT_DB_ALIAS].vendor == "postgresql"
         and _database_takes(
             currency, idempotency_key, destination_kind, str(source), str(approval_ref), reason, item_ids
         )
@@ -177,6 +177,7 @@ _ISSUE_SQL = (
 )
 # Where the entry's columns start in that row (after the outcome and the refusals' numbers).
 _ENTRY_AT = 7
+_CREATED_AT = _ENTRY_AT + _ENTRY_FIELDS.index("created_at")
 # The columns each text argument lands in (RefundEntry's max_length).
 _KEY_LENGTH, _KIND_LENGTH, _SOURCE_LENGTH, _APPROVAL_LENGTH = 200, 20, 20, 64
 
@@ -193,10 +194,8 @@ def _database_takes(currency, idempotency_key, destination_kind, source, approva
         or len(approval_ref) > _APPROVAL_LENGTH
     ):
         return False
-    return all(
-        "\x00" not in text and (text.isascii() or _utf8(text))
-        for text in (currency, idempotency_key, destination_kind, source, approval_ref, reason, *item_ids)
-    )
+    text = "".join((currency, idempotency_key, destination_kind, source, approval_ref, reason, *item_ids))
+    return "\x00" not in text and (text.isascii() or _utf8(text))
 
 
 def _utf8(text: str) -> bool:
@@ -232,24 +231,28 @@ def _issue_in_database(
     gateway: str,
     status: str,
 ) -> RefundEntry:
+    source, approval_ref = str(source), str(approval_ref)
+    destination_id = destination.pk if destination is not None else None
+    created_by_id = created_by.pk if created_by is not None else None
     params = (
         order.pk,
         amount,
         currency,
         idempotency_key,
-        destination.pk if destination is not None else None,
+        destination_id,
         destination.customer_id if destination is not None else None,
         destination_kind,
         item_ids,
-        str(source),
-        str(approval_ref),
+        source,
+        approval_ref,
         reason,
-        created_by.pk if created_by is not None else None,
+        created_by_id,
         request_hash,
         gateway,
         status,
-        gateway == RefundEntry.Gateway.STORE_CREDIT and str(source) != RefundEntry.Source.IMPORT,
+        gateway == RefundEntry.Gateway.STORE_CREDIT and source != RefundEntry.Source.IMPORT,
     )
+    connection = connections[DEFAULT_DB_ALIAS]
     try:
         with connection.cursor() as cursor:
             cursor.execute(_ISSUE_SQL, params)
@@ -266,7 +269,30 @@ def _issue_in_database(
         return _replay(existing, request_hash)
     outcome = row[0]
     if outcome == "created":
-        entry = RefundEntry.from_db(connection.alias, _ENTRY_FIELDS, row[_ENTRY_AT:])
+        # The database gave it its id, tenant (the locked order's) and time; the rest is stored as given.
+        entry_id, tenant_id, created_at = row[_ENTRY_AT], row[_ENTRY_AT + 1], row[_CREATED_AT]
+        values = (
+            entry_id,
+            tenant_id,
+            order.pk,
+            amount,
+            currency,
+            destination_id,
+            destination_kind,
+            idempotency_key,
+            request_hash,
+            source,
+            approval_ref,
+            reason,
+            created_by_id,
+            created_at,
+            status,
+            created_at,
+            gateway,
+            "",
+            False,
+        )
+        entry = RefundEntry.from_db(connection.alias, _ENTRY_FIELDS, values)
         # As RefundEntry.objects.create leaves them: no query to read them back.
         entry._state.fields_cache.update(order=order, destination=destination, created_by=created_by)
         return entry

@@ -22,7 +22,9 @@ Every statement of a PL/pgSQL function takes a fresh snapshot under READ COMMITT
 everything after the lock sees what the previous holder of the lock committed: a single
 statement (one CTE) would read with a snapshot taken before the lock was granted.
 
-The entry columns come back in the model's field order (`ledger.services._ENTRY_FIELDS`).
+The entry columns come back in the model's field order (`ledger.services._ENTRY_FIELDS`); for
+a new entry only the values the database chose (the arguments are stored as given: Python
+has them).
 The deferred cap triggers of migrations 0002/0004 still re-check the result at commit.
 
 SQLite gets none of this (the ORM implementation runs there).
@@ -57,7 +59,9 @@ CREATE OR REPLACE FUNCTION ledger_refund_issue(
     OUT o_refunded_total numeric,
     OUT o_items_value numeric,
     OUT o_unmatched integer[],  -- 1-based positions in p_item_ids
-    -- the entry (created or existing), in RefundEntry's field order
+    -- the entry, in RefundEntry's field order: all of it when it existed; when created, only
+    -- what the database gave it (id, tenant_id, created_at = status_changed_at): the rest is
+    -- the arguments, stored as given
     OUT o_id bigint,
     OUT o_tenant_id bigint,
     OUT o_order_id bigint,
@@ -102,16 +106,28 @@ BEGIN
         RETURN;
     END IF;
 
+    -- Under the lock, in one statement (a fresh snapshot): the entry already written under the key,
+    -- and what counts against the order: pending, succeeded and external entries
+    -- (ledger.models.COUNTING_STATUSES), each at its effective amount (its newest revision's
+    -- new_amount, else its amount: ledger.selectors.order_refunded_total).
     SELECT e.id, e.tenant_id, e.order_id, e.amount, e.currency, e.destination_id, e.destination_kind,
            e.idempotency_key, e.request_hash, e.source, e.approval_ref, e.reason, e.created_by_id,
-           e.created_at, e.status, e.status_changed_at, e.gateway, e.provider_ref, e.needs_review
+           e.created_at, e.status, e.status_changed_at, e.gateway, e.provider_ref, e.needs_review,
+           counted.total
       INTO o_id, o_tenant_id, o_order_id, o_amount, o_currency, o_destination_id, o_destination_kind,
            o_idempotency_key, o_request_hash, o_source, o_approval_ref, o_reason, o_created_by_id,
-           o_created_at, o_status, o_status_changed_at, o_gateway, o_provider_ref, o_needs_review
-      FROM ledger_refundentry e
-     WHERE e.idempotency_key = p_idempotency_key;
-    IF FOUND THEN
+           o_created_at, o_status, o_status_changed_at, o_gateway, o_provider_ref, o_needs_review,
+           o_refunded_total
+      FROM (SELECT COALESCE(SUM(COALESCE(
+                       (SELECT r.new_amount FROM ledger_refundrevision r
+                         WHERE r.entry_id = c.id ORDER BY r.id DESC LIMIT 1),
+                       c.amount)), 0.00) AS total
+              FROM ledger_refundentry c
+             WHERE c.order_id = p_order_id AND c.status IN ('pending', 'succeeded', 'external')) counted
+      LEFT JOIN ledger_refundentry e ON e.idempotency_key = p_idempotency_key;
+    IF o_id IS NOT NULL THEN
         o_outcome := 'existing';
+        o_refunded_total := NULL;
         RETURN;
     END IF;
 
@@ -128,14 +144,6 @@ BEGIN
         RETURN;
     END IF;
 
-    -- What counts: pending, succeeded, external (ledger.models.COUNTING_STATUSES), each entry
-    -- at its effective amount (ledger.selectors.order_refunded_total).
-    SELECT COALESCE(SUM(COALESCE(
-               (SELECT r.new_amount FROM ledger_refundrevision r WHERE r.entry_id = e.id ORDER BY r.id DESC LIMIT 1),
-               e.amount)), 0.00)
-      INTO o_refunded_total
-      FROM ledger_refundentry e
-     WHERE e.order_id = p_order_id AND e.status IN ('pending', 'succeeded', 'external');
     IF p_amount > GREATEST(o_order_total - o_refunded_total, 0.00) THEN
         o_outcome := 'refund_exceeds_refundable';
         RETURN;
@@ -200,12 +208,7 @@ BEGIN
             p_idempotency_key, p_request_hash, p_source, p_approval_ref, p_reason, p_created_by_id, v_now,
             p_status, v_now, p_gateway, '', false)
     ON CONFLICT (idempotency_key) DO NOTHING
-    RETURNING id, tenant_id, order_id, amount, currency, destination_id, destination_kind, idempotency_key,
-              request_hash, source, approval_ref, reason, created_by_id, created_at, status,
-              status_changed_at, gateway, provider_ref, needs_review
-         INTO o_id, o_tenant_id, o_order_id, o_amount, o_currency, o_destination_id, o_destination_kind,
-              o_idempotency_key, o_request_hash, o_source, o_approval_ref, o_reason, o_created_by_id,
-              o_created_at, o_status, o_status_changed_at, o_gateway, o_provider_ref, o_needs_review;
+    RETURNING id, tenant_id, created_at INTO o_id, o_tenant_id, o_created_at;
     IF NOT FOUND THEN
         SELECT e.id, e.tenant_id, e.order_id, e.amount, e.currency, e.destination_id, e.destination_kind,
                e.idempotency_key, e.request_hash, e.source, e.approval_ref, e.reason, e.created_by_id,
