@@ -178,8 +178,11 @@ _ISSUE_SQL = (
 # Where the entry's columns start in that row (after the outcome and the refusals' numbers).
 _ENTRY_AT = 7
 _CREATED_AT = _ENTRY_AT + _ENTRY_FIELDS.index("created_at")
-# The columns each text argument lands in (RefundEntry's max_length).
-_KEY_LENGTH, _KIND_LENGTH, _SOURCE_LENGTH, _APPROVAL_LENGTH = 200, 20, 20, 64
+# The columns the text arguments land in.
+_KEY_LENGTH, _KIND_LENGTH, _SOURCE_LENGTH, _APPROVAL_LENGTH = (
+    RefundEntry._meta.get_field(name).max_length
+    for name in ("idempotency_key", "destination_kind", "source", "approval_ref")
+)
 
 
 def _database_takes(currency, idempotency_key, destination_kind, source, approval_ref, reason, item_ids) -> bool:
@@ -258,9 +261,9 @@ def _issue_in_database(
             cursor.execute(_ISSUE_SQL, params)
             row = cursor.fetchone()
     except IntegrityError:
-        # Only a deferred trigger at the statement's own commit can get here (the function
-        # checks what the immediate constraints would refuse); inside an outer atomic block the
-        # transaction is aborted and nothing can be read.
+        # Only a deferred constraint or trigger at the statement's own commit can get here (the
+        # function checks what the immediate constraints would refuse, and a raced key is its ON
+        # CONFLICT); inside an outer atomic block the transaction is aborted: nothing to read.
         if connection.in_atomic_block:
             raise
         existing = RefundEntry.objects.filter(idempotency_key=idempotency_key).first()
