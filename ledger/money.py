@@ -137,7 +137,7 @@ MoneyIn = Annotated[Decimal, PlainValidator(money_parse), WithJsonSchema(MONEY_J
 
 # A number in the strict syntax except for a sign, too many places or too many digits: only to
 # say which of those it is.
-_PLAIN_NUMBER = re.compile(r"([-+]?)([0-9]+)(?:\.([0-9]+))?\Z", re.ASCII)
+PLAIN_NUMBER = re.compile(r"([-+]?)([0-9]+)(?:\.([0-9]+))?\Z", re.ASCII)
 
 
 class MoneyFormField(forms.DecimalField):
@@ -163,7 +163,7 @@ class MoneyFormField(forms.DecimalField):
         value = str(value).strip()
         if self._pattern.match(value):
             return Decimal(value)
-        number = _PLAIN_NUMBER.match(value)
+        number = PLAIN_NUMBER.match(value)
         if number is None:
             raise ValidationError(self.error_messages["invalid"], code="invalid")
         sign, whole, fraction = number.groups()

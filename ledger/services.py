@@ -23,7 +23,7 @@ from .models import (
     RefundRevision,
     RefundStatus,
 )
-from .money import amount_check_representable
+from .money import PLAIN_NUMBER, amount_check_representable
 from .selectors import order_refund_position
 from .signals import refund_entry_status_changed
 from .telemetry import money_log, traced
@@ -38,6 +38,9 @@ def money(value) -> Decimal:
     """Parse an amount (str, int or Decimal; never float) into a 2-place Decimal."""
     if isinstance(value, float):
         raise InvalidInput("Amounts must be decimal strings, not floats.", code="float_amount")
+    # Decimal() also reads "１２０", "1e2" and "1_000": text must be plain ASCII digits.
+    if isinstance(value, str) and not PLAIN_NUMBER.match(value.strip()):
+        raise InvalidInput(f"{value!r} is not an amount.", code="bad_amount")
     try:
         amount = Decimal(str(value))
     except (InvalidOperation, ValueError):

@@ -20,6 +20,11 @@ from ledger.services import ledger_refund_issue
         ("1.005", "USD", "bad_amount"),
         ("ten", "USD", "bad_amount"),
         ("NaN", "USD", "bad_amount"),
+        # Text Python's Decimal reads as a number, which an amount is not.
+        ("１２０", "USD", "bad_amount"),
+        ("1e1", "USD", "bad_amount"),
+        ("1_0.00", "USD", "bad_amount"),
+        ("10.00\x00", "USD", "bad_amount"),
     ],
 )
 def test_a_refused_refund_writes_nothing(make_order, amount, currency, code):
