@@ -36,6 +36,7 @@ from .models import QUEUE_RANK, ApprovalRequest, ApprovalVote, Capability, Refun
 from .payouts import approval_request_payment_retry
 from .policies import refund_policy_publish
 from .review import review_sections
+from .selectors import approvals_refused_by_provider
 
 S = ApprovalRequest.Status
 BADGE_COLOURS = {
@@ -290,7 +291,7 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
                         reverse("admin:ledger_reconciliationfinding_changelist"),
                     ),
                 )
-        payment_failed = self.get_queryset(request).filter(status=S.PAYMENT_FAILED, replaced_by=None).count()
+        payment_failed = approvals_refused_by_provider(self.get_queryset(request)).count()
         if payment_failed:
             messages.error(
                 request,

@@ -35,3 +35,10 @@ def approval_latest_for_ticket(*, tenant, ticket_ref: int) -> ApprovalRequest | 
     """The newest approval request made for a ticket (`ticket_ref` is opaque here: the caller
     names the tenant, so another tenant's request is never returned)."""
     return approvals_for_tenant(tenant).filter(ticket_ref=ticket_ref).order_by("-created_at", "-id").first()
+
+
+def approvals_refused_by_provider(queryset: QuerySet) -> QuerySet:
+    """Of `queryset`, the refunds the payment provider refused that nobody filed again (the review
+    queue's banner). Served by the partial index approval_payment_failed_idx: a few rows, not a
+    scan of every request."""
+    return queryset.filter(status=ApprovalRequest.Status.PAYMENT_FAILED, replaced_by=None)
