@@ -79,6 +79,32 @@ def test_a_token_from_create_api_token_authenticates(demo, user):
     assert token not in (stored.key_hash, stored.prefix) and stored.last_used_at is not None
 
 
+def test_a_token_s_last_use_is_written_at_most_once_a_minute(demo, user):
+    from datetime import timedelta
+
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+    from django.utils import timezone
+
+    # given a token, used once
+    out = StringIO()
+    call_command("create_api_token", "acme-finance", stdout=out)
+    client = Client(HTTP_AUTHORIZATION=f"Bearer {out.getvalue().strip().splitlines()[-1]}")
+    assert client.get("/api/orders/ORD-5001/ledger").status_code == 200
+    first = ApiToken.objects.get(user=user("acme-finance")).last_used_at
+
+    # when it is used again at once, then no UPDATE is written and the date stays
+    with CaptureQueriesContext(connection) as queries:
+        assert client.get("/api/orders/ORD-5001/ledger").status_code == 200
+    assert not [q for q in queries if q["sql"].startswith('UPDATE "ledger_apitoken"')]
+    assert ApiToken.objects.get(user=user("acme-finance")).last_used_at == first
+
+    # and when its last use is two minutes old, the next use writes the new date
+    ApiToken.objects.filter(user=user("acme-finance")).update(last_used_at=timezone.now() - timedelta(minutes=2))
+    assert client.get("/api/orders/ORD-5001/ledger").status_code == 200
+    assert timezone.now() - ApiToken.objects.get(user=user("acme-finance")).last_used_at < timedelta(seconds=30)
+
+
 def test_a_revoked_token_or_an_inactive_user_answers_401(api_client, demo, user):
     client = api_client("acme-support")
     assert client.get("/api/orders/ORD-5001/ledger").status_code == 200
