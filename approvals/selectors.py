@@ -2,6 +2,7 @@
 
 from django.db.models import Prefetch, QuerySet
 
+from ledger.compiled import CompiledModelQuery
 from ledger.exceptions import NotFound
 from ledger.tenancy import tenant_for_user, user_require_role
 
@@ -31,10 +32,22 @@ def approval_get(*, user, request_id: int) -> ApprovalRequest:
         raise NotFound(f"Approval request {request_id} not found.") from None
 
 
+# Every ticket page and API answer reads it: compiled once.
+_LATEST_FOR_TICKET = CompiledModelQuery(
+    lambda tenant_id, ticket_ref: (
+        approvals_for_tenant(tenant_id).filter(ticket_ref=ticket_ref).order_by("-created_at", "-id")[:1]
+    ),
+    tenant_id=int,
+    ticket_ref=int,
+)
+
+
 def approval_latest_for_ticket(*, tenant, ticket_ref: int) -> ApprovalRequest | None:
     """The newest approval request made for a ticket (`ticket_ref` is opaque here: the caller
     names the tenant, so another tenant's request is never returned)."""
-    return approvals_for_tenant(tenant).filter(ticket_ref=ticket_ref).order_by("-created_at", "-id").first()
+    tenant_id = tenant if isinstance(tenant, int) else tenant.pk
+    found = _LATEST_FOR_TICKET.instances(tenant_id=tenant_id, ticket_ref=ticket_ref)
+    return found[0] if found else None
 
 
 def approvals_refused_by_provider(queryset: QuerySet) -> QuerySet:

@@ -20,10 +20,12 @@ from collections.abc import Callable
 
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.models import QuerySet
-from django.db.models.query import ModelIterable, get_related_populators
+from django.db.models.query import ModelIterable, get_related_populators, prefetch_related_objects
 
-# Argument values that no real row has; they mark where each argument lands in the parameters.
-_SENTINEL_INT = -7_305_919_237
+# Argument values that mark where each argument lands in the parameters (only compiled, never
+# run). The int is inside the range of every integer column, positive ones included: Django
+# refuses a lookup outside a field's range at compile time (EmptyResultSet).
+_SENTINEL_INT = 2_147_480_000
 _SENTINEL_STR = "\x1fcompiled-query-sentinel\x1f"
 
 
@@ -98,9 +100,9 @@ class CompiledQuery:
 
 
 class CompiledModelQuery:
-    """A model queryset (with its select_related and annotations) compiled once; a call runs the
-    SQL with new arguments and builds the instances as Django's ModelIterable does, related
-    objects and annotations included. The agent's run loads its ticket this way: a seven-table
+    """A model queryset (with its select_related, annotations and prefetch_related) compiled once;
+    a call runs the SQL with new arguments and builds the instances as Django's ModelIterable
+    does, related objects and annotations included, then runs the prefetches. The agent's run loads its ticket this way: a seven-table
     select_related whose compiling cost more than the query (docs/performance.md)."""
 
     def __init__(self, build: Callable[..., QuerySet], **kinds: type):
@@ -120,7 +122,8 @@ class CompiledModelQuery:
         return found[0]
 
     def instances(self, *, using: str = DEFAULT_DB_ALIAS, **arguments) -> list:
-        sql, compiler, params, slots, init_list, fields, populators = self._compiled.get(using) or self._compile(using)
+        compiled = self._compiled.get(using) or self._compile(using)
+        sql, compiler, params, slots, init_list, fields, populators, lookups = compiled
         params = _bind(params, slots, self._kinds, arguments)
         with connections[using].cursor() as cursor:
             cursor.execute(sql, params)
@@ -134,6 +137,8 @@ class CompiledModelQuery:
             for name, position in compiler.annotation_col_map.items():
                 setattr(instance, name, row[position])
             found.append(instance)
+        if found and lookups:
+            prefetch_related_objects(found, *lookups)
         return found
 
     def _compile(self, using: str) -> tuple:
@@ -144,7 +149,9 @@ class CompiledModelQuery:
         start, end = select_fields[0], select_fields[-1] + 1
         init_list = [column[0].target.attname for column in compiler.select[start:end]]
         populators = get_related_populators(compiler.klass_info, compiler.select, using)
-        compiled = (sql, compiler, tuple(params), slots, init_list, (start, end), populators)
+        # Its prefetch_related lookups run after, as QuerySet._fetch_all runs them.
+        lookups = queryset._prefetch_related_lookups
+        compiled = (sql, compiler, tuple(params), slots, init_list, (start, end), populators, lookups)
         self._compiled[using] = compiled
         return compiled
 
@@ -161,22 +168,24 @@ def _compile(build: Callable[..., QuerySet], kinds: dict[str, type], using: str)
     queryset = build(**sentinels).using(using)
     compiler = queryset.query.get_compiler(using)
     sql, params = compiler.as_sql()
+    # A parameter may come wrapped for its column (psycopg's Int8 for a bigint, an int subclass):
+    # the argument is wrapped the same way when it takes the sentinel's place.
     slots = [
-        (index, name)
+        (index, name, type(param))
         for index, param in enumerate(params)
         for name, sentinel in sentinels.items()
-        if type(param) is type(sentinel) and param == sentinel
+        if isinstance(param, type(sentinel)) and param == sentinel
     ]
-    if {name for _, name in slots} != set(sentinels):
+    if {name for _, name, _ in slots} != set(sentinels):
         raise ValueError("each argument of a CompiledQuery must appear among the parameters")
     return queryset, compiler, sql, params, slots
 
 
 def _bind(params: tuple, slots: list, kinds: dict[str, type], arguments: dict) -> list:
     params = list(params)
-    for index, name in slots:
+    for index, name, wrapper in slots:
         value = arguments[name]
-        if not isinstance(value, kinds[name]):
+        if not isinstance(value, kinds[name]) or isinstance(value, bool):
             raise TypeError(f"{name} must be {kinds[name].__name__}, not {type(value).__name__}")
-        params[index] = value
+        params[index] = value if wrapper is kinds[name] else wrapper(value)
     return params

@@ -129,3 +129,22 @@ def test_a_compiled_model_query_refuses_a_values_queryset(tenant):
     compiled = CompiledModelQuery(lambda order_id: Order.objects.filter(pk=order_id).values("id"), order_id=int)
     with pytest.raises(ValueError):
         compiled.get(order_id=1)
+
+
+def test_a_compiled_model_query_runs_the_querysets_prefetches(tenant, make_order):
+    from ledger.compiled import CompiledModelQuery
+
+    # given a queryset that prefetches the order's lines
+    compiled = CompiledModelQuery(
+        lambda order_id: Order.objects.filter(pk=order_id).prefetch_related("items"), order_id=int
+    )
+    order = make_order("100.00", items=[("ITEM-1", "40.00", 1), ("ITEM-2", "60.00", 1)])
+    compiled.get(order_id=order.pk)
+
+    # when it is run, then the lines come with it: two queries, none when they are read
+    with CaptureQueriesContext(connection) as queries:
+        found = compiled.get(order_id=order.pk)
+    with CaptureQueriesContext(connection) as reading:
+        item_ids = [item.item_id for item in found.items.all()]
+    assert (len(queries), len(reading)) == (2, 0)
+    assert item_ids == ["ITEM-1", "ITEM-2"]
