@@ -3,6 +3,7 @@
 import hashlib
 import json
 import logging
+from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 
 from django.conf import settings
@@ -124,15 +125,7 @@ def ledger_refund_issue(
         }
     )
     gateway, status = _first_status(source=str(source), destination=destination, destination_kind=destination_kind)
-    issue = (
-        _issue_in_database
-        if connections[DEFAULT_DB_ALIAS].vendor == "postgresql"
-        and _database_takes(
-            currency, idempotency_key, destination_kind, str(source), str(approval_ref), reason, item_ids
-        )
-        else _issue_with_orm
-    )
-    return issue(
+    refund = _NewRefund(
         order=order,
         amount=amount,
         currency=currency,
@@ -140,14 +133,44 @@ def ledger_refund_issue(
         destination=destination,
         destination_kind=destination_kind,
         item_ids=item_ids,
-        source=source,
-        approval_ref=approval_ref,
+        source=str(source),
+        approval_ref=str(approval_ref),
         reason=reason,
         created_by=created_by,
         request_hash=request_hash,
         gateway=gateway,
         status=status,
     )
+    if connections[DEFAULT_DB_ALIAS].vendor == "postgresql" and _database_takes(refund):
+        return _issue_in_database(refund)
+    return _issue_with_orm(refund)
+
+
+@dataclass(frozen=True)
+class _NewRefund:
+    """A refund as `ledger_refund_issue` hands it to either implementation: its arguments
+    parsed, hashed, and its first gateway and status chosen."""
+
+    order: Order
+    amount: Decimal
+    currency: str
+    idempotency_key: str
+    destination: PaymentMethod | None
+    destination_kind: str
+    item_ids: list[str]
+    source: str
+    approval_ref: str
+    reason: str
+    created_by: object
+    request_hash: str
+    gateway: str
+    status: str
+
+    @property
+    def grows_balance(self) -> bool:
+        """Store credit grows the gift card's balance, except an import's (the shop's balance
+        already holds that credit)."""
+        return self.gateway == RefundEntry.Gateway.STORE_CREDIT and self.source != RefundEntry.Source.IMPORT
 
 
 # RefundEntry's fields in the order the database function returns them (a test holds the two
@@ -188,19 +211,20 @@ _KEY_LENGTH, _KIND_LENGTH, _SOURCE_LENGTH, _APPROVAL_LENGTH = (
 )
 
 
-def _database_takes(currency, idempotency_key, destination_kind, source, approval_ref, reason, item_ids) -> bool:
-    """Whether the database function can take these texts as they are. It cannot take a NUL
-    byte or text that is not UTF-8 (psycopg refuses the parameter) and would fail on text
+def _database_takes(refund: _NewRefund) -> bool:
+    """Whether the database function can take the refund's texts as they are. It cannot take a
+    NUL byte or text that is not UTF-8 (psycopg refuses the parameter) and would fail on text
     longer than its column: those go the ORM way, which fails on them as it always has (a
     DataError, after the refusals it checks first; item ids it matches in Python)."""
     if (
-        len(idempotency_key) > _KEY_LENGTH
-        or len(destination_kind) > _KIND_LENGTH
-        or len(source) > _SOURCE_LENGTH
-        or len(approval_ref) > _APPROVAL_LENGTH
+        len(refund.idempotency_key) > _KEY_LENGTH
+        or len(refund.destination_kind) > _KIND_LENGTH
+        or len(refund.source) > _SOURCE_LENGTH
+        or len(refund.approval_ref) > _APPROVAL_LENGTH
     ):
         return False
-    text = "".join((currency, idempotency_key, destination_kind, source, approval_ref, reason, *item_ids))
+    r = refund
+    text = "".join((r.currency, r.idempotency_key, r.destination_kind, r.source, r.approval_ref, r.reason, *r.item_ids))
     return "\x00" not in text and (text.isascii() or _utf8(text))
 
 
@@ -221,59 +245,40 @@ def _utf8(text: str) -> bool:
 # triggers); inside an outer atomic block it runs in it, without a savepoint: a refusal comes
 # back as a row, so nothing was written and the transaction stays usable, and a key raced in by
 # another order's writer is an ON CONFLICT.
-def _issue_in_database(
-    *,
-    order: Order,
-    amount: Decimal,
-    currency: str,
-    idempotency_key: str,
-    destination: PaymentMethod | None,
-    destination_kind: str,
-    item_ids: list[str],
-    source,
-    approval_ref,
-    reason: str,
-    created_by,
-    request_hash: str,
-    gateway: str,
-    status: str,
-) -> RefundEntry:
-    source, approval_ref = str(source), str(approval_ref)
+def _issue_in_database(refund: _NewRefund) -> RefundEntry:
+    order, destination, created_by = refund.order, refund.destination, refund.created_by
     destination_id = destination.pk if destination is not None else None
     created_by_id = created_by.pk if created_by is not None else None
     params = (
         order.pk,
-        amount,
-        currency,
-        idempotency_key,
+        refund.amount,
+        refund.currency,
+        refund.idempotency_key,
         destination_id,
         destination.customer_id if destination is not None else None,
-        destination_kind,
-        item_ids,
-        source,
-        approval_ref,
-        reason,
+        refund.destination_kind,
+        refund.item_ids,
+        refund.source,
+        refund.approval_ref,
+        refund.reason,
         created_by_id,
-        request_hash,
-        gateway,
-        status,
-        gateway == RefundEntry.Gateway.STORE_CREDIT and source != RefundEntry.Source.IMPORT,
+        refund.request_hash,
+        refund.gateway,
+        refund.status,
+        refund.grows_balance,
     )
     connection = connections[DEFAULT_DB_ALIAS]
     try:
         with connection.cursor() as cursor:
             cursor.execute(_ISSUE_SQL, params)
             row = cursor.fetchone()
-    except IntegrityError:
+    except IntegrityError as error:
         # Only a deferred constraint or trigger at the statement's own commit can get here (the
         # function checks what the immediate constraints would refuse, and a raced key is its ON
         # CONFLICT); inside an outer atomic block the transaction is aborted: nothing to read.
         if connection.in_atomic_block:
             raise
-        existing = RefundEntry.objects.filter(idempotency_key=idempotency_key).first()
-        if existing is None:
-            raise
-        return _replay(existing, request_hash)
+        return _replay_raced(refund, error)
     outcome = row[0]
     if outcome == "created":
         # The database gave it its id, tenant (the locked order's) and time; the rest is stored as given.
@@ -282,20 +287,20 @@ def _issue_in_database(
             entry_id,
             tenant_id,
             order.pk,
-            amount,
-            currency,
+            refund.amount,
+            refund.currency,
             destination_id,
-            destination_kind,
-            idempotency_key,
-            request_hash,
-            source,
-            approval_ref,
-            reason,
+            refund.destination_kind,
+            refund.idempotency_key,
+            refund.request_hash,
+            refund.source,
+            refund.approval_ref,
+            refund.reason,
             created_by_id,
             created_at,
-            status,
+            refund.status,
             created_at,
-            gateway,
+            refund.gateway,
             "",
             False,
         )
@@ -304,85 +309,76 @@ def _issue_in_database(
         entry._state.fields_cache.update(order=order, destination=destination, created_by=created_by)
         return entry
     if outcome == "existing":
-        return _replay(RefundEntry.from_db(connection.alias, _ENTRY_FIELDS, row[_ENTRY_AT:]), request_hash)
+        return _replay(RefundEntry.from_db(connection.alias, _ENTRY_FIELDS, row[_ENTRY_AT:]), refund.request_hash)
     if outcome == "order_not_found":
         raise Order.DoesNotExist("Order matching query does not exist.")
     external_id, order_currency, total, refunded_total, items_value, unmatched = row[1:_ENTRY_AT]
     raise _refusal(
         outcome,
-        amount=amount,
-        currency=currency,
+        amount=refund.amount,
+        currency=refund.currency,
         external_id=external_id,
         order_currency=order_currency,
         total=total,
         refundable=None if refunded_total is None else max(total - refunded_total.quantize(CENT), ZERO),
-        unmatched=[item_ids[position - 1] for position in unmatched or ()],
+        unmatched=[refund.item_ids[position - 1] for position in unmatched or ()],
         items_value=items_value,
     )
 
 
-def _issue_with_orm(
-    *,
-    order: Order,
-    amount: Decimal,
-    currency: str,
-    idempotency_key: str,
-    destination: PaymentMethod | None,
-    destination_kind: str,
-    item_ids: list[str],
-    source,
-    approval_ref,
-    reason: str,
-    created_by,
-    request_hash: str,
-    gateway: str,
-    status: str,
-) -> RefundEntry:
+def _issue_with_orm(refund: _NewRefund) -> RefundEntry:
+    r = refund
     try:
         with transaction.atomic():
             # Lock order: the order row first, always (see docs/ledger.md).
-            locked = Order.objects.select_for_update().get(pk=order.pk)
-            existing = RefundEntry.objects.filter(idempotency_key=idempotency_key).first()
+            locked = Order.objects.select_for_update().get(pk=r.order.pk)
+            existing = RefundEntry.objects.filter(idempotency_key=r.idempotency_key).first()
             if existing is not None:
-                return _replay(existing, request_hash)
-            lines = _check_refund(locked, amount, currency, destination, item_ids)
+                return _replay(existing, r.request_hash)
+            lines = _check_refund(locked, r.amount, r.currency, r.destination, r.item_ids)
             entry = RefundEntry.objects.create(
                 tenant_id=locked.tenant_id,
                 order=locked,
-                amount=amount,
-                currency=currency,
-                destination=destination,
-                destination_kind=destination_kind,
-                idempotency_key=idempotency_key,
-                request_hash=request_hash,
-                source=source,
-                approval_ref=str(approval_ref),
-                reason=reason,
-                created_by=created_by,
-                gateway=gateway,
-                status=status,
+                amount=r.amount,
+                currency=r.currency,
+                destination=r.destination,
+                destination_kind=r.destination_kind,
+                idempotency_key=r.idempotency_key,
+                request_hash=r.request_hash,
+                source=r.source,
+                approval_ref=r.approval_ref,
+                reason=r.reason,
+                created_by=r.created_by,
+                gateway=r.gateway,
+                status=r.status,
                 status_changed_at=timezone.now(),
             )
             RefundEntryEvent.objects.create(
-                entry=entry, from_status="", to_status=status, source=RefundEntryEvent.Source.ISSUE
+                entry=entry, from_status="", to_status=r.status, source=RefundEntryEvent.Source.ISSUE
             )
             RefundEntryItem.objects.bulk_create(
                 RefundEntryItem(entry=entry, order_item_id=item_pk, quantity=quantity, amount=value)
                 for item_pk, (quantity, value) in lines.items()
             )
-            if gateway == RefundEntry.Gateway.STORE_CREDIT and str(source) != RefundEntry.Source.IMPORT:
+            if r.grows_balance:
                 # Lock order: the order row is held; the gift card row second.
-                PaymentMethod.objects.filter(pk=destination.pk).update(
-                    balance=Coalesce(F("balance"), Value(Decimal("0.00"))) + amount
+                PaymentMethod.objects.filter(pk=r.destination.pk).update(
+                    balance=Coalesce(F("balance"), Value(Decimal("0.00"))) + r.amount
                 )
             return entry
-    except IntegrityError:
+    except IntegrityError as error:
         # Another transaction inserted the same key between our check and insert (possible
         # only where the order lock is not held, e.g. a key reused across orders).
-        existing = RefundEntry.objects.filter(idempotency_key=idempotency_key).first()
-        if existing is None:
-            raise
-        return _replay(existing, request_hash)
+        return _replay_raced(refund, error)
+
+
+def _replay_raced(refund: _NewRefund, error: IntegrityError) -> RefundEntry:
+    """After `error` on the write: the entry another writer stored under the key, replayed; when
+    there is none, the error was something else and is raised."""
+    existing = RefundEntry.objects.filter(idempotency_key=refund.idempotency_key).first()
+    if existing is None:
+        raise error
+    return _replay(existing, refund.request_hash)
 
 
 def _first_status(*, source: str, destination, destination_kind: str) -> tuple[str, str]:
