@@ -102,8 +102,9 @@ class CompiledQuery:
 class CompiledModelQuery:
     """A model queryset (with its select_related, annotations and prefetch_related) compiled once;
     a call runs the SQL with new arguments and builds the instances as Django's ModelIterable
-    does, related objects and annotations included, then runs the prefetches. The agent's run loads its ticket this way: a seven-table
-    select_related whose compiling cost more than the query (docs/performance.md)."""
+    does, related objects and annotations included, then runs the prefetches. The agent's run
+    loads its ticket this way: a seven-table select_related whose compiling cost more than the
+    query (docs/performance.md)."""
 
     def __init__(self, build: Callable[..., QuerySet], **kinds: type):
         """`build(**arguments)` returns a model queryset; `kinds` names each argument's type."""

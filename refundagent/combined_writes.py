@@ -22,9 +22,7 @@ def update_then_insert(rows: QuerySet, values: dict, instance: Model) -> bool:
                 return False
             instance.save(force_insert=True, using=rows.db)
             return True
-    query = rows.query.chain(sql.UpdateQuery)
-    query.add_update_values(values)
-    update_sql, update_params = query.get_compiler(rows.db).as_sql()
+    update_sql, update_params = update_statement(rows, values)
     meta = instance._meta
     fields = [f for f in meta.concrete_fields if not f.primary_key]
     quote = connection.ops.quote_name
@@ -45,3 +43,11 @@ def update_then_insert(rows: QuerySet, values: dict, instance: Model) -> bool:
     instance._state.adding = False
     instance._state.db = rows.db
     return True
+
+
+def update_statement(rows: QuerySet, values: dict) -> tuple[str, list]:
+    """The SQL and parameters of `rows.update(**values)`, unrun: to write it inside a larger
+    statement (here, and the agent's persist with its trace events in refundagent.tracing)."""
+    query = rows.query.chain(sql.UpdateQuery)
+    query.add_update_values(values)
+    return query.get_compiler(rows.db).as_sql()

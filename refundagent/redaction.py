@@ -186,10 +186,10 @@ def sensitive_values_for_ticket(ticket) -> list[str]:
     customer-level ticket (no order yet), its customer's contact data, payment method ids and
     the payment references of all their orders. A ticket read with
     `sensitive_values_annotations()` brought its payment values along: no query."""
-    customer = ticket.order.customer if ticket.order_id else ticket.customer
     loaded = [getattr(ticket, name, None) for name in _LOADED]
     if None not in loaded:
         refs, cards, methods, method_cards = loaded
+        customer = ticket.order.customer if ticket.order_id else ticket.customer
         return _customer_values(customer, [*zip(refs, cards, strict=True), *zip(methods, method_cards, strict=True)])
     if ticket.order_id:
         return sensitive_values_for_order(ticket.order)

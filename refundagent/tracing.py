@@ -7,9 +7,9 @@ import time
 from contextlib import contextmanager
 
 from django.db import connection, transaction
-from django.db.models import sql
 from django.utils import timezone
 
+from .combined_writes import update_statement
 from .models import Ticket, TraceEvent
 from .redaction import redact, redact_text, sensitive_values_for_ticket
 
@@ -107,9 +107,7 @@ def trace_write_with_update(queryset, values: dict) -> int:
             if updated:
                 _append_many(events)
         return updated
-    query = queryset.query.chain(sql.UpdateQuery)
-    query.add_update_values(values)
-    update_sql, update_params = query.get_compiler(queryset.db).as_sql()
+    update_sql, update_params = update_statement(queryset, values)
     insert_sql, insert_params = _insert_select(mine, where="EXISTS (SELECT 1 FROM r)")
     seq, table = _quote(TraceEvent._meta.get_field("seq").column), _quote(TraceEvent._meta.db_table)
     statement = (
