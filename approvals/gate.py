@@ -103,8 +103,8 @@ def decision_facts(*, tenant, order: Order) -> tuple[RefundPolicy | None, Paymen
         (_POLICY_CURRENT, {"tenant_id": tenant.pk}), (_ORIGINAL_METHOD, {"order_id": order.pk})
     )
     return (
-        None if policy is None else RefundPolicy.from_db("default", list(policy), list(policy.values())),
-        None if method is None else PaymentMethod.from_db("default", list(method), list(method.values())),
+        None if policy is None else CompiledQuery.instance(RefundPolicy, policy),
+        None if method is None else CompiledQuery.instance(PaymentMethod, method),
     )
 
 

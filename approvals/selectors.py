@@ -46,8 +46,7 @@ def approval_latest_for_ticket(*, tenant, ticket_ref: int) -> ApprovalRequest | 
     """The newest approval request made for a ticket (`ticket_ref` is opaque here: the caller
     names the tenant, so another tenant's request is never returned)."""
     tenant_id = tenant if isinstance(tenant, int) else tenant.pk
-    found = _LATEST_FOR_TICKET.instances(tenant_id=tenant_id, ticket_ref=ticket_ref)
-    return found[0] if found else None
+    return _LATEST_FOR_TICKET.first(tenant_id=tenant_id, ticket_ref=ticket_ref)
 
 
 def approvals_refused_by_provider(queryset: QuerySet) -> QuerySet:

@@ -85,7 +85,12 @@ class CompiledQuery:
 
     def instances(self, model, *, using: str = DEFAULT_DB_ALIAS, **arguments) -> list:
         """The rows as instances of `model` (the queryset must select its concrete fields by attname)."""
-        return [model.from_db(using, list(row), list(row.values())) for row in self.rows(using=using, **arguments)]
+        return [self.instance(model, row, using=using) for row in self.rows(using=using, **arguments)]
+
+    @staticmethod
+    def instance(model, row: dict, *, using: str = DEFAULT_DB_ALIAS):
+        """One row (of `rows` or `first_rows`) as an instance of `model`, as loaded from the database."""
+        return model.from_db(using, list(row), list(row.values()))
 
     def _compile(self, using: str) -> tuple:
         queryset, compiler, sql, params, slots = _compile(self._build, self._kinds, using)
@@ -121,6 +126,12 @@ class CompiledModelQuery:
                 raise model.DoesNotExist(f"{model.__name__} matching {arguments} does not exist.")
             raise model.MultipleObjectsReturned(f"{len(found)} {model.__name__} rows match {arguments}.")
         return found[0]
+
+    def first(self, *, using: str = DEFAULT_DB_ALIAS, **arguments):
+        """The first instance, or None, as `queryset.first()` would give it (slice the queryset to
+        one row in its definition: this runs it whole)."""
+        found = self.instances(using=using, **arguments)
+        return found[0] if found else None
 
     def instances(self, *, using: str = DEFAULT_DB_ALIAS, **arguments) -> list:
         compiled = self._compiled.get(using) or self._compile(using)

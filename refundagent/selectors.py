@@ -68,8 +68,7 @@ _DRAFT_LATEST = CompiledModelQuery(
 
 
 def ticket_draft_latest(ticket: Ticket) -> RefundDraft | None:
-    found = _DRAFT_LATEST.instances(ticket_id=ticket.pk)
-    return found[0] if found else None
+    return _DRAFT_LATEST.first(ticket_id=ticket.pk)
 
 
 def ticket_approval_latest(ticket: Ticket) -> ApprovalRequest | None:
