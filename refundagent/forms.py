@@ -12,7 +12,17 @@ from .models import Ticket
 from .services import ticket_refund_propose
 
 
-class TicketForm(forms.Form):
+class _ItemsAndDestination:
+    """The cleaning of the `items` (comma separated) and `refund_to` fields both ticket forms have."""
+
+    def clean_items(self):
+        return [part.strip() for part in self.cleaned_data["items"].split(",") if part.strip()]
+
+    def clean_refund_to(self):
+        return self.cleaned_data["refund_to"].strip()
+
+
+class TicketForm(_ItemsAndDestination, forms.Form):
     order = forms.CharField(
         max_length=100,
         label="Order",
@@ -55,26 +65,6 @@ class TicketForm(forms.Form):
 
     def clean_customer(self):
         return self.cleaned_data["customer"].strip()
-
-    def clean_refund_to(self):
-        return self.cleaned_data["refund_to"].strip()
-
-    def clean_items(self):
-        return [part.strip() for part in self.cleaned_data["items"].split(",") if part.strip()]
-
-    def propose(self, *, ticket: Ticket, user):
-        """The valid proposal, through `ticket_refund_propose` (the support page's and the admin's
-        one call; the service raises DomainError for what it refuses)."""
-        data = self.cleaned_data
-        return ticket_refund_propose(
-            ticket=ticket,
-            user=user,
-            amount=data["amount"],
-            reason=data["reason"],
-            exception=data["exception"],
-            items=data["items"] or None,
-            refund_to=data["refund_to"],
-        )
 
     def add_domain_error(self, error: DomainError) -> None:
         """Show a service's refusal next to the field it is about (else above the form)."""
@@ -134,7 +124,7 @@ class CloseForm(forms.Form):
     )
 
 
-class ProposalForm(forms.Form):
+class ProposalForm(_ItemsAndDestination, forms.Form):
     """A person's refund proposal on an escalated, failed or payment-failed ticket: the support
     app's ticket page and the admin's proposal page post the same form to the same service
     (`ticket_refund_propose`). The amount takes only the strict money syntax: "1e30", "１２０"
@@ -170,12 +160,6 @@ class ProposalForm(forms.Form):
         help_text="Outside the policy's waivable rules (window, order status): needs a reason and two finance "
         "approvers, never you.",
     )
-
-    def clean_items(self):
-        return [part.strip() for part in self.cleaned_data["items"].split(",") if part.strip()]
-
-    def clean_refund_to(self):
-        return self.cleaned_data["refund_to"].strip()
 
     def propose(self, *, ticket: Ticket, user):
         """The valid proposal, through `ticket_refund_propose` (the support page's and the admin's
