@@ -86,3 +86,34 @@ def django_setup(url: str, **env):
 
 def p90(values: list[float]) -> float:
     return statistics.quantiles(values, n=10, method="inclusive")[8] if len(values) > 1 else values[0]
+
+
+def demo_orders_create(external_ids: list[str], *, total: str, days_old: int, batch_size: int | None = None) -> list:
+    """Delivered USD orders of the demo customer (acme's CUST-1001), one per external id: the
+    benchmarks give each ticket or refund an order of its own, so none queues on another's lock."""
+    from datetime import timedelta
+    from decimal import Decimal
+
+    from django.apps import apps
+    from django.utils import timezone
+
+    Tenant, Customer = apps.get_model("ledger", "Tenant"), apps.get_model("ledger", "Customer")
+    Order = apps.get_model("ledger", "Order")
+    acme = Tenant.objects.get(slug="acme")
+    customer = Customer.objects.get(tenant=acme, external_id="CUST-1001")
+    placed_at = timezone.now() - timedelta(days=days_old)
+    return Order.objects.bulk_create(
+        [
+            Order(
+                tenant=acme,
+                customer=customer,
+                external_id=external_id,
+                total=Decimal(total),
+                currency="USD",
+                placed_at=placed_at,
+                status="delivered",
+            )
+            for external_id in external_ids
+        ],
+        batch_size=batch_size,
+    )

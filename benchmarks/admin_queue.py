@@ -21,7 +21,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _bench import database_ensure, database_url, db_name, django_setup, p90, url_with_db  # noqa: E402
+from _bench import (  # noqa: E402
+    database_ensure,
+    database_url,
+    db_name,
+    demo_orders_create,
+    django_setup,
+    p90,
+    url_with_db,
+)
 
 
 def fill(target: int) -> int:
@@ -31,33 +39,19 @@ def fill(target: int) -> int:
     from django.db import connection, transaction
     from django.utils import timezone
 
-    Tenant, Customer = apps.get_model("ledger", "Tenant"), apps.get_model("ledger", "Customer")
-    Order = apps.get_model("ledger", "Order")
+    Tenant, Order = apps.get_model("ledger", "Tenant"), apps.get_model("ledger", "Order")
     Policy, Request = apps.get_model("approvals", "RefundPolicy"), apps.get_model("approvals", "ApprovalRequest")
     have = Request.objects.count()
     if have >= target:
         return have
     acme = Tenant.objects.get(slug="acme")
-    customer = Customer.objects.get(tenant=acme, external_id="CUST-1001")
     policy = Policy.objects.get(tenant=acme, status="published")
     user = get_user_model().objects.get(username="acme-support")
     now = timezone.now()
     orders = list(Order.objects.filter(tenant=acme, external_id__startswith="QUEUE-"))
     if len(orders) < 10_000:
-        orders += Order.objects.bulk_create(
-            [
-                Order(
-                    tenant=acme,
-                    customer=customer,
-                    external_id=f"QUEUE-{i}",
-                    total=Decimal("120.00"),
-                    currency="USD",
-                    placed_at=now - timedelta(days=5),
-                    status="delivered",
-                )
-                for i in range(len(orders), 10_000)
-            ],
-            batch_size=5000,
+        orders += demo_orders_create(
+            [f"QUEUE-{i}" for i in range(len(orders), 10_000)], total="120.00", days_old=5, batch_size=5000
         )
     statuses = ["pending"] + ["executed"] * 6 + ["denied"] * 2 + ["expired"]
     k = have

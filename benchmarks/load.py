@@ -32,7 +32,6 @@ import sys
 import threading
 import time
 import uuid
-from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -44,6 +43,7 @@ from _bench import (  # noqa: E402
     database_ensure,
     database_url,
     db_name,
+    demo_orders_create,
     django_setup,
     libpq_url,
     settings_module,
@@ -99,29 +99,12 @@ class Processes:
 def load_orders(run: str, n: int) -> list[str]:
     """n fresh orders of the demo customer, one per ticket, so tickets do not queue on one order."""
     from django.apps import apps
-    from django.utils import timezone
 
-    Tenant, Customer = apps.get_model("ledger", "Tenant"), apps.get_model("ledger", "Customer")
-    Order, OrderItem = apps.get_model("ledger", "Order"), apps.get_model("ledger", "OrderItem")
-    Payment, PaymentMethod = apps.get_model("ledger", "Payment"), apps.get_model("ledger", "PaymentMethod")
-    acme = Tenant.objects.get(slug="acme")
-    customer = Customer.objects.get(tenant=acme, external_id="CUST-1001")
-    card = PaymentMethod.objects.get(customer=customer, external_id="card_4242")
-    now = timezone.now()
-    orders = Order.objects.bulk_create(
-        [
-            Order(
-                tenant=acme,
-                customer=customer,
-                external_id=f"{run}-{i}",
-                total=Decimal("120.00"),
-                currency="USD",
-                placed_at=now - timedelta(days=3),
-                status="delivered",
-            )
-            for i in range(n)
-        ]
+    OrderItem, Payment = apps.get_model("ledger", "OrderItem"), apps.get_model("ledger", "Payment")
+    card = apps.get_model("ledger", "PaymentMethod").objects.get(
+        customer__tenant__slug="acme", customer__external_id="CUST-1001", external_id="card_4242"
     )
+    orders = demo_orders_create([f"{run}-{i}" for i in range(n)], total="120.00", days_old=3)
     OrderItem.objects.bulk_create(
         [
             OrderItem(order=o, line_no=1, item_id=f"IT-{o.pk}", name="Headphones", price=Decimal("120.00"))
@@ -232,30 +215,13 @@ def ledger_bench(url: str, run: str, ops: int, threads: int) -> dict:
     from django.apps import apps
     from django.db import connection as main_connection
     from django.db import connections
-    from django.utils import timezone
 
     from ledger.services import ledger_refund_issue
 
-    Tenant, Customer = apps.get_model("ledger", "Tenant"), apps.get_model("ledger", "Customer")
-    Order, PaymentMethod = apps.get_model("ledger", "Order"), apps.get_model("ledger", "PaymentMethod")
-    acme = Tenant.objects.get(slug="acme")
-    customer = Customer.objects.get(tenant=acme, external_id="CUST-1001")
-    card = PaymentMethod.objects.get(customer=customer, external_id="card_4242")
-    now = timezone.now()
-    orders = Order.objects.bulk_create(
-        [
-            Order(
-                tenant=acme,
-                customer=customer,
-                external_id=f"{run}-L{i}",
-                total=Decimal("10.00"),
-                currency="USD",
-                placed_at=now - timedelta(days=1),
-                status="delivered",
-            )
-            for i in range(ops)
-        ]
+    card = apps.get_model("ledger", "PaymentMethod").objects.get(
+        customer__tenant__slug="acme", customer__external_id="CUST-1001", external_id="card_4242"
     )
+    orders = demo_orders_create([f"{run}-L{i}" for i in range(ops)], total="10.00", days_old=1)
     main_connection.close()
 
     def timed(per_thread) -> float:
