@@ -23,7 +23,7 @@ from .models import QUEUE_STATUSES, Ticket
 from .outbox import ticket_run_publish
 from .redaction import sensitive_values_for_ticket
 from .ticket_state import ticket_transition, ticket_transition_allowed
-from .tracing import trace_record
+from .tracing import trace_batch, trace_record, trace_write_with_insert
 
 MAX_MESSAGE_LENGTH = 20_000
 MAX_ITEMS = 100
@@ -94,21 +94,20 @@ def ticket_create(
                 f"{refund_to} is not a payment method of customer {customer}.", code="unknown_payment_method"
             )
 
-    with transaction.atomic():
-        ticket = Ticket.objects.create(
-            tenant=tenant,
-            order=found_order,
-            customer=found_customer,
-            message=message,
-            requested_amount=amount,
-            # A customer-level ticket has no currency until its order is known.
-            currency=found_order.currency if found_order is not None else "",
-            items=items,
-            refund_to=method,
-            created_by=user,
-            trace_id=_trace_id_new(),
-        )
-        ticket_span_mark(ticket)
+    ticket = Ticket(
+        tenant=tenant,
+        order=found_order,
+        customer=found_customer,
+        message=message,
+        requested_amount=amount,
+        # A customer-level ticket has no currency until its order is known.
+        currency=found_order.currency if found_order is not None else "",
+        items=items,
+        refund_to=method,
+        created_by=user,
+        trace_id=_trace_id_new(),
+    )
+    with trace_batch():
         # The filed event names only the filer (no customer data to redact by value; the
         # patterns still apply): no read of the customer's payment values at filing.
         trace_record(
@@ -119,9 +118,13 @@ def ticket_create(
             decision="filed",
             reason=f"Filed by {user.get_username()}.",
         )
-        # The queued row is the agent-run instruction (refundagent.outbox): a broker that is down
-        # when this commits never fails the filing; the sweep enqueues it later.
-        transaction.on_commit(lambda: ticket_run_enqueue(ticket.pk))
+        # The ticket and its first event: one statement, its own transaction (or the caller's).
+        trace_write_with_insert(ticket)
+    ticket_span_mark(ticket)
+    # The queued row is the agent-run instruction (refundagent.outbox): a broker that is down
+    # when this commits never fails the filing; the sweep enqueues it later. Outside a caller's
+    # transaction the row is committed already and this runs at once.
+    transaction.on_commit(lambda: ticket_run_enqueue(ticket.pk))
     return ticket
 
 

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 from django.db import connection, transaction
 from django.utils import timezone
 
-from .combined_writes import update_statement
+from .combined_writes import insert_statement, inserted, update_statement
 from .models import Ticket, TraceEvent
 from .redaction import redact, redact_text, sensitive_values_for_ticket
 
@@ -128,6 +128,40 @@ def trace_write_with_update(queryset, values: dict) -> int:
     return updated
 
 
+def trace_write_with_insert(ticket: Ticket) -> None:
+    """Insert a new `ticket` and the current batch's pending events, recorded on it before it had
+    an id, in ONE statement on PostgreSQL (one transaction on SQLite): filing is one round trip
+    instead of BEGIN, two INSERTs and COMMIT. The events take the ticket's id and seqs from 1."""
+    pending = getattr(_batch, "events", None)
+    if pending is None:
+        raise RuntimeError("trace_write_with_insert needs an open trace_batch()")
+    mine = [e for e in pending if e["ticket_id"] is None]
+    pending[:] = [e for e in pending if e["ticket_id"] is not None]
+    _batch.flushes += 1
+    using = connection.alias
+    if connection.vendor != "postgresql" or not mine:
+        with transaction.atomic(using=using):
+            ticket.save(force_insert=True, using=using)
+            for event in mine:
+                event["ticket_id"] = ticket.pk
+            if mine:
+                _append_many(mine)
+        return
+    ticket_sql, ticket_params = insert_statement(ticket, using=using)
+    events_sql, events_params = _insert_select(mine, ticket_id="m.ticket")
+    # A new ticket has no events: its last seq is 0.
+    statement = (
+        f"WITH t AS ({ticket_sql}), m AS (SELECT 0 AS last, t.id AS ticket FROM t), ins AS ({events_sql}) "
+        "SELECT ticket FROM m"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(statement, [*ticket_params, *events_params])
+        (pk,) = cursor.fetchone()
+    inserted(ticket, pk=pk, using=using)
+    for event in mine:
+        event["ticket_id"] = pk
+
+
 def _append(values: dict) -> TraceEvent:
     for attempt in range(50):
         if attempt >= 3:
@@ -204,11 +238,12 @@ def _quote(name: str) -> str:
     return connection.ops.quote_name(name)
 
 
-def _insert_select(events: list[dict], *, where: str = "true") -> tuple[str, list]:
+def _insert_select(events: list[dict], *, where: str = "true", ticket_id: str = "v.column1") -> tuple[str, list]:
     """INSERT ... SELECT <values>, m.last + n FROM (VALUES ...) v CROSS JOIN m WHERE <where>
     ON CONFLICT DO NOTHING RETURNING seq, for events of one ticket; the caller defines the CTE
-    `m` (the ticket's last seq) before it."""
-    fields, row, head, tail = _insert_select_parts(connection.vendor)
+    `m` (the ticket's last seq) before it. `ticket_id`: the SQL of the events' ticket id (by
+    default their own value; the id of a ticket inserted in the same statement)."""
+    fields, row, head, tail = _insert_select_parts(connection.vendor, ticket_id)
     params = []
     for n, values in enumerate(events, start=1):
         params.extend(f.get_db_prep_save(values[f.attname], connection) for f in fields)
@@ -217,7 +252,7 @@ def _insert_select(events: list[dict], *, where: str = "true") -> tuple[str, lis
 
 
 @functools.cache
-def _insert_select_parts(vendor: str) -> tuple[list, str, str, str]:
+def _insert_select_parts(vendor: str, ticket_id: str) -> tuple[list, str, str, str]:
     """The fixed parts of `_insert_select`'s statement, built once per database vendor (the
     column types for the casts are looked up field by field: too slow for every step)."""
     meta = TraceEvent._meta
@@ -225,8 +260,8 @@ def _insert_select_parts(vendor: str) -> tuple[list, str, str, str]:
     cast = (lambda f: f"::{f.db_type(connection)}") if vendor == "postgresql" else (lambda f: "")
     row = "(" + ", ".join(f"%s{cast(f)}" for f in fields) + ", %s)"
     table, seq, ticket = _quote(meta.db_table), _quote(meta.get_field("seq").column), _quote("ticket_id")
-    # VALUES columns are column1..columnN on both PostgreSQL and SQLite.
-    selected = ", ".join(f"v.column{i}" for i in range(1, len(fields) + 1))
+    # VALUES columns are column1..columnN on both PostgreSQL and SQLite; the ticket's is the first.
+    selected = ", ".join([ticket_id, *(f"v.column{i}" for i in range(2, len(fields) + 1))])
     position = f"v.column{len(fields) + 1}"
     columns = ", ".join(_quote(f.column) for f in fields)
     head = f"INSERT INTO {table} ({columns}, {seq}) SELECT {selected}, m.last + {position} FROM (VALUES "

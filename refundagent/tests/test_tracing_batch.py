@@ -5,7 +5,7 @@ import threading
 import pytest
 from django.db import connection, transaction
 
-from refundagent.models import TraceEvent
+from refundagent.models import Ticket, TraceEvent
 from refundagent.services import ticket_create
 from refundagent.tracing import trace_batch, trace_record
 
@@ -88,3 +88,37 @@ def test_a_nested_batch_that_raises_drops_its_own_events_and_keeps_the_outer_one
     # then the outer events are written in order, the nested block's are not
     decisions = list(TraceEvent.objects.filter(ticket=ticket).order_by("seq").values_list("decision", flat=True))
     assert decisions == ["filed", "kept", "after"]
+
+
+def test_filing_writes_the_ticket_and_its_first_event_in_one_statement(user, django_capture_on_commit_callbacks):
+    support = user("acme-support")
+    statements = []
+    with (
+        django_capture_on_commit_callbacks(execute=False),
+        connection.execute_wrapper(lambda execute, sql, *rest: statements.append(sql) or execute(sql, *rest)),
+    ):
+        ticket = ticket_create(user=support, order="ORD-5001", customer="CUST-1001", message="refund please")
+    if connection.vendor == "postgresql":
+        # (the filer's role and tenant, the order with its customer are read, then) ONE write holds
+        # the ticket and its event: no BEGIN, no second INSERT, no COMMIT of its own
+        writes = [s for s in statements if "refundagent_" in s]
+        assert len(writes) == 1
+        assert writes[0].startswith('WITH t AS (INSERT INTO "refundagent_ticket"')
+        assert 'INSERT INTO "refundagent_traceevent"' in writes[0]
+    event = TraceEvent.objects.get(ticket=ticket)
+    assert (event.seq, event.span, event.status, event.decision) == (1, "run", "queued", "filed")
+    assert event.reason == "Filed by acme-support."
+    assert event.trace_id == ticket.trace_id
+
+
+def test_filing_inside_a_callers_transaction_rolls_back_with_it(user, django_capture_on_commit_callbacks):
+    tickets, events = Ticket.objects.count(), TraceEvent.objects.count()
+    with pytest.raises(ZeroDivisionError), django_capture_on_commit_callbacks(execute=True) as callbacks:
+        with transaction.atomic():
+            ticket = ticket_create(
+                user=user("acme-support"), order="ORD-5001", customer="CUST-1001", message="refund please"
+            )
+            assert TraceEvent.objects.filter(ticket=ticket, decision="filed").exists()  # written, not yet committed
+            raise ZeroDivisionError("the caller failed")
+    assert (Ticket.objects.count(), TraceEvent.objects.count()) == (tickets, events)
+    assert callbacks == []  # the run was never queued for a ticket that does not exist
