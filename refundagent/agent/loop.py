@@ -57,7 +57,9 @@ from .tools import (
     CREATE_DRAFT,
     ToolFailed,
     api_name,
+    capabilities_annotation,
     capabilities_load,
+    capabilities_of,
     result_text,
     ticket_cross_tenant,
     tool_args_validate,
@@ -76,12 +78,14 @@ last_approval_status = Subquery(
     ApprovalRequest.objects.filter(ticket_ref=OuterRef("pk")).order_by("-id").values("status")[:1]
 )
 
-# The run's one read of its ticket: its order, customer, tenant and filer, finance's last word
-# and the values to redact, in one query compiled once per process.
+# The run's one read of its ticket: its order, customer, tenant and filer, finance's last word,
+# the values to redact and the capability registry, in one query compiled once per process.
 _TICKET_FOR_RUN = CompiledModelQuery(
     lambda ticket_id: (
         Ticket.objects.select_related("tenant", "order__tenant", "order__customer", "customer", "created_by")
-        .annotate(last_approval_status=last_approval_status, **sensitive_values_annotations())
+        .annotate(
+            last_approval_status=last_approval_status, **sensitive_values_annotations(), **capabilities_annotation()
+        )
         .filter(pk=ticket_id)
     ),
     ticket_id=int,
@@ -240,9 +244,10 @@ class _Loop:
                 self.no_call()
             return
         if self.capabilities is None:
-            # Read once per run; a resumed turn (above: the decision on a draft, or a crash) reads
-            # them again, so switching refunds.create_draft off still stops a draft in flight.
-            self.tools_refresh()
+            # Read once per run, with the ticket; a resumed turn (above: the decision on a draft, or
+            # a crash) reads them again, so switching refunds.create_draft off still stops a draft
+            # in flight.
+            self.tools_refresh(capabilities_of(self.ticket))
         if api_name(CREATE_DRAFT) not in self.offered:
             raise _Stop(
                 S.ESCALATED,
@@ -566,8 +571,9 @@ class _Loop:
         for key, value in fields.items():
             setattr(run, key, value)
 
-    def tools_refresh(self):
-        self.capabilities = capabilities_load()
+    def tools_refresh(self, capabilities: dict | None = None):
+        """The tools offered from here on: from `capabilities`, else from the registry as it is now."""
+        self.capabilities = capabilities if capabilities is not None else capabilities_load()
         self.tools = tool_manifest(self.capabilities, customer_level=self.order is None)
         self.offered = {t.name for t in self.tools}
 

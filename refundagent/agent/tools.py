@@ -20,6 +20,9 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any, Literal
 
+from django.contrib.postgres.expressions import ArraySubquery
+from django.db import connection
+from django.db.models.functions import JSONObject
 from django.utils import timezone
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
@@ -265,6 +268,31 @@ _CAPABILITIES = CompiledQuery(
 def capabilities_load() -> dict[str, Capability]:
     """The registry as it is now (one query): operators flip `enabled` without a deploy."""
     return {c.name: c for c in _CAPABILITIES.instances(Capability)}
+
+
+# The fields read with the ticket: all but updated_at (a datetime would come back as JSON text).
+_LOADED_FIELDS = tuple(f.attname for f in Capability._meta.concrete_fields if f.name != "updated_at")
+
+
+def capabilities_annotation() -> dict:
+    """On PostgreSQL, an annotation for a Ticket queryset that reads the registry with the ticket:
+    a run's first look at its capabilities costs no query of its own (issue 12). Elsewhere none."""
+    if connection.vendor != "postgresql":
+        return {}
+    rows = (
+        Capability.objects.filter(name__in=list(TOOL_DEFS))
+        .order_by()
+        .values(row=JSONObject(**{name: name for name in _LOADED_FIELDS}))
+    )
+    return {"capabilities_loaded": ArraySubquery(rows)}
+
+
+def capabilities_of(ticket) -> dict[str, Capability]:
+    """The registry as read with the ticket (`capabilities_annotation`), else as it is now."""
+    loaded = getattr(ticket, "capabilities_loaded", None)
+    if loaded is None:
+        return capabilities_load()
+    return {row["name"]: Capability(**row) for row in loaded}
 
 
 def tool_manifest(capabilities: dict[str, Capability], *, customer_level: bool = False) -> list[ToolSpec]:
