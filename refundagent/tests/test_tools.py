@@ -4,9 +4,11 @@ import json
 from decimal import Decimal
 
 import pytest
+from django.db import connection
 
 from approvals.models import Capability, RefundPolicy
 from ledger.models import Order
+from refundagent.agent.loop import _TICKET_FOR_RUN
 from refundagent.agent.providers.base import ToolCall
 from refundagent.agent.tools import (
     AMOUNT_PATTERN,
@@ -15,6 +17,7 @@ from refundagent.agent.tools import (
     TOOL_DEFS,
     CreateDraftArgs,
     capabilities_load,
+    capabilities_of,
     payment_summary,
     policy_retrieve,
     tool_args_validate,
@@ -230,3 +233,32 @@ def test_the_model_accepts_what_the_schema_allows(amount):
     _, problems = tool_args_validate(capability=CREATE_DRAFT, arguments={**DRAFT, "amount": amount})
 
     assert problems == []
+
+
+def _as_compared(capabilities: dict[str, Capability]) -> dict:
+    return {
+        name: (
+            c.pk,
+            c.name,
+            c.description,
+            c.side_effect,
+            c.enabled,
+            c.timeout_seconds,
+            c.approval_rule,
+            c.agent_allowed,
+        )
+        for name, c in capabilities.items()
+    }
+
+
+def test_the_registry_read_with_the_runs_ticket_is_the_registry_as_it_is_then(ticket, django_assert_num_queries):
+    Capability.objects.filter(name="payments.get_summary").update(enabled=False, timeout_seconds=3)
+    loaded = _TICKET_FOR_RUN.get(ticket_id=ticket.pk)
+    on_postgres = connection.vendor == "postgresql"
+    assert hasattr(loaded, "capabilities_loaded") is on_postgres  # SQLite reads them on their own
+    with django_assert_num_queries(0 if on_postgres else 1):
+        read_with_the_ticket = capabilities_of(loaded)
+    assert _as_compared(read_with_the_ticket) == _as_compared(capabilities_load())
+    assert read_with_the_ticket["payments.get_summary"].enabled is False
+    # what the model is offered follows: the switched-off tool is not in the manifest
+    assert "payments_get_summary" not in {t.name for t in tool_manifest(read_with_the_ticket)}
