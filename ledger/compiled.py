@@ -39,7 +39,10 @@ class CompiledQuery:
 
     def rows(self, *, using: str = DEFAULT_DB_ALIAS, **arguments) -> list[dict]:
         """The rows, as `values()` would give them (converted by the fields' converters)."""
-        sql, params = self._bound(using, arguments)
+        try:
+            sql, params = self._bound(using, arguments)
+        except _NoRows:
+            return []
         connection = connections[using]
         with connection.cursor() as cursor:
             cursor.execute(sql, params)
@@ -54,16 +57,22 @@ class CompiledQuery:
         subqueries: `SELECT q0.*, q1.* FROM (SELECT 1) LEFT JOIN (q0 LIMIT 1) ON true ...`."""
         parts, params, widths = [], [], []
         for n, (query, arguments) in enumerate(calls):
-            sql, bound = query._bound(using, arguments)
+            try:
+                sql, bound = query._bound(using, arguments)
+            except _NoRows:
+                widths.append(0)  # nothing to read: its result is None
+                continue
             parts.append(f"LEFT JOIN (SELECT * FROM ({sql}) AS s{n} LIMIT 1) AS q{n} ON 1 = 1")
             params.extend(bound)
             widths.append(len(query._compiled[using][3]))
-        columns = ", ".join(f"q{n}.*" for n in range(len(calls)))
-        statement = f"SELECT {columns} FROM (SELECT 1 AS one) AS one {' '.join(parts)}"
         connection = connections[using]
-        with connection.cursor() as cursor:
-            cursor.execute(statement, params)
-            row = list(cursor.fetchone())
+        row = []
+        if parts:
+            columns = ", ".join(f"q{n}.*" for n, width in enumerate(widths) if width)
+            statement = f"SELECT {columns} FROM (SELECT 1 AS one) AS one {' '.join(parts)}"
+            with connection.cursor() as cursor:
+                cursor.execute(statement, params)
+                row = list(cursor.fetchone())
         result, start = [], 0
         for (query, _), width in zip(calls, widths, strict=True):
             values = row[start : start + width]
@@ -74,7 +83,7 @@ class CompiledQuery:
 
     def _bound(self, using: str, arguments: dict) -> tuple[str, list]:
         sql, params, slots, _, _ = self._compiled.get(using) or self._compile(using)
-        return sql, _bind(params, slots, self._kinds, arguments)
+        return sql, _bind(params, slots, self._kinds, arguments, using=using)
 
     def _converted(self, row: list, connection) -> dict:
         _, _, _, names, converters = self._compiled[connection.alias]
@@ -136,7 +145,10 @@ class CompiledModelQuery:
     def instances(self, *, using: str = DEFAULT_DB_ALIAS, **arguments) -> list:
         compiled = self._compiled.get(using) or self._compile(using)
         sql, compiler, params, slots, init_list, fields, populators, lookups = compiled
-        params = _bind(params, slots, self._kinds, arguments)
+        try:
+            params = _bind(params, slots, self._kinds, arguments, using=using)
+        except _NoRows:
+            return []
         with connections[using].cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
@@ -193,11 +205,21 @@ def _compile(build: Callable[..., QuerySet], kinds: dict[str, type], using: str)
     return queryset, compiler, sql, params, slots
 
 
-def _bind(params: tuple, slots: list, kinds: dict[str, type], arguments: dict) -> list:
+class _NoRows(Exception):
+    """An argument no row can match: the query is not run, its answer is empty."""
+
+
+def _bind(params: tuple, slots: list, kinds: dict[str, type], arguments: dict, *, using: str) -> list:
     params = list(params)
     for index, name, wrapper in slots:
         value = arguments[name]
         if not isinstance(value, kinds[name]) or isinstance(value, bool):
             raise TypeError(f"{name} must be {kinds[name].__name__}, not {type(value).__name__}")
+        if kinds[name] is int:
+            # As the ORM does (EmptyResultSet): an int wider than any integer column matches
+            # nothing. Bound, it would raise on SQLite (OverflowError: /api/tickets/<2**64> was a 500).
+            low, high = connections[using].ops.integer_field_range("BigIntegerField")
+            if not low <= value <= high:
+                raise _NoRows(name)
         params[index] = value if wrapper is kinds[name] else wrapper(value)
     return params

@@ -148,3 +148,27 @@ def test_a_compiled_model_query_runs_the_querysets_prefetches(tenant, make_order
         item_ids = [item.item_id for item in found.items.all()]
     assert (len(queries), len(reading)) == (2, 0)
     assert item_ids == ["ITEM-1", "ITEM-2"]
+
+
+@pytest.mark.parametrize("impossible", [2**63, 28167181019273453568, -(2**63) - 1])
+def test_an_int_wider_than_any_column_matches_nothing_as_in_the_orm(tenant, make_order, impossible):
+    from ledger.compiled import CompiledModelQuery
+
+    # given an order, and an id no integer column can hold (SQLite refused to bind it: a 500)
+    order = make_order()
+    assert not Order.objects.filter(pk=impossible).exists()  # the ORM's answer: nothing
+    values = CompiledQuery(lambda order_id: Order.objects.filter(pk=order_id).values("external_id"), order_id=int)
+    model = CompiledModelQuery(_order_with_customer, order_id=int)
+    # then every compiled read answers as for an id that is not there, without a query
+    with CaptureQueriesContext(connection) as queries:
+        assert values.rows(order_id=impossible) == []
+        assert model.first(order_id=impossible) is None
+        with pytest.raises(Order.DoesNotExist):
+            model.get(order_id=impossible)
+    assert len(queries) == 0
+    # and in one statement with a read that can match, only that one is read
+    found, missing = CompiledQuery.first_rows((values, {"order_id": order.pk}), (values, {"order_id": impossible}))
+    assert (found, missing) == ({"external_id": order.external_id}, None)
+    assert CompiledQuery.first_rows((values, {"order_id": impossible})) == [None]
+    # the edges of the range are still read
+    assert values.rows(order_id=2**63 - 1) == [] and values.rows(order_id=-(2**63)) == []
