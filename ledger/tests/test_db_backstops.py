@@ -159,3 +159,20 @@ def test_the_cap_trigger_fires_at_commit(make_order):
 
     # then the commit was refused as a whole
     assert not RefundEntry.objects.filter(order=order).exists()
+
+
+def test_a_key_is_refused_twice_by_its_one_index(tenant, make_order):
+    # the idempotency key is unique through one index only: no `_like` index beside it (0008)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'ledger_refundentry' "
+            "AND indexdef LIKE '%%(idempotency_key%%'"
+        )
+        indexes = cursor.fetchall()
+    assert [name for name, _ in indexes] == ["ledger_refundentry_idempotency_key_key"]
+    assert "UNIQUE" in indexes[0][1]
+    # and a raw INSERT that reuses a key is refused by it
+    order = make_order()
+    _insert_entry(order, "1.00", "backstop-key-once")
+    with pytest.raises(IntegrityError, match="ledger_refundentry_idempotency_key_key"), transaction.atomic():
+        _insert_entry(order, "1.00", "backstop-key-once")

@@ -1,0 +1,57 @@
+"""The refund's idempotency key stays unique, without the index nothing uses (issue 12).
+
+`unique=True` on a CharField makes Django create two indexes on PostgreSQL: the unique
+constraint `ledger_refundentry_idempotency_key_key` and a `..._like` index (varchar_pattern_ops)
+for LIKE queries. Nothing searches keys by prefix, and every refund paid for the second index:
+about 5% of the ledger's write (docs/performance.md, section 7).
+
+The model now declares the same unique constraint, by the same name, as a UniqueConstraint, for
+which Django makes no `_like` index. In the database only the `_like` index goes: the constraint
+that already exists is the one the state now names, so nothing is rebuilt or locked for long.
+SQLite has no `_like` index (its UNIQUE stays as the table was made).
+"""
+
+from django.db import migrations, models
+
+TABLE, COLUMN = "ledger_refundentry", "idempotency_key"
+
+
+def _like_index(schema_editor) -> str:
+    # The name Django gave it (0001): `<table>_<column>_<hash>_like`.
+    return schema_editor._create_index_name(TABLE, [COLUMN], suffix="_like")
+
+
+def drop_like_index(apps, schema_editor):
+    if schema_editor.connection.vendor == "postgresql":
+        schema_editor.execute(f"DROP INDEX IF EXISTS {schema_editor.quote_name(_like_index(schema_editor))}")
+
+
+def create_like_index(apps, schema_editor):
+    if schema_editor.connection.vendor == "postgresql":
+        name = schema_editor.quote_name(_like_index(schema_editor))
+        schema_editor.execute(f"CREATE INDEX IF NOT EXISTS {name} ON {TABLE} ({COLUMN} varchar_pattern_ops)")
+
+
+class Migration(migrations.Migration):
+    dependencies = [
+        ("ledger", "0007_ledger_refund_issue_function"),
+    ]
+
+    operations = [
+        migrations.SeparateDatabaseAndState(
+            state_operations=[
+                migrations.AlterField(
+                    model_name="refundentry",
+                    name="idempotency_key",
+                    field=models.CharField(max_length=200),
+                ),
+                migrations.AddConstraint(
+                    model_name="refundentry",
+                    constraint=models.UniqueConstraint(
+                        fields=("idempotency_key",), name="ledger_refundentry_idempotency_key_key"
+                    ),
+                ),
+            ],
+            database_operations=[migrations.RunPython(drop_like_index, create_like_index)],
+        ),
+    ]
