@@ -185,3 +185,27 @@ def test_the_admin_shows_the_queue_and_takes_tickets(queue, people, client):
     assert queue["failed"].trace_events.get().decision == "take"
     mine = client.get(url, {"owner": "me"}).content.decode()
     assert f'value="{queue["failed"].pk}"' in mine and f'value="{rows[0]}"' not in mine
+
+
+def test_the_queue_pages_oldest_first_and_keeps_its_filter_on_the_links(people, customer, make_order, client):
+    order = make_order("120.00", days_old=60)
+    for n in range(22):
+        made = Ticket.objects.create(
+            tenant=order.tenant,
+            order=order,
+            customer=customer,
+            message="Help.",
+            currency="USD",
+            created_by=people["support"],
+            status="escalated",
+            stop_reason="escalated",
+        )
+        Ticket.objects.filter(pk=made.pk).update(awaiting_person_since=timezone.now() - timedelta(hours=30 - n))
+    login(client, people["support"])
+    first = client.get(reverse("ticket_queue")).content.decode()
+    second = client.get(reverse("ticket_queue"), {"page": 2}).content.decode()
+    # oldest first: the next page holds the ones that have waited less
+    assert "Page 1 of 2" in first and 'href="?page=2">Newer →</a>' in first and "← Older" not in first
+    assert 'href="?page=1">← Older</a>' in second
+    filtered = client.get(reverse("ticket_queue"), {"reason": "escalated"}).content.decode()
+    assert 'href="?reason=escalated&amp;page=2">Newer →</a>' in filtered

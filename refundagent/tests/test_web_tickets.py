@@ -107,6 +107,12 @@ def test_list_paginates(login, file_ticket):
     assert len(first.context["page"].object_list) == 20
     assert len(second.context["page"].object_list) == 3
     assert "Page 1 of 2" in first.content.decode()
+    # newest first: the next page holds older tickets, and a filter stays on the links
+    assert 'href="?page=2">Older →</a>' in first.content.decode()
+    assert "← Newer" not in first.content.decode()
+    assert 'href="?page=1">← Newer</a>' in second.content.decode()
+    filtered = client.get(reverse("tickets"), {"order": "ORD-5001"}).content.decode()
+    assert 'href="?order=ORD-5001&amp;page=2">Older →</a>' in filtered
 
 
 def test_finance_sees_the_review_queue_link_and_no_new_ticket(login):
