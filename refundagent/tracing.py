@@ -135,9 +135,10 @@ def trace_write_with_insert(ticket: Ticket) -> None:
     pending = getattr(_batch, "events", None)
     if pending is None:
         raise RuntimeError("trace_write_with_insert needs an open trace_batch()")
+    # Only the new ticket's events leave the batch; any others keep their places (so the count of
+    # flushes, by which a nested batch that raises tells its events from the outer ones, stays).
     mine = [e for e in pending if e["ticket_id"] is None]
     pending[:] = [e for e in pending if e["ticket_id"] is not None]
-    _batch.flushes += 1
     using = connection.alias
     if connection.vendor != "postgresql" or not mine:
         with transaction.atomic(using=using):

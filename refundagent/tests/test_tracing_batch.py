@@ -122,3 +122,19 @@ def test_filing_inside_a_callers_transaction_rolls_back_with_it(user, django_cap
             raise ZeroDivisionError("the caller failed")
     assert (Ticket.objects.count(), TraceEvent.objects.count()) == (tickets, events)
     assert callbacks == []  # the run was never queued for a ticket that does not exist
+
+
+def test_filing_inside_a_nested_batch_that_raises_keeps_the_outer_events(ticket, user):
+    # given an outer batch with an event of one ticket, and a nested block that files another then fails
+    with transaction.atomic(), trace_batch():
+        trace_record(ticket=ticket, span="model", decision="kept", sensitive=[])
+        with pytest.raises(ZeroDivisionError), transaction.atomic(), trace_batch():
+            filed = ticket_create(user=user("acme-support"), order="ORD-5003", customer="CUST-1001", message="x")
+            trace_record(ticket=ticket, span="draft", decision="rolled-back", sensitive=[])
+            raise ZeroDivisionError("the block failed")
+        trace_record(ticket=ticket, span="stop", decision="after", sensitive=[])
+
+    # then the outer events are written in order, the block's are not, and the filing rolled back
+    decisions = list(TraceEvent.objects.filter(ticket=ticket).order_by("seq").values_list("decision", flat=True))
+    assert decisions == ["filed", "kept", "after"]
+    assert not Ticket.objects.filter(pk=filed.pk).exists()
