@@ -3,7 +3,7 @@
 import os
 
 import pytest
-from django.db import connection
+from django.db import connection, connections
 
 
 def pytest_collection_modifyitems(config, items):
@@ -21,6 +21,18 @@ def pytest_collection_modifyitems(config, items):
             if in_ci:
                 raise pytest.UsageError("CI must run the worker tests: set CELERY_BROKER_URL and DATABASE_URL.")
             item.add_marker(pytest.mark.skip(reason="needs CELERY_BROKER_URL and a PostgreSQL DATABASE_URL"))
+
+
+@pytest.fixture(scope="session")
+def playwright(playwright):
+    """pytest-playwright's Playwright, and the database connection the tests opened while it ran
+    closed when it stops. From the first browser test on, the tests run in a context of
+    Playwright's (its sync API switches greenlets) until it stops, and Django's connections are
+    context-local (asgiref): the session's teardown cannot see the connection the tests opened
+    there, and dropping the test database found "1 other session using the database". This
+    teardown runs in Playwright's context, before it restores the session's."""
+    yield playwright
+    connections.close_all()
 
 
 @pytest.fixture(autouse=True)
