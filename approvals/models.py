@@ -171,7 +171,7 @@ class ApprovalRequest(models.Model):
     currency = models.CharField(max_length=3)
     args = models.JSONField(help_text="The canonical arguments of the action.")
     args_hash = models.CharField(max_length=64, help_text="SHA-256 of the canonical args.")
-    idempotency_key = models.CharField(max_length=200, unique=True)
+    idempotency_key = models.CharField(max_length=200)  # unique: see Meta.constraints
     policy = models.ForeignKey("RefundPolicy", on_delete=models.PROTECT, related_name="approval_requests")
     policy_version = models.CharField(max_length=100)
     refundable_at_request = models.DecimalField(
@@ -241,6 +241,8 @@ class ApprovalRequest(models.Model):
         constraints = [
             models.CheckConstraint(condition=Q(amount__gt=0), name="approval_amount_positive"),
             models.CheckConstraint(condition=Q(required_approvals__gte=1), name="approval_required_at_least_one"),
+            # A constraint rather than unique=True: no second, `_like` index (approvals/0012).
+            models.UniqueConstraint(fields=["idempotency_key"], name="approvals_approvalrequest_idempotency_key_key"),
         ]
         indexes = [
             # The review queue and the expiry sweep read pending requests by age.

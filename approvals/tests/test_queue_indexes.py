@@ -26,3 +26,17 @@ def test_the_banner_counts_refused_refunds_from_their_partial_index(tenant):
     # when PostgreSQL plans it, then it reads the partial index of refused, unreplaced requests
     plan = _plan(refused)
     assert "approval_payment_failed_idx" in plan, plan
+
+
+def test_a_requests_key_is_unique_through_one_index_and_an_exact_read_uses_it(tenant):
+    # no `_like` index beside the unique one (0012), and a lookup by key is still an index read
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'approvals_approvalrequest' "
+            "AND indexdef LIKE '%%(idempotency_key%%'"
+        )
+        indexes = cursor.fetchall()
+    assert [name for name, _ in indexes] == ["approvals_approvalrequest_idempotency_key_key"]
+    assert "UNIQUE" in indexes[0][1]
+    plan = _plan(ApprovalRequest.objects.filter(idempotency_key="refund:acme:ticket-1:draft-1"))
+    assert "approvals_approvalrequest_idempotency_key_key" in plan, plan

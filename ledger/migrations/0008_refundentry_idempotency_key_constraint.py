@@ -13,24 +13,7 @@ SQLite has no `_like` index (its UNIQUE stays as the table was made).
 
 from django.db import migrations, models
 
-TABLE, COLUMN = "ledger_refundentry", "idempotency_key"
-
-
-def _like_index(schema_editor) -> str:
-    # The name Django gave it (0001): `<table>_<column>_<hash>_like`.
-    return schema_editor._create_index_name(TABLE, [COLUMN], suffix="_like")
-
-
-def drop_like_index(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(f"DROP INDEX IF EXISTS {schema_editor.quote_name(_like_index(schema_editor))}")
-
-
-def create_like_index(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        name = schema_editor.quote_name(_like_index(schema_editor))
-        schema_editor.execute(f"CREATE INDEX IF NOT EXISTS {name} ON {TABLE} ({COLUMN} varchar_pattern_ops)")
-
+from ledger.migration_ops import drop_like_index
 
 class Migration(migrations.Migration):
     dependencies = [
@@ -52,6 +35,6 @@ class Migration(migrations.Migration):
                     ),
                 ),
             ],
-            database_operations=[migrations.RunPython(drop_like_index, create_like_index)],
+            database_operations=[drop_like_index("ledger_refundentry", "idempotency_key")],
         ),
     ]
