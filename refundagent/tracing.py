@@ -109,12 +109,9 @@ def trace_write_with_update(queryset, values: dict) -> int:
         return updated
     update_sql, update_params = update_statement(queryset, values)
     insert_sql, insert_params = _insert_select(mine, where="EXISTS (SELECT 1 FROM r)")
-    seq, table = _quote(TraceEvent._meta.get_field("seq").column), _quote(TraceEvent._meta.db_table)
     statement = (
-        f"WITH r AS ({update_sql} RETURNING 1), "
-        f"m AS (SELECT COALESCE(MAX({seq}), 0) AS last FROM {table} WHERE {_quote('ticket_id')} = %s), "
-        f"ins AS ({insert_sql}) "
-        f"SELECT (SELECT count(*) FROM r), ARRAY(SELECT ins.{seq} - m.last FROM ins CROSS JOIN m)"
+        f"WITH r AS ({update_sql} RETURNING 1), {_last_seq()}, ins AS ({insert_sql}) "
+        f"SELECT (SELECT count(*) FROM r), ARRAY(SELECT ins.{_quote('seq')} - m.last FROM ins CROSS JOIN m)"
     )
     with connection.cursor() as cursor:
         cursor.execute(statement, [*update_params, first, *insert_params])
@@ -213,24 +210,12 @@ _FIELDS = (
 
 def _insert_next(values: dict) -> tuple[int, int] | None:
     """Append one event with the next seq of its ticket in ONE statement:
-    INSERT ... SELECT max(seq)+1 ... ON CONFLICT DO NOTHING RETURNING id, seq.
+    WITH m (max seq) INSERT ... SELECT <values>, m.last + 1 ... ON CONFLICT DO NOTHING RETURNING id, seq.
     A concurrent writer that took the same seq makes it insert nothing (None) instead of raising,
     so no savepoint is needed inside a caller's transaction. Works on PostgreSQL and SQLite."""
-    meta = TraceEvent._meta
-    quote = connection.ops.quote_name
-    fields = [meta.get_field(name) for name in _FIELDS]
-    postgres = connection.vendor == "postgresql"
-    # In INSERT ... SELECT, PostgreSQL types bare parameters (NULLs above all) as text: cast them.
-    placeholders = ", ".join(f"%s::{f.db_type(connection)}" if postgres else "%s" for f in fields)
-    params = [f.get_db_prep_save(values[f.attname], connection) for f in fields]
-    table, seq, ticket = quote(meta.db_table), quote(meta.get_field("seq").column), quote("ticket_id")
-    sql = (
-        f"INSERT INTO {table} ({', '.join(quote(f.column) for f in fields)}, {seq}) "
-        f"SELECT {placeholders}, COALESCE(MAX({seq}), 0) + 1 FROM {table} WHERE {ticket} = %s "
-        f"ON CONFLICT ({ticket}, {seq}) DO NOTHING RETURNING {quote(meta.pk.column)}, {seq}"
-    )
+    insert, params = _insert_select([values])
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, values["ticket_id"]])
+        cursor.execute(f"WITH {_last_seq()} {insert}", [values["ticket_id"], *params])
         row = cursor.fetchone()
     return None if row is None else (row[0], row[1])
 
@@ -241,9 +226,9 @@ def _quote(name: str) -> str:
 
 def _insert_select(events: list[dict], *, where: str = "true", ticket_id: str = "v.column1") -> tuple[str, list]:
     """INSERT ... SELECT <values>, m.last + n FROM (VALUES ...) v CROSS JOIN m WHERE <where>
-    ON CONFLICT DO NOTHING RETURNING seq, for events of one ticket; the caller defines the CTE
-    `m` (the ticket's last seq) before it. `ticket_id`: the SQL of the events' ticket id (by
-    default their own value; the id of a ticket inserted in the same statement)."""
+    ON CONFLICT DO NOTHING RETURNING id, seq, for events of one ticket; the caller defines the CTE
+    `m` (the ticket's last seq: `_last_seq`) before it. `ticket_id`: the SQL of the events'
+    ticket id (by default their own value; the id of a ticket inserted in the same statement)."""
     fields, row, head, tail = _insert_select_parts(connection.vendor, ticket_id)
     params = []
     for n, values in enumerate(events, start=1):
@@ -266,25 +251,30 @@ def _insert_select_parts(vendor: str, ticket_id: str) -> tuple[list, str, str, s
     position = f"v.column{len(fields) + 1}"
     columns = ", ".join(_quote(f.column) for f in fields)
     head = f"INSERT INTO {table} ({columns}, {seq}) SELECT {selected}, m.last + {position} FROM (VALUES "
-    tail = f") AS v CROSS JOIN m WHERE {{where}} ON CONFLICT ({ticket}, {seq}) DO NOTHING RETURNING {seq}"
+    pk = _quote(meta.pk.column)
+    tail = f") AS v CROSS JOIN m WHERE {{where}} ON CONFLICT ({ticket}, {seq}) DO NOTHING RETURNING {pk}, {seq}"
     return fields, row, head, tail
+
+
+def _last_seq() -> str:
+    """The CTE `m`: the ticket's last seq (0 without events); its one parameter is the ticket's id."""
+    meta = TraceEvent._meta
+    seq, table, ticket = _quote(meta.get_field("seq").column), _quote(meta.db_table), _quote("ticket_id")
+    return f"m AS (SELECT COALESCE(MAX({seq}), 0) AS last FROM {table} WHERE {ticket} = %s)"
 
 
 def _insert_many(events: list[dict]) -> set[int]:
     """Append several events of one ticket with consecutive seqs in ONE statement:
     INSERT ... SELECT <values>, max(seq) + n FROM (VALUES ...) ... ON CONFLICT DO NOTHING.
     Returns the positions (1-based) that were written."""
-    meta = TraceEvent._meta
     postgres = connection.vendor == "postgresql"
-    table, seq, ticket = _quote(meta.db_table), _quote(meta.get_field("seq").column), _quote("ticket_id")
     insert, params = _insert_select(events)
-    last = f"m AS (SELECT COALESCE(MAX({seq}), 0) AS last FROM {table} WHERE {ticket} = %s)"
     if postgres:
         # A data-modifying CTE: the positions written are seq - last, with last read once.
-        sql_ = f"WITH {last}, ins AS ({insert}) SELECT ins.{seq} - m.last FROM ins CROSS JOIN m"
+        sql_ = f"WITH {_last_seq()}, ins AS ({insert}) SELECT ins.{_quote('seq')} - m.last FROM ins CROSS JOIN m"
     else:
         # SQLite serialises writers (IMMEDIATE transactions): nobody can take a seq meanwhile.
-        sql_ = f"WITH {last} {insert}"
+        sql_ = f"WITH {_last_seq()} {insert}"
     with connection.cursor() as cursor:
         cursor.execute(sql_, [events[0]["ticket_id"], *params])
         rows = cursor.fetchall()
