@@ -28,22 +28,15 @@ def queue(people, customer, make_order):
     """Three tickets in the queue (filed and escalated 3 days ago, failed 2, payment_failed 1) and one refunded."""
 
     def ticket(status, days_ago, stop_reason=None, detail=""):
-        order = make_order("120.00", days_old=60)
-        made = Ticket.objects.create(
-            tenant=order.tenant,
-            order=order,
+        return ticket_filed(
+            order=make_order("120.00", days_old=60),
             customer=customer,
-            message="Help.",
-            currency="USD",
-            created_by=people["support"],
+            by=people["support"],
             status=status,
+            since=timezone.now() - timedelta(days=days_ago),
             stop_reason=stop_reason,
-            stop_detail=detail,
+            detail=detail,
         )
-        then = timezone.now() - timedelta(days=days_ago)
-        waiting = then if status in QUEUE_STATUSES else None
-        Ticket.objects.filter(pk=made.pk).update(created_at=then, awaiting_person_since=waiting)
-        return made
 
     return {
         "escalated": ticket("escalated", 3, "budget_exhausted", "The agent ran out of steps."),
@@ -51,6 +44,24 @@ def queue(people, customer, make_order):
         "payment_failed": ticket("payment_failed", 1, "failed", "The provider refused the payout."),
         "refunded": ticket("refunded", 4),
     }
+
+
+def ticket_filed(*, order, customer, by, status, since, stop_reason=None, detail="") -> Ticket:
+    """A ticket in `status`, filed at `since` and, in a queue status, waiting for a person since then."""
+    made = Ticket.objects.create(
+        tenant=order.tenant,
+        order=order,
+        customer=customer,
+        message="Help.",
+        currency="USD",
+        created_by=by,
+        status=status,
+        stop_reason=stop_reason,
+        stop_detail=detail,
+    )
+    waiting = since if status in QUEUE_STATUSES else None
+    Ticket.objects.filter(pk=made.pk).update(created_at=since, awaiting_person_since=waiting)
+    return made
 
 
 def login(client, user):
@@ -190,17 +201,15 @@ def test_the_admin_shows_the_queue_and_takes_tickets(queue, people, client):
 def test_the_queue_pages_oldest_first_and_keeps_its_filter_on_the_links(people, customer, make_order, client):
     order = make_order("120.00", days_old=60)
     for n in range(22):
-        made = Ticket.objects.create(
-            tenant=order.tenant,
+        since = timezone.now() - timedelta(hours=30 - n)
+        ticket_filed(
             order=order,
             customer=customer,
-            message="Help.",
-            currency="USD",
-            created_by=people["support"],
+            by=people["support"],
             status="escalated",
+            since=since,
             stop_reason="escalated",
         )
-        Ticket.objects.filter(pk=made.pk).update(awaiting_person_since=timezone.now() - timedelta(hours=30 - n))
     login(client, people["support"])
     first = client.get(reverse("ticket_queue")).content.decode()
     second = client.get(reverse("ticket_queue"), {"page": 2}).content.decode()
