@@ -5,8 +5,9 @@ on a draft, the ticket services, the receivers of approval events), or, where th
 written in one statement with another row (the agent's claim and the run it starts), through
 the `TicketMove` that `ticket_move` builds. A move is a compare-and-set: the row is updated
 only while its status is one the table allows to move to the target, so two writers racing on
-one ticket never both win, and a settled ticket is never moved back by a late event. The views ask the same table what a person may do
-(`ticket_transition_allowed`) instead of keeping their own lists.
+one ticket never both win, and a settled ticket is never moved back by a late event. The views
+ask the same table what a person may do (`ticket_transition_allowed`) instead of keeping their
+own lists.
 
 `draft_ready` (status and stop reason) is part of the API (API.md) but no code path assigns it:
 the runtime decides a draft in the same transaction that stores it, so a ticket never rests
