@@ -5,6 +5,8 @@ import os
 import pytest
 from django.db import connection, connections
 
+from ledger.tests.fake_stripe import FakeStripe
+
 
 def pytest_collection_modifyitems(config, items):
     """Skip PostgreSQL- and worker-only tests where those servers are not configured, and fail
@@ -246,6 +248,21 @@ def file_ticket(user, ticket_defaults, django_capture_on_commit_callbacks):
             return ticket_create(user=user(username), customer=customer, **fields)
 
     return make
+
+
+@pytest.fixture
+def fake_stripe(settings):
+    """A local Stripe-compatible server (ledger/tests/fake_stripe.py), and the settings that
+    point the `stripe` gateway and its webhook at it. The retries are the production default."""
+    server = FakeStripe().start()
+    settings.PAYMENT_GATEWAY = "stripe"
+    settings.STRIPE_API_KEY = "sk_test_fake"
+    settings.STRIPE_API_BASE = server.url
+    settings.STRIPE_MAX_NETWORK_RETRIES = 2
+    settings.STRIPE_TIMEOUT_SECONDS = 10
+    settings.STRIPE_WEBHOOK_SECRET = "whsec_test_secret"
+    yield server
+    server.stop()
 
 
 @pytest.fixture

@@ -37,20 +37,6 @@ def browser_context_args(browser_context_args):
 
 
 @pytest.fixture
-def fake_stripe(settings):
-    from ledger.tests.fake_stripe import FakeStripe
-
-    server = FakeStripe().start()
-    settings.PAYMENT_GATEWAY = "stripe"
-    settings.STRIPE_API_KEY = "sk_test_fake"
-    settings.STRIPE_API_BASE = server.url
-    settings.STRIPE_MAX_NETWORK_RETRIES = 0
-    settings.STRIPE_TIMEOUT_SECONDS = 10
-    yield server
-    server.stop()
-
-
-@pytest.fixture
 def operations_data(live_server, registry, demo, fake_stripe):  # noqa: F811
     """acme's day: tickets in several statuses with agent runs, one refund paid at Stripe and
     verified, one Stripe declined, one waiting for finance; eval runs; a kill switch off."""

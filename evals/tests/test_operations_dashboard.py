@@ -16,24 +16,10 @@ from approvals.models import ApprovalRequest, Capability
 from evals.models import EvalRun
 from ledger.models import Order, RefundEntry
 from ledger.services import ledger_refund_issue
-from ledger.tests.fake_stripe import FakeStripe
 from refundagent.models import AgentRun, Ticket
 from refundagent.tests.payments_support import approve, ticket_awaiting_approval
 
 URL = "/evals/operations/"
-
-
-@pytest.fixture
-def fake_stripe(settings):
-    """The local Stripe-compatible server (ledger/tests/fake_stripe.py) as the payment gateway."""
-    server = FakeStripe().start()
-    settings.PAYMENT_GATEWAY = "stripe"
-    settings.STRIPE_API_KEY = "sk_test_fake"
-    settings.STRIPE_API_BASE = server.url
-    settings.STRIPE_MAX_NETWORK_RETRIES = 0
-    settings.STRIPE_TIMEOUT_SECONDS = 10
-    yield server
-    server.stop()
 
 
 @pytest.fixture

@@ -5,8 +5,6 @@ import threading
 import pytest
 from django.db import connection
 
-from ledger.tests.fake_stripe import FakeStripe
-
 
 def _run_concurrently(fn, args_list):
     """Run fn(*args) in one thread each, released together; returns the results (or exceptions)."""
@@ -35,17 +33,3 @@ def _run_concurrently(fn, args_list):
 def run_concurrently():
     """run_concurrently(fn, [args, ...]): one thread per args, released together; results or exceptions."""
     return _run_concurrently
-
-
-@pytest.fixture
-def fake_stripe(settings):
-    """A local Stripe-compatible server, and the settings that point the `stripe` gateway at it."""
-    server = FakeStripe().start()
-    settings.PAYMENT_GATEWAY = "stripe"
-    settings.STRIPE_API_KEY = "sk_test_fake"
-    settings.STRIPE_API_BASE = server.url
-    settings.STRIPE_MAX_NETWORK_RETRIES = 2
-    settings.STRIPE_TIMEOUT_SECONDS = 10
-    settings.STRIPE_WEBHOOK_SECRET = "whsec_test_secret"
-    yield server
-    server.stop()

@@ -15,24 +15,11 @@ from approvals.payouts import approval_request_payment_retry
 from ledger.exceptions import PaymentProviderUnavailable
 from ledger.models import ReconciliationFinding, RefundEntry
 from ledger.selectors import order_refund_position
-from ledger.tests.fake_stripe import FakeStripe
 from refundagent.models import Ticket
 from refundagent.sweep import outbox_sweep
 from refundagent.tests.payments_support import approve, ticket_awaiting_approval
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def fake_stripe(settings):
-    server = FakeStripe().start()
-    settings.PAYMENT_GATEWAY = "stripe"
-    settings.STRIPE_API_KEY = "sk_test_fake"
-    settings.STRIPE_API_BASE = server.url
-    settings.STRIPE_MAX_NETWORK_RETRIES = 2
-    settings.STRIPE_TIMEOUT_SECONDS = 10
-    yield server
-    server.stop()
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ledger import telemetry
-from ledger.tests.fake_stripe import FakeStripe
 from refundagent.config.logs import ContextFilter, JsonFormatter
 from refundagent.config.observability import tracer_provider_build
 from refundagent.models import Ticket
@@ -64,17 +63,3 @@ def json_log():
     logger.addHandler(handler)
     yield lambda: [json.loads(line) for line in stream.getvalue().splitlines()]
     logger.removeHandler(handler)
-
-
-@pytest.fixture
-def fake_stripe(settings):
-    """The local Stripe-compatible server (ledger/tests/fake_stripe.py) and the `stripe` gateway on it."""
-    server = FakeStripe().start()
-    settings.PAYMENT_GATEWAY = "stripe"
-    settings.STRIPE_API_KEY = "sk_test_fake"
-    settings.STRIPE_API_BASE = server.url
-    settings.STRIPE_MAX_NETWORK_RETRIES = 2
-    settings.STRIPE_TIMEOUT_SECONDS = 10
-    settings.STRIPE_WEBHOOK_SECRET = "whsec_test_secret"
-    yield server
-    server.stop()
