@@ -3,6 +3,7 @@
     pip install -r benchmarks/requirements.txt      # on top of the project's requirements
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/refundagent python benchmarks/side_by_side.py
     DATABASE_URL=... python benchmarks/side_by_side.py --size large    # 100k orders, 10k tickets
+    DATABASE_URL=... python benchmarks/side_by_side.py --floor         # and where refundagent's time goes
 
 The same scripted "model" makes exactly the same four tool calls in every runtime: look up the
 order, the payment summary and the policy, then create the draft. Every runtime persists every
@@ -19,6 +20,10 @@ step and stops where a person must approve:
 - tightloop 0.1.0: a Loop with a state file and a JSONL trace; the same psycopg reads; the draft
   tool is gated by RequireApproval with the headless runner, so the loop saves its state and
   stops AWAITING_APPROVAL.
+
+With --floor, refundagent's time is split into its wait on the server and the rest (its Python),
+and a fifth entry takes its turn: the round trips the durability contract needs at the least,
+alone on a psycopg connection (DurabilityFloor). Both are put next to LangGraph's whole ticket.
 
 The runtimes take turns ticket by ticket (the order rotates every round) after a warm-up, so
 noise on this shared machine hits them alike. Databases: --size small uses DATABASE_URL's
@@ -175,6 +180,7 @@ class RefundAgent:
         self.Ticket = apps.get_model("refundagent", "Ticket")
         self.support = get_user_model().objects.get(username="acme-support")
         self.queries: list[int] = []
+        self.waits: list[float] = []  # ms per ticket waiting on the server, with --floor
         try:
             from celery import current_app
 
@@ -193,7 +199,7 @@ class RefundAgent:
             count[0] += 1
             return execute(sql, params, many, context)
 
-        with connection.execute_wrapper(counter):
+        with connection.execute_wrapper(counter), ServerWait() as waited:
             started = time.perf_counter()
             ticket = ticket_create(
                 user=self.support, order=ORDER, customer=CUSTOMER, message=MESSAGE, requested_amount=AMOUNT
@@ -214,6 +220,7 @@ class RefundAgent:
             detail = self.Ticket.objects.values_list("stop_detail", flat=True).get(pk=ticket.pk)
             raise SystemExit(f"refundagent ticket {ticket.pk} ended {status}, not approval_required: {detail}")
         self.queries.append(count[0])
+        self.waits.append(waited.ms)
         return elapsed * 1000
 
 
@@ -375,6 +382,84 @@ class TightLoop:
         return (ended - started) * 1000
 
 
+# --- the floor of the durability contract (--floor) -------------------------------------------
+
+
+class ServerWait:
+    """While active (with --floor), the time this thread spends in psycopg's `Connection.wait`:
+    waiting on the server, round trips and commits included. Off, it costs nothing."""
+
+    enabled = False
+    _active: "ServerWait | None" = None
+
+    def __init__(self):
+        self.ms = 0.0
+
+    def __enter__(self):
+        ServerWait._active = self if self.enabled else None
+        return self
+
+    def __exit__(self, *exc):
+        ServerWait._active = None
+
+    @classmethod
+    def install(cls):
+        import psycopg
+
+        wait = psycopg.Connection.wait
+
+        def timed_wait(conn, gen, *args, **kwargs):
+            active = cls._active
+            if active is None:
+                return wait(conn, gen, *args, **kwargs)
+            started = time.perf_counter()
+            try:
+                return wait(conn, gen, *args, **kwargs)
+            finally:
+                active.ms += (time.perf_counter() - started) * 1000
+
+        psycopg.Connection.wait = timed_wait
+        cls.enabled = True
+
+
+class DurabilityFloor:
+    """The round trips refundagent's durability contract needs at the very least, with no runtime
+    around them: 7 commits (the filing, the claim, one persist per model turn for the four turns,
+    the decision) and 2 reads (the run's ticket with every fact its tools give, the decision's
+    facts), on one psycopg connection. Each commit writes a run's transcript as big as
+    refundagent's (its newest run's messages) into a table of its own; nothing of the product's
+    is touched. What no design that keeps the contract can go below, in database time alone."""
+
+    name = "durability floor: 7 commits + 2 reads, no runtime"
+
+    def __init__(self, url: str):
+        import psycopg
+
+        self.conn = psycopg.connect(libpq_url(url), autocommit=True)
+        self.conn.execute(
+            "CREATE TABLE IF NOT EXISTS bench_floor_run (id bigserial PRIMARY KEY, messages jsonb NOT NULL, "
+            "lease_expires_at timestamptz NOT NULL DEFAULT now())"
+        )
+        row = self.conn.execute(
+            "SELECT messages::text, ticket_id FROM refundagent_agentrun ORDER BY id DESC LIMIT 1"
+        ).fetchone()
+        self.messages, self.ticket_id = row if row else ("[]", 0)
+        self.run_id = self.conn.execute(
+            "INSERT INTO bench_floor_run (messages) VALUES (%s::jsonb) RETURNING id", (self.messages,)
+        ).fetchone()[0]
+
+    def one(self) -> float:
+        started = time.perf_counter()
+        for _ in range(7):
+            self.conn.execute(
+                "UPDATE bench_floor_run SET messages = %s::jsonb, lease_expires_at = now() WHERE id = %s",
+                (self.messages, self.run_id),
+            )
+        for _ in range(2):
+            self.conn.execute("SELECT * FROM refundagent_ticket WHERE id = %s", (self.ticket_id,)).fetchall()
+        return (time.perf_counter() - started) * 1000
+
+
 # --- the large database ----------------------------------------------------------------------
 
 
@@ -492,6 +577,12 @@ def main() -> int:
     parser.add_argument("--orders", type=int, default=100_000, help="orders in the large database")
     parser.add_argument("--other-tickets", type=int, default=10_000, help="tickets in the large database")
     parser.add_argument("--no-async", action="store_true", help="skip the informational LangGraph async run")
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also split refundagent's time into database wait and the rest, and time the durability "
+        "contract's round trips alone (DurabilityFloor), taking turns with the runtimes",
+    )
     args = parser.parse_args()
 
     base = database_url()
@@ -520,11 +611,15 @@ def main() -> int:
         if not args.no_async:
             runtimes.append(LangGraphPostgres(url, turns, "async"))
         runtimes.append(TightLoop(url, turns, workdir))
+        if args.floor:
+            ServerWait.install()
+            runtimes.append(DurabilityFloor(url))
         times: dict[str, list[float]] = {r.name: [] for r in runtimes}
         for _ in range(args.warmup):
             for r in runtimes:
                 r.one()
         runtimes[0].queries.clear()
+        runtimes[0].waits.clear()
         for k in range(args.tickets):
             gc.collect()
             shift = k % len(runtimes)
@@ -549,7 +644,17 @@ def main() -> int:
         print(f"{r.name:48} {median:>9.1f} {p90(values):>8.1f} {median / ra_median:>13.2f}")
     q_median = int(statistics.median(queries))
     print(f"refundagent SQL queries per ticket: median {q_median}, min {min(queries)}, max {max(queries)}")
-    ratio = ra_median / statistics.median(times[reference.name])
+    reference_median = statistics.median(times[reference.name])
+    if args.floor:
+        waits = refund.waits
+        rest = [t - w for t, w in zip(times[refund.name], waits, strict=True)]
+        floor = statistics.median(times[DurabilityFloor.name])
+        print(
+            f"refundagent: waiting on the server {statistics.median(waits):.1f} ms, the rest (its Python) "
+            f"{statistics.median(rest):.1f} ms = {statistics.median(rest) / reference_median:.2f} x {reference.name}"
+        )
+        print(f"durability floor: {floor:.1f} ms = {floor / reference_median:.2f} x {reference.name}")
+    ratio = ra_median / reference_median
     print(f"ratio refundagent / {reference.name} = {ratio:.2f}")
     print(f"ratio_vs_langgraph_postgres={ratio:.2f} queries_per_ticket={q_median} ms_per_ticket={ra_median:.1f}")
     return 0
