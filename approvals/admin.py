@@ -311,7 +311,7 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
         position = order_refund_position(order)
         now = timezone.now()
         expired = obj.expires_at <= now
-        is_filer = obj.requested_by_id == request.user.pk
+        is_maker = request.user.pk in obj.maker_ids
         open_decisions, closed_why = (
             approval_decisions_open(request=obj, user=request.user, now=now)
             if user_can_decide(request.user)
@@ -347,7 +347,7 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
             "review_verification_json": json.dumps(obj.verification, indent=2, default=str) if obj.verification else "",
             "review_sections": review_sections(obj),
             "review_decidable": bool(open_decisions),
-            "review_is_filer": is_filer,
+            "review_is_maker": is_maker,
             "review_closed_why": closed_why,
             "review_already_voted": bool(open_decisions) and "approve" not in open_decisions,
             "review_decisions": [

@@ -138,17 +138,18 @@ def approval_request_decide(
 
 def approval_decider_check(*, user, request: ApprovalRequest | None = None) -> None:
     """May `user` decide approval requests (and this one)? The finance role and the approve
-    permission, and never the person who filed the ticket (maker-checker), for every decision."""
+    permission, and never a maker (the ticket's filer, or the person who proposed the refund:
+    ApprovalRequest.maker_ids), for every decision."""
     if not user.is_authenticated:
         raise Forbidden("Sign in to decide approval requests.", code="unauthenticated")
     role = request.approver_role if request is not None else "finance"
     user_require_role(user, role)
     if not user.has_perm(APPROVE_PERMISSION):
         raise Forbidden("This needs the permission to decide approval requests.", code="permission_required")
-    if request is not None and request.requested_by_id is not None and request.requested_by_id == user.pk:
-        raise MakerChecker(
-            f"{user.get_username()} filed the ticket of request #{request.pk}; the maker cannot decide it."
-        )
+    if request is not None and user.pk in request.maker_ids:
+        made = "proposed" if user.pk == request.requested_by_id and request.filed_by_id != user.pk else "filed"
+        what = "the refund of" if made == "proposed" else "the ticket of"
+        raise MakerChecker(f"{user.get_username()} {made} {what} request #{request.pk}; a maker cannot decide it.")
 
 
 def _decision_preconditions(*, request, user, decision, args_hash, now) -> None:

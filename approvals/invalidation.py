@@ -116,6 +116,7 @@ def approval_request_invalidate(*, request, reason: str, actor=None, now, from_s
             verdict=verdict,
             idempotency_key=approval_request_replacement_key(key=request.idempotency_key),
             requested_by=request.requested_by,
+            filed_by=request.filed_by,
             ticket_ref=request.ticket_ref,
             trace_id=request.trace_id,
             origin=request.origin,

@@ -196,8 +196,17 @@ class ApprovalRequest(models.Model):
         null=True,
         blank=True,
         related_name="+",
-        help_text="The maker: who filed the ticket, or the person who proposed the refund. Never an approver "
-        "of this request.",
+        help_text="A maker: who filed the ticket (the agent's requests), or the person who proposed the refund. "
+        "Never an approver of this request.",
+    )
+    filed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="A maker too: who filed the ticket the request is for (on a person's proposal, requested_by is "
+        "the proposer). Never an approver of this request.",
     )
     decided_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
@@ -263,6 +272,12 @@ class ApprovalRequest(models.Model):
 
     def __str__(self):
         return f"approval #{self.pk} {self.action} {self.amount} {self.currency} ({self.status})"
+
+    @property
+    def maker_ids(self) -> frozenset[int]:
+        """The users who may never decide this request (maker-checker): the ticket's filer and,
+        on a person's proposal, the proposer."""
+        return frozenset(pk for pk in (self.requested_by_id, self.filed_by_id) if pk is not None)
 
 
 class ApprovalVote(models.Model):

@@ -120,7 +120,13 @@ def approval_request_payment_retry(*, request_id: int, user, note: str = "") -> 
             approver_role=request.approver_role,
             required_approvals=request.required_approvals,
             expires_at=now + (request.expires_at - request.created_at),
+            # The same makers and the same kind of request: a person's exception stays one.
             requested_by=request.requested_by,
+            filed_by=request.filed_by,
+            origin=request.origin,
+            policy_exception=request.policy_exception,
+            waived_rules=request.waived_rules,
+            proposal_reason=request.proposal_reason,
             decision_note=f"Filed again by {user.get_username()} after the provider refused request #{request.pk}"
             + (f": {note}" if note else "."),
         )

@@ -1,15 +1,16 @@
 """Refunds proposed by a person (support or finance) on a ticket the agent could not finish.
 
 A proposal becomes an ApprovalRequest exactly like the agent's (approvals.requests): canonical
-args and hash, idempotency key, expiry, maker-checker (the proposer is `requested_by`, so
-approvals.decisions never lets them decide it), and the same execution, verification and ledger
-path. What differs is who proposes, and that a person may ask for a policy exception.
+args and hash, idempotency key, expiry, maker-checker (the proposer is `requested_by` and the
+ticket's filer `filed_by`, and approvals.decisions lets neither of them decide it), and the same
+execution, verification and ledger path. What differs is who proposes, and that a person may ask
+for a policy exception.
 
 The hard limits hold and cannot be waived: the amount must be within what is still refundable
 (on the named items), in the order's currency, to one of the order's customer's own payment
 methods. A refusal writes nothing (InvalidInput, 422). A policy exception waives the policy's
 `waivable_rules` only (policy data: by default the window and the order status), needs a written
-reason, and two distinct approvers, neither of them the proposer, whatever the amount.
+reason, and two distinct approvers, neither of them a maker, whatever the amount.
 """
 
 import uuid
@@ -45,12 +46,13 @@ def approval_proposal_create(
     refund_to: PaymentMethod | None = None,
     currency: str | None = None,
     ticket_ref: int | None = None,
+    filed_by=None,
     trace_id: str = "",
     idempotency_key: str | None = None,
     now: datetime | None = None,
 ) -> ApprovalRequest:
     """A person proposes an exact refund on `order`: a pending ApprovalRequest with origin
-    `human`, requested by `user`. Call inside the caller's transaction (the ticket's move goes
+    `human`, requested by `user`; `filed_by` is the ticket's filer, a maker too. Call inside the caller's transaction (the ticket's move goes
     with it); the order row is locked first (approvals.locks), so what is refundable is read
     under the lock the execution takes too.
 
@@ -130,6 +132,7 @@ def approval_proposal_create(
             verdict=verdict,
             idempotency_key=idempotency_key or f"proposal:{order.tenant.slug}:{ticket_ref}:{uuid.uuid4().hex}",
             requested_by=user,
+            filed_by=filed_by,
             ticket_ref=ticket_ref,
             trace_id=trace_id,
             origin=ApprovalRequest.Origin.HUMAN,

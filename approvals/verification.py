@@ -172,12 +172,13 @@ def approval_verdict(*, request: ApprovalRequest) -> dict:
             len(approvers),
         )
     )
+    makers_approving = request.maker_ids & approvers
     checks.append(
         _check(
             "filer_not_approver",
-            request.requested_by_id not in approvers,
+            not makers_approving,
             "filer not among approvers",
-            "filer approved" if request.requested_by_id in approvers else "ok",
+            "filer approved" if makers_approving else "ok",
         )
     )
 

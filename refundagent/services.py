@@ -314,6 +314,7 @@ def ticket_refund_propose(
             refund_to=method,
             currency=currency,
             ticket_ref=ticket.pk,
+            filed_by=ticket.created_by,
             trace_id=str(ticket.trace_id),
         )
         who = user.get_username()

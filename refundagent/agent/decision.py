@@ -164,6 +164,7 @@ def _approval_request(*, ticket, draft, order, policy, verdict, trace) -> tuple[
         verdict=verdict,
         idempotency_key=f"refund:{ticket.tenant.slug}:ticket-{ticket.pk}:draft-{draft.pk}",
         requested_by=ticket.created_by,
+        filed_by=ticket.created_by,
         ticket_ref=ticket.pk,
         trace_id=str(ticket.trace_id),
         fresh_key=True,  # derived from the draft inserted just before, in this transaction

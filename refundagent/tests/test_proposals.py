@@ -3,12 +3,17 @@
 the agent's, under the gate's hard limits; a policy exception needs a reason and two approvers,
 never the proposer. Every test builds its own shop."""
 
+import importlib
 from decimal import Decimal
 
 import pytest
+from django.apps import apps
+from django.urls import reverse
 
 from approvals.models import ApprovalRequest, ApprovalVote, RefundPolicy
+from approvals.payouts import approval_request_payment_retry
 from approvals.review import review_sections
+from approvals.verification import approval_verdict
 from ledger.models import Customer, PaymentMethod, RefundEntry
 from refundagent.models import Ticket, TraceEvent
 
@@ -217,3 +222,112 @@ def test_finance_reviews_a_proposal_with_who_proposed_it_why_and_what_it_waives(
     html = str(proposal["html"])
     assert "support" in html and "Courier lost it." in html
     assert "The refund window" in html and "needs 2 distinct approvers" in html
+
+
+def test_the_tickets_filer_cannot_decide_a_colleagues_proposal_on_their_ticket(
+    people, make_order, customer, api_client, client, django_capture_on_commit_callbacks
+):
+    # given a ticket filed by the lead (support and finance), escalated, and support's proposal on it
+    order = make_order("120.00")
+    ticket = Ticket.objects.create(
+        tenant=order.tenant,
+        order=order,
+        customer=customer,
+        message="Please refund.",
+        currency="USD",
+        created_by=people["lead"],
+        status=Ticket.Status.ESCALATED,
+        stop_reason=Ticket.StopReason.ESCALATED,
+        stop_detail="A person decides.",
+    )
+    body = propose(api_client(people["support"]), ticket, amount="80.00").json()
+    request = ApprovalRequest.objects.get(pk=body["id"])
+    # then both makers are on the request: the proposer and the ticket's filer
+    assert (request.requested_by, request.filed_by) == (people["support"], people["lead"])
+    assert request.maker_ids == {people["support"].pk, people["lead"].pk}
+
+    # when the filer approves it through the API
+    response = decide(api_client(people["lead"]), body["id"], body["args_hash"])
+    # then 403 maker_checker, and nothing was decided
+    assert response.status_code == 403, response.content
+    assert response.json()["code"] == "maker_checker" and "filed the ticket" in response.json()["detail"]
+    assert ApprovalVote.objects.count() == 0 and RefundEntry.objects.count() == 0
+
+    # when the filer opens the request in the admin review queue and posts an approval anyway
+    client.force_login(people["lead"])
+    page = client.get(reverse("admin:approvals_approvalrequest_change", args=[request.pk])).content.decode()
+    # then no approve button, the maker-checker warning, and the post decides nothing
+    assert 'id="ra-approve"' not in page and "maker-checker" in page
+    client.post(
+        reverse("admin:approvals_approvalrequest_decide", args=[request.pk, "approve"]),
+        {"args_hash": request.args_hash},
+    )
+    assert ApprovalRequest.objects.get(pk=request.pk).status == "pending" and ApprovalVote.objects.count() == 0
+
+    # when a finance user who is neither maker approves
+    with django_capture_on_commit_callbacks(execute=True):
+        response = decide(api_client(people["finance"]), body["id"], body["args_hash"])
+    # then it is executed, and the evaluator found no maker among the approvers
+    assert response.status_code == 200, response.content
+    request.refresh_from_db()
+    assert request.status == ApprovalRequest.Status.EXECUTED
+    check = next(c for c in request.verification["checks"] if c["name"] == "filer_not_approver")
+    assert check["ok"] and check["actual"] == "ok"
+
+
+def test_the_evaluator_fails_a_refund_the_tickets_filer_approved(people, make_order, escalated_ticket, api_client):
+    # given the lead's proposal on a ticket support filed, and, written past the service, a vote
+    # by the ticket's filer
+    ticket = escalated_ticket(make_order("120.00"))
+    body = propose(api_client(people["lead"]), ticket, amount="80.00").json()
+    request = ApprovalRequest.objects.get(pk=body["id"])
+    assert (request.requested_by, request.filed_by) == (people["lead"], people["support"])
+    ApprovalVote.objects.create(request=request, approver=people["support"], decision="approve", args_hash="x")
+    # when the evaluator checks who approved it
+    verdict = approval_verdict(request=request)
+    # then the filer among the approvers fails the check
+    check = next(c for c in verdict["checks"] if c["name"] == "filer_not_approver")
+    assert not check["ok"] and check["actual"] == "filer approved"
+
+
+def test_a_refused_exception_filed_again_stays_an_exception_with_the_same_makers(
+    people, make_order, escalated_ticket, api_client, fake_stripe, django_capture_on_commit_callbacks
+):
+    # given the lead's policy exception on support's out-of-window ticket, approved by two finance
+    # users, and refused by the provider (402)
+    ticket = escalated_ticket(make_order("120.00", days_old=60, payment_ref="pi_exception"))
+    body = propose(api_client(people["lead"]), ticket, amount="80.00", reason="Courier lost it.", exception=True).json()
+    fake_stripe.fail_next("402")
+    with django_capture_on_commit_callbacks(execute=True):
+        decide(api_client(people["finance"]), body["id"], body["args_hash"])
+        decide(api_client(people["finance2"]), body["id"], body["args_hash"])
+    refused = ApprovalRequest.objects.get(pk=body["id"])
+    assert refused.status == ApprovalRequest.Status.PAYMENT_FAILED
+    # when finance files it again
+    again = approval_request_payment_retry(request_id=refused.pk, user=people["finance"])
+    # then the new request is the same person's exception: origin, waived rules, reason and both makers
+    assert (again.origin, again.policy_exception, again.waived_rules) == ("human", True, ["order_status", "window"])
+    assert (again.proposal_reason, again.required_approvals) == ("Courier lost it.", 2)
+    assert (again.requested_by, again.filed_by) == (people["lead"], people["support"])
+    assert decide(api_client(people["support"]), again.pk, again.args_hash).status_code == 403
+    # and once two finance users approve it and the provider pays, the evaluator passes it
+    with django_capture_on_commit_callbacks(execute=True):
+        decide(api_client(people["finance"]), again.pk, again.args_hash)
+        decide(api_client(people["finance2"]), again.pk, again.args_hash)
+    again.refresh_from_db()
+    assert again.status == ApprovalRequest.Status.EXECUTED, again.verification
+    assert again.verification["ok"] and len(fake_stripe.refunds) == 1
+
+
+def test_the_migration_fills_in_the_filer_of_requests_made_before_it(people, make_order, escalated_ticket, api_client):
+    # given a proposal made before `filed_by` existed (the field empty)
+    ticket = escalated_ticket(make_order("120.00"))
+    body = propose(api_client(people["lead"]), ticket, amount="80.00").json()
+    ApprovalRequest.objects.filter(pk=body["id"]).update(filed_by=None)
+    # when refundagent/0008's backfill runs
+    migration = importlib.import_module("refundagent.migrations.0008_approvalrequest_filed_by_backfill")
+    migration.backfill(apps, None)
+    # then the request names its ticket's filer, who may no longer decide it
+    request = ApprovalRequest.objects.get(pk=body["id"])
+    assert (request.requested_by, request.filed_by) == (people["lead"], people["support"])
+    assert people["support"].pk in request.maker_ids
