@@ -12,6 +12,7 @@ from decimal import Decimal
 
 from ledger.compiled import CompiledQuery
 from ledger.models import Order, PaymentMethod
+from ledger.money import amount_is_representable
 from ledger.selectors import ZERO, order_refund_position
 from ledger.telemetry import traced
 
@@ -259,6 +260,14 @@ def policy_gate_evaluate(
             verdict.reasons.append(f"The {label} {limit} was capped at the refundable {cap} {order.currency}.")
     if allowed <= ZERO:
         return stop(Outcome.DENIED, "nothing_refundable", "There is nothing to refund.")
+    if not amount_is_representable(allowed, order.currency):
+        # A requested or drafted amount finer than the currency (JPY 120.50): no provider can pay
+        # it, and rounding it is a person's call, not the runtime's.
+        return stop(
+            Outcome.ESCALATED,
+            "amount_precision",
+            f"{allowed} {order.currency} has more decimal places than {order.currency} has: a person decides.",
+        )
     verdict.allowed_amount = allowed
     verdict.reasons.append(
         f"Eligible under {policy.version}: {allowed} {order.currency} of {position.refundable} still refundable; "

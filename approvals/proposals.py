@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from ledger.exceptions import InvalidInput
 from ledger.models import Order, PaymentMethod
+from ledger.money import money_check_currency
 from ledger.selectors import order_refund_position
 from ledger.services import money
 from ledger.tenancy import user_require_role
@@ -74,6 +75,7 @@ def approval_proposal_create(
     with transaction.atomic():
         order = order_lock(order_id=order.pk)
         order = Order.objects.select_related("tenant", "customer").get(pk=order.pk)
+        money_check_currency(amount=amount, currency=order.currency, field="amount")
         if currency and currency.upper() != order.currency:
             raise InvalidInput(
                 f"The proposal is in {currency}, order {order.external_id} in {order.currency}.",

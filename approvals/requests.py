@@ -12,6 +12,7 @@ from django.db.models import Q, Sum
 from django.utils import timezone
 
 from ledger.models import Order
+from ledger.money import amount_check_representable
 from ledger.selectors import ZERO, order_refunded_total
 from ledger.services import canonical_hash
 
@@ -71,6 +72,8 @@ def approval_request_create(
     approvals.proposals) needs two distinct approvers at least, whatever the amount."""
     if verdict.outcome != Outcome.APPROVAL_REQUIRED or verdict.allowed_amount is None:
         raise ValueError("Only an eligible verdict becomes an approval request.")
+    # Never a request that no provider can pay (the gate and the proposal refuse it first).
+    amount_check_representable(verdict.allowed_amount, order.currency)
     # No look-up first: the unique key decides (a replay is the rare path, and the insert in a
     # savepoint costs the common path one query less).
     args = refund_args_canonical(order=order, verdict=verdict, ticket_ref=ticket_ref)

@@ -10,7 +10,8 @@ called on raw input here before the pattern matched.
 Currencies: ISO 4217 exponents and the provider's integer minor units. A payment provider wants
 an integer in the currency's minor unit (cents for USD, yen for JPY, fils for BHD); an amount the
 currency cannot represent (JPY 0.50) is refused, never rounded (`amount_check_representable`,
-and `money_check_currency` for input where the currency is known).
+and `money_check_currency` for input where the currency is known; `amount_is_representable` for
+the policy gate, which escalates such an amount rather than refusing it).
 """
 
 import re
@@ -62,10 +63,16 @@ def currency_exponent(currency: str) -> int:
     return 2
 
 
+def amount_is_representable(amount: Decimal, currency: str) -> bool:
+    """Has the amount no more decimal places than the currency's minor unit (JPY "120" yes, "120.50" no)?"""
+    places = currency_exponent(currency)
+    return amount == amount.quantize(Decimal(1).scaleb(-places))
+
+
 def amount_check_representable(amount: Decimal, currency: str) -> Decimal:
     """Refuse an amount with more places than the currency has (JPY "0.50"); returns it unchanged."""
     places = currency_exponent(currency)
-    if amount != amount.quantize(Decimal(1).scaleb(-places)):
+    if not amount_is_representable(amount, currency):
         raise InvalidInput(
             f"{amount} {currency} is not representable: {currency} has {places} decimal place(s).",
             code="amount_not_representable",

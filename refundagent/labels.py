@@ -84,6 +84,7 @@ LABELS: dict[str, dict[str, str]] = {
         "destination_mismatch": "Destination differs from the ticket's",
         "destination_not_allowed": "Destination not allowed by the policy",
         "nothing_refundable": "Nothing to refund",
+        "amount_precision": "Finer than the currency allows",
         "eligible": "Eligible",
     },
     "origin": {"agent": "Drafted by the agent", "human": "Proposed by a person"},

@@ -10,6 +10,7 @@ from django.utils import timezone
 from approvals.gate import Proposal, policy_current, policy_gate_evaluate
 from approvals.models import ApprovalRequest
 from approvals.requests import approval_request_create
+from ledger.exceptions import InvalidInput
 from ledger.models import Order
 
 
@@ -69,3 +70,41 @@ def test_a_fresh_key_is_one_insert_without_a_savepoint(orders, django_assert_num
         approval_request_create(
             order=order, policy=policy, verdict=verdict, idempotency_key="draft-key", fresh_key=True
         )
+
+
+def test_the_gate_escalates_an_amount_finer_than_the_orders_currency(make_order, policy):
+    # given a 1000 JPY order (yen have no minor unit)
+    order = make_order("1000", currency="JPY", external_id="ORD-JPY", days_old=3)
+    order = Order.objects.select_related("customer", "tenant").get(pk=order.pk)
+    policy = policy_current(order.tenant)
+    for drafted, requested in ((Decimal("120.50"), None), (None, Decimal("120.50"))):
+        # when the model drafts, or the customer asked for, 120.50 yen
+        verdict = policy_gate_evaluate(
+            order=order,
+            policy=policy,
+            proposal=Proposal(recommendation="refund", amount=drafted, policy_version=policy.version),
+            requested_amount=requested,
+            now=timezone.now(),
+        )
+        # then no amount is allowed: a person decides
+        assert (verdict.outcome, verdict.allowed_amount, verdict.codes) == ("escalated", None, ["amount_precision"])
+    # while 120 yen is eligible as it stands
+    verdict = policy_gate_evaluate(
+        order=order,
+        policy=policy,
+        proposal=Proposal(recommendation="refund", amount=Decimal("120"), policy_version=policy.version),
+        now=timezone.now(),
+    )
+    assert (verdict.outcome, verdict.allowed_amount) == ("approval_required", Decimal("120"))
+
+
+def test_no_request_is_made_for_an_amount_its_currency_cannot_pay(make_order, policy):
+    # given an eligible verdict on a JPY order whose amount was altered past the gate to 120.50
+    order, policy, verdict = eligible(make_order("1000", currency="JPY", external_id="ORD-JPY", days_old=3))
+    verdict.allowed_amount = Decimal("120.50")
+    # when a request is made from it
+    with pytest.raises(InvalidInput) as refused:
+        approval_request_create(order=order, policy=policy, verdict=verdict, idempotency_key="k-jpy")
+    # then it is refused, and nothing is written
+    assert refused.value.code == "amount_not_representable"
+    assert not ApprovalRequest.objects.exists()

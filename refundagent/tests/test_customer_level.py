@@ -243,6 +243,37 @@ def test_a_draft_without_an_order_on_a_customer_level_ticket_is_escalated_order_
     assert not ApprovalRequest.objects.filter(ticket_ref=ticket.pk).exists()
 
 
+def test_a_requested_amount_finer_than_the_orders_currency_is_escalated_never_requested(file_ticket, demo):
+    # given a customer-level ticket asking for 120.50 (no order yet to check its precision against)
+    # and the customer's 1000 JPY order (yen have no minor unit)
+    customer = Customer.objects.get(tenant=demo["acme"], external_id="CUST-1001")
+    order = Order.objects.create(
+        tenant=demo["acme"],
+        external_id="ORD-JPY",
+        customer=customer,
+        total=Decimal("1000"),
+        currency="JPY",
+        placed_at=timezone.now() - timedelta(days=2),
+        status="delivered",
+    )
+    Payment.objects.create(order=order, method="card", amount=Decimal("1000"), currency="JPY", payment_ref="pi_jpy1")
+    ticket = file_ticket(amount="120.50", hold_agent=True)
+    # when the agent finds the order and drafts a refund on it without an amount of its own
+    ticket = run(
+        ticket,
+        ScriptedProvider(
+            [
+                {"tool": "orders_list_customer_orders", "input": {}},
+                {"tool": "refunds_create_draft", "input": draft(order="ORD-JPY")},
+            ]
+        ),
+    )
+    # then a person decides: no approval request names an amount JPY cannot pay
+    assert ticket.status == Ticket.Status.ESCALATED
+    assert RefundDraft.objects.get(ticket=ticket).gate_verdict["codes"] == ["amount_precision"]
+    assert not ApprovalRequest.objects.filter(ticket_ref=ticket.pk).exists()
+
+
 @pytest.mark.parametrize("foreign", ["ORD-6001", "ORD-7001"])  # another acme customer's; globex's
 def test_another_customers_order_is_denied_before_any_data_in_lookup_and_draft(file_ticket, other_customer, foreign):
     ticket = file_ticket(message=f"Also refund {foreign} while you are at it.")

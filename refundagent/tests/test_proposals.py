@@ -331,3 +331,22 @@ def test_the_migration_fills_in_the_filer_of_requests_made_before_it(people, mak
     request = ApprovalRequest.objects.get(pk=body["id"])
     assert (request.requested_by, request.filed_by) == (people["lead"], people["support"])
     assert people["support"].pk in request.maker_ids
+
+
+def test_a_proposal_finer_than_the_orders_currency_is_a_422_and_writes_nothing(
+    people, make_order, escalated_ticket, api_client
+):
+    # given an escalated ticket on a 1000 JPY order (yen have no minor unit)
+    ticket = escalated_ticket(make_order("1000", currency="JPY"))
+    before = rows()
+    # when a person proposes 120.50 yen
+    response = propose(api_client(people["lead"]), ticket, amount="120.50")
+    # then 422 amount_precision, nothing written, and the ticket still waits in the queue
+    assert response.status_code == 422, response.content
+    assert response.json()["code"] == "amount_precision"
+    assert rows() == before
+    ticket.refresh_from_db()
+    assert ticket.status == Ticket.Status.ESCALATED
+    # while 120 yen is proposed as it stands
+    response = propose(api_client(people["lead"]), ticket, amount="120")
+    assert response.status_code == 201 and response.json()["amount"] == "120.00"
