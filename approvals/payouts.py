@@ -37,7 +37,7 @@ from .locks import order_lock
 from .models import ApprovalRequest
 from .outbox import approval_execution_publish
 from .requests import approval_request_replacement_key
-from .signals import approval_replaced
+from .signals import approval_refile_check, approval_replaced
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +94,8 @@ def approval_request_payment_retry(*, request_id: int, user, note: str = "") -> 
                 + "; only a refused payment is filed again.",
                 code="not_payment_failed",
             )
+        # Whatever the request is for may refuse first (its ticket closed meanwhile): nothing written.
+        approval_refile_check.send(sender=ApprovalRequest, request=request)
         policy = policy_current(order.tenant)
         if policy is None:
             raise InvalidInput("The shop has no published refund policy.", code="no_policy")

@@ -6,6 +6,10 @@ and a receiver that raises is rolled back alone and logged. A bug in a listener 
 finance's decision or the ledger write that was announced.
 
 Every signal carries `request` (the ApprovalRequest, as saved); the others are listed beside it.
+
+One signal is a question, not an announcement: `approval_refile_check` is asked before a refused
+payment is filed again, and a receiver refuses by raising (a DomainError: the caller answers
+with it, and nothing is written). It is a plain Signal, so its receivers can stop the change.
 """
 
 import logging
@@ -72,6 +76,10 @@ refund_executed = ApprovalEvent()
 # request=ApprovalRequest, verdict=dict (the evaluator's, with "ok": bool and the evidence;
 # stage "execute" when the ledger refused the write, "verify" otherwise)
 refund_verified = ApprovalEvent()
+# request=ApprovalRequest (payment_failed, its order row locked): asked before finance files the
+# refused payment again; a receiver refuses by raising a DomainError (the ticket a person closed
+# or took into the human queue is theirs). Not an ApprovalEvent: its receivers' errors propagate.
+approval_refile_check = Signal()
 # request=ApprovalRequest (payment_failed), entry=ledger.RefundEntry (failed or canceled),
 # reason=str (the provider's): the provider refused the payout; the amount is refundable again
 refund_payment_failed = ApprovalEvent()

@@ -53,6 +53,11 @@ def on_approval_replaced(sender, request: ApprovalRequest, old: ApprovalRequest,
     ticket_events.ticket_follow_replaced(request=request, old=old)
 
 
+@receiver(signals.approval_refile_check, dispatch_uid="refundagent.ticket_refile_check")
+def on_approval_refile_check(sender, request: ApprovalRequest, **kwargs):
+    ticket_events.ticket_refile_check(request=request)
+
+
 @receiver(signals.refund_executed, dispatch_uid="refundagent.ticket_follow_executed")
 def on_refund_executed(sender, request: ApprovalRequest, entry, replayed: bool = False, **kwargs):
     ticket_events.ticket_follow_executed(request=request, entry=entry, replayed=replayed)

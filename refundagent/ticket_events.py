@@ -13,6 +13,7 @@ from django.db import transaction
 
 from approvals.models import ApprovalRequest
 
+from .exceptions import TicketStateConflict
 from .models import Ticket
 from .services import ticket_run_enqueue
 from .ticket_state import ticket_transition
@@ -224,6 +225,19 @@ def ticket_follow_replaced(*, request: ApprovalRequest, old: ApprovalRequest) ->
         f"under {request.policy_version}.",
         data=_request_data(request, replaces=old.pk, old_amount=str(old.amount)),
     )
+
+
+def ticket_refile_check(*, request: ApprovalRequest) -> None:
+    """Before finance files a refused payment again: only while its ticket still waits on that
+    payment. A ticket a person closed or took into the human queue is theirs (as close and
+    escalate withdraw pending requests); they propose a refund on it if one is still due. The
+    caller holds the order lock, which close and escalate take first too."""
+    ticket = ticket_of_request(request)
+    if ticket is not None and ticket.status != S.PAYMENT_FAILED:
+        raise TicketStateConflict(
+            f"Ticket #{ticket.pk} is {ticket.get_status_display()}: a person has it, so request #{request.pk} "
+            "is not filed again (they can propose a refund on the ticket)."
+        )
 
 
 def ticket_follow_executed(*, request: ApprovalRequest, entry, replayed: bool) -> None:

@@ -45,9 +45,10 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     # Never assigned (see the module docstring): nothing moves a ticket here.
     S.DRAFT_READY: frozenset(),
     S.APPROVAL_REQUIRED: frozenset(
-        # the agent's draft; a replacement request; a person's proposal on an escalated,
-        # failed or payment-failed ticket.
-        {S.RUNNING, S.APPROVAL_REQUIRED, S.ESCALATED, S.FAILED, S.PAYMENT_FAILED}
+        # the agent's draft; a replacement request (at the decision, or at the execution of an
+        # approved one whose facts changed); a person's proposal on an escalated, failed or
+        # payment-failed ticket.
+        {S.RUNNING, S.APPROVAL_REQUIRED, S.APPROVED, S.ESCALATED, S.FAILED, S.PAYMENT_FAILED}
     ),
     S.DENIED: frozenset({S.RUNNING, S.APPROVAL_REQUIRED}),
     # Finance approved; the execution follows.

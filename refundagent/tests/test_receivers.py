@@ -12,13 +12,15 @@ from approvals.exceptions import ApprovalConflict
 from approvals.execution import approval_execute
 from approvals.gate import Proposal, policy_current, policy_gate_evaluate
 from approvals.models import ApprovalRequest
+from approvals.payouts import approval_request_payment_retry
 from approvals.requests import approval_request_create, approval_requests_expire
 from approvals.review import review_sections
 from ledger.models import Order, RefundEntry
 from ledger.services import ledger_refund_correct, ledger_refund_issue
 from refundagent.agent.prompts import facts_from_messages
+from refundagent.exceptions import TicketStateConflict
 from refundagent.models import Ticket
-from refundagent.services import ticket_create
+from refundagent.services import ticket_close, ticket_create, ticket_escalate
 
 pytestmark = pytest.mark.django_db
 
@@ -214,6 +216,52 @@ def test_replaced_request_keeps_the_ticket_waiting(user):
     assert request.replaced_by.amount == Decimal("100.00")
     assert f"#{request.replaced_by_id}" in ticket.stop_detail
     assert spans(ticket) == [("approval", "invalidate"), ("approval", "replace")]
+
+
+def test_a_request_replaced_at_execution_sends_the_ticket_back_to_finance(user, django_capture_on_commit_callbacks):
+    # given a request finance approved, whose execution has not run yet
+    ticket, request = ticket_with_request(user)
+    with django_capture_on_commit_callbacks(execute=False):
+        decide(user, request)
+    ticket.refresh_from_db()
+    assert ticket.status == Ticket.Status.APPROVED
+    # when a 20.00 refund lands on the order first, and then the execution runs
+    ledger_refund_issue(order=ticket.order, amount="20.00", currency="USD", idempotency_key="shop:y", source="import")
+    approval_execute(request_id=request.pk)
+    # then nothing is paid on the stale request, and the ticket waits for finance on its replacement
+    request.refresh_from_db()
+    assert request.status == ApprovalRequest.Status.INVALIDATED and request.replaced_by.amount == Decimal("100.00")
+    assert not RefundEntry.objects.filter(idempotency_key=request.idempotency_key).exists()
+    ticket.refresh_from_db()
+    assert ticket.status == Ticket.Status.APPROVAL_REQUIRED
+    assert f"#{request.replaced_by_id}" in ticket.stop_detail
+
+
+@pytest.mark.parametrize("taken", ["closed", "escalated"])
+def test_a_ticket_a_person_took_gets_no_new_request_when_finance_files_a_refused_payment_again(
+    user, fake_stripe, django_capture_on_commit_callbacks, taken
+):
+    # given a refund the provider refused, and its ticket closed (or escalated) by support afterwards
+    ticket, request = ticket_with_request(user, amount="30.00")
+    fake_stripe.fail_next("402")
+    with django_capture_on_commit_callbacks(execute=True):
+        decide(user, request)
+    request.refresh_from_db()
+    assert request.status == ApprovalRequest.Status.PAYMENT_FAILED
+    ticket.refresh_from_db()
+    if taken == "closed":
+        ticket_close(ticket=ticket, user=user("acme-support"), note="settled by hand", reply="We sent a voucher.")
+    else:
+        ticket_escalate(ticket=ticket, user=user("acme-support"), note="I will call the customer.")
+    # when finance files the refused payment again
+    with pytest.raises(TicketStateConflict):
+        approval_request_payment_retry(request_id=request.pk, user=user("acme-finance"))
+    # then no new request exists, the refused one is as it was, and the ticket stays with the person
+    request.refresh_from_db()
+    assert (request.status, request.replaced_by_id) == (ApprovalRequest.Status.PAYMENT_FAILED, None)
+    assert ApprovalRequest.objects.filter(ticket_ref=ticket.pk).count() == 1
+    ticket.refresh_from_db()
+    assert ticket.status == taken
 
 
 def test_invalidated_without_replacement_escalates(user):
