@@ -12,6 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from ledger.exceptions import DomainError, InvalidInput, NotFound
+from ledger.money import money_check_currency
 from ledger.services import money
 from ledger.telemetry import traced
 from ledger.tenancy import tenant_for_user, user_require_role, user_roles
@@ -102,6 +103,9 @@ def approval_request_decide(
     except (ApprovalRequest.DoesNotExist, ValueError, TypeError):
         raise NotFound(f"Approval request {request_id} not found.") from None
     approval_decider_check(user=user, request=request)
+    if wanted is not None:
+        # Every entry point (API, admin) asks for an amount the request's currency can pay.
+        money_check_currency(amount=wanted, currency=request.currency, field="wanted_amount")
 
     replaced_conflict = None
     with transaction.atomic():

@@ -144,6 +144,24 @@ def test_deny_needs_a_note_and_request_changes_takes_an_amount(file_request, log
     )
 
 
+def test_a_wanted_amount_finer_than_the_requests_currency_is_refused_and_nothing_is_decided(
+    approval_request_make, make_order, people, login
+):
+    # given a pending request on a 1000 JPY order (yen have no minor unit)
+    request = approval_request_make(order=make_order("1000", currency="JPY", days_old=3), filer=people["support"])
+    # when finance requests changes for 250.50 yen in the admin
+    response = login("finance").post(
+        decide_url(request, "request_changes"),
+        {"args_hash": request.args_hash, "note": "Less, please.", "wanted_amount": "250.50"},
+        follow=True,
+    )
+    # then it is refused with the reason, and the request is still pending, with no vote
+    assert "JPY amounts have at most 0 decimal places" in response.content.decode()
+    request.refresh_from_db()
+    assert (request.status, request.requested_amount_change) == ("pending", None)
+    assert not request.votes.exists()
+
+
 def test_the_queue_lists_pending_first_then_oldest_and_filters(file_request, login, people):
     from approvals.decisions import approval_request_decide
 
