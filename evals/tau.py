@@ -19,8 +19,8 @@ from django.utils import timezone
 
 from approvals.models import RefundPolicy
 from ledger.importing import orders_import
-from ledger.models import Membership, Tenant
-from ledger.tenancy import roles_sync
+from ledger.models import Tenant
+from ledger.tenancy import membership_ensure, roles_sync
 
 TAU_TENANT = "tau-retail"
 TAU_TENANT_NAME = "τ-bench retail shop"
@@ -218,7 +218,8 @@ def tau_users_ensure(tenant: Tenant, users=TAU_USERS, *, password: str | None = 
                 user.set_unusable_password()
             user.is_staff = "finance" in roles
             user.save()
-        Membership.objects.get_or_create(user=user, defaults={"tenant": tenant})
+        # Before any role: a user of another tenant with this name is refused, not promoted.
+        membership_ensure(user=user, tenant=tenant)
         user.groups.add(*(groups[r] for r in roles))
         made[username] = user
     return made

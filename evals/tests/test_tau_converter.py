@@ -5,10 +5,12 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from django.core.management import call_command
+from django.contrib.auth import get_user_model
+from django.core.management import CommandError, call_command
 
 import evals
 from evals.tau import TAU_DATA_DIR, TAU_POLICY_VERSION, TAU_TENANT, tau_convert, tau_load
+from ledger.models import Tenant
 
 SOURCE = Path(evals.__file__).resolve().parent / "data" / "tau_bench_retail"
 
@@ -140,3 +142,21 @@ def test_import_tau_bench_is_exact_and_safe_to_run_twice():
         RefundEntry.objects.filter(tenant=tenant).count(),
     ) == counts
     assert RefundPolicy.objects.filter(tenant=tenant).count() == 1
+
+
+def test_import_tau_bench_refuses_a_staff_username_taken_by_another_tenants_user(make_user, tmp_path):
+    # given a shop whose support person happens to be called tau-finance, and a τ-bench directory
+    make_user("tau-finance", "support")
+    (tmp_path / "users.json").write_text("{}")
+    (tmp_path / "orders.json").write_text("{}")
+
+    # when the operator imports the τ-bench shop
+    with pytest.raises(CommandError, match="User tau-finance already exists in tenant shop, not tau-retail"):
+        call_command("import_tau_bench", str(tmp_path))
+
+    # then the shop's user is still only the shop's support, and no tau-retail tenant was written
+    shop_user = get_user_model().objects.get(username="tau-finance")
+    assert shop_user.membership.tenant.slug == "shop"
+    assert list(shop_user.groups.values_list("name", flat=True)) == ["support"]
+    assert not Tenant.objects.filter(slug=TAU_TENANT).exists()
+    assert not get_user_model().objects.filter(username="tau-support").exists()
