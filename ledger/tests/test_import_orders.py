@@ -288,6 +288,29 @@ def test_an_unreadable_file_is_refused(tmp_path, content, message):
         call_command("import_orders", str(path))
 
 
+def test_a_file_that_is_not_utf8_is_refused(good_file, tmp_path):
+    # given a good file saved as Latin-1, with an accented name
+    good_file["customers"][0]["name"] = "Ada Lovelacé"
+    path = tmp_path / "orders.json"
+    path.write_bytes(json.dumps(good_file, ensure_ascii=False).encode("latin-1"))
+
+    # when it is imported, then it is a readable refusal (not a UnicodeDecodeError), and nothing is written
+    with pytest.raises(CommandError, match="is not UTF-8 text"):
+        call_command("import_orders", str(path))
+    assert not Customer.objects.exists() and not Order.objects.exists()
+
+
+def test_a_file_nested_too_deeply_is_refused(tenant, tmp_path):
+    # given a JSON file nested 100,000 lists deep (beyond Python's recursion limit)
+    path = tmp_path / "orders.json"
+    path.write_text('{"tenant": "shop", "orders": ' + "[" * 100_000 + "]" * 100_000 + "}")
+
+    # when it is imported, then it is a readable refusal (not a RecursionError), and nothing is written
+    with pytest.raises(CommandError, match="is nested too deeply"):
+        call_command("import_orders", str(path))
+    assert not Customer.objects.exists() and not Order.objects.exists()
+
+
 def test_a_thousand_orders_import_quickly(tenant):
     # given a shop file of 1,000 orders of 100 customers, with 3 lines each and a refund on every tenth
     data = {
