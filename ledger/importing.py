@@ -35,6 +35,9 @@ Rules:
 - ``currency`` is one of settings.LEDGER_CURRENCIES. ``placed_at`` is ISO 8601; without a
   timezone it is read as UTC; a bare date is midnight UTC. ``status`` is one of pending,
   processed, delivered, cancelled (default delivered).
+- No string (ids, names, notes, references, reasons, and every key and value inside
+  ``address`` and ``options``) may hold a control character other than tab, newline and carriage
+  return (the API's rule: NUL fails on PostgreSQL), nor a lone surrogate.
 - ``customer`` names a customer of the file or one the tenant already has.
 - Without ``items`` an order is one line (item id = the order id) for its total. Item prices
   need not add up to the total. An item id may repeat on several lines (one unit each).
@@ -70,6 +73,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 from .exceptions import DomainError, ImportRefused, InvalidInput
 from .models import Customer, Order, OrderItem, Payment, PaymentMethod, RefundEntry, Tenant
 from .services import ledger_refund_issue, money
+from .text import json_strings, text_problem
 
 MAX_ERRORS_SHOWN = 20
 STATUSES = {choice.value for choice in Order.Status}
@@ -198,7 +202,16 @@ class _Reader:
             raise _Invalid(f"{key} must be a string, got {value!r}")
         if len(value) > max_length:
             raise _Invalid(f"{key} is longer than {max_length} characters")
+        _Reader.check_text(key, value)
         return value
+
+    @staticmethod
+    def check_text(key: str, value) -> None:
+        """Strings the columns cannot take (a NUL fails on PostgreSQL, was stored on SQLite)."""
+        for text in json_strings(value):
+            problem = text_problem(text)
+            if problem:
+                raise _Invalid(f"{key} {problem}")
 
     @staticmethod
     def amount(obj: dict, key: str, *, required: bool = True, positive: bool = False) -> Decimal | None:
@@ -233,6 +246,13 @@ class _Reader:
         return value
 
     @staticmethod
+    def free_form(obj: dict, key: str) -> dict:
+        """Any JSON object (an address, options), stored as it is: every string in it is checked."""
+        value = _Reader.mapping(obj, key)
+        _Reader.check_text(key, value)
+        return value
+
+    @staticmethod
     def rows(obj: dict, key: str) -> list:
         value = obj.get(key)
         if value is None:
@@ -262,7 +282,8 @@ class _Reader:
 
 def _label(collection: str, index: int, row) -> str:
     ident = row.get("id") if isinstance(row, dict) else None
-    return f"{collection}[{index}]" + (f" ({ident})" if isinstance(ident, str) and ident else "")
+    shown = isinstance(ident, str) and ident and not text_problem(ident)  # never print a NUL back
+    return f"{collection}[{index}]" + (f" ({ident})" if shown else "")
 
 
 def _parse_customer(row: dict, label: str, errors: list[str]) -> _CustomerRow | None:
@@ -307,7 +328,7 @@ def _parse_customer(row: dict, label: str, errors: list[str]) -> _CustomerRow | 
             external_id=external_id,
             name=r.text(row, "name", max_length=200),
             email=email,
-            address=r.mapping(row, "address"),
+            address=r.free_form(row, "address"),
             payment_methods=methods,
         )
     except _Invalid as exc:
@@ -343,7 +364,7 @@ def _parse_order(row: dict, label: str, errors: list[str]) -> _OrderRow | None:
                         price=r.amount(item, "price"),
                         quantity=quantity,
                         product_id=r.text(item, "product_id", max_length=100),
-                        options=r.mapping(item, "options"),
+                        options=r.free_form(item, "options"),
                     )
                 )
             except _Invalid as exc:
@@ -394,6 +415,7 @@ def _parse_order(row: dict, label: str, errors: list[str]) -> _OrderRow | None:
                 refund_items = r.rows(refund, "items")
                 if not all(isinstance(i, str) and i for i in refund_items):
                     raise _Invalid("items must be a list of item ids")
+                r.check_text("items", refund_items)
                 refunds.append(
                     _RefundRow(
                         amount=r.amount(refund, "amount", positive=True),
@@ -417,7 +439,7 @@ def _parse_order(row: dict, label: str, errors: list[str]) -> _OrderRow | None:
             placed_at=placed_at,
             status=status,
             note=r.text(row, "note", max_length=100_000),
-            address=r.mapping(row, "address"),
+            address=r.free_form(row, "address"),
             items=items,
             payments=payments,
             refunds=refunds,
@@ -444,6 +466,8 @@ def _parse(data) -> tuple[Tenant | None, list[_CustomerRow], list[_OrderRow], li
     slug = data.get("tenant")
     if not isinstance(slug, str) or not slug:
         errors.append("tenant is required (the slug of an existing tenant)")
+    elif text_problem(slug):
+        errors.append(f"tenant {text_problem(slug)}")
     else:
         tenant = Tenant.objects.filter(slug=slug).first()
         if tenant is None:

@@ -209,6 +209,32 @@ BAD_ROWS = {
     "zero quantity": (lambda o: o.update(items=[{"id": "X", "price": "2.00", "quantity": 0}]), "items[0]: quantity"),
     "refunds above total": (lambda o: o.update(refunds=[{"amount": "13.00"}]), "refunds add up to more than the total"),
     "unknown payment method": (lambda o: o.update(payment={"payment_method_id": "card_404"}), "card_404"),
+    # A NUL failed on PostgreSQL (DataError) and was stored on SQLite; other C0 controls too.
+    "NUL in the note": (lambda o: o.update(note="a\x00b"), "note contains a control character"),
+    "escape in the address": (lambda o: o.update(address={"city": "x\x1b[2J"}), "address contains a control"),
+    "NUL in an address key": (lambda o: o.update(address={"ci\x00ty": "x"}), "address contains a control"),
+    "NUL in an item id": (
+        lambda o: o.update(items=[{"id": "I\x001", "price": "10.00"}]),
+        "items[0]: id contains a control character",
+    ),
+    "NUL in an item option": (
+        lambda o: o.update(items=[{"id": "I1", "price": "10.00", "options": {"color": "\x00"}}]),
+        "items[0]: options contains a control character",
+    ),
+    "NUL in a payment ref": (
+        lambda o: o.update(payment={"method": "card", "payment_ref": "pi_\x00"}),
+        "payment: payment_ref contains a control character",
+    ),
+    "NUL in a refund reason": (
+        lambda o: o.update(refunds=[{"amount": "1.00", "reason": "r\x00"}]),
+        "refunds[0]: reason contains a control character",
+    ),
+    "NUL in a refunded item id": (
+        lambda o: o.update(refunds=[{"amount": "1.00", "items": ["ORD-9003\x00"]}]),
+        "refunds[0]: items contains a control character",
+    ),
+    # JSON "\ud800" parses to a lone surrogate, which neither database driver can encode.
+    "lone surrogate in the note": (lambda o: o.update(note="a\ud800b"), "note contains a lone surrogate"),
 }
 
 
@@ -226,6 +252,49 @@ def test_a_file_with_one_bad_row_is_refused_whole(good_file, tmp_path, kind):
     assert "orders[2] (ORD-9003): " in str(refused.value)
     assert message in str(refused.value)
     assert not Customer.objects.exists() and not Order.objects.exists() and not RefundEntry.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "spoil, message",
+    [
+        (lambda c: c.update(name="Ada\x00"), "customers[0] (CUST-3001): name contains a control character"),
+        (lambda c: c.update(address={"city": "\x00"}), "customers[0] (CUST-3001): address contains a control"),
+        (
+            lambda c: c["payment_methods"][0].update(brand="vi\x00sa"),
+            "customers[0] (CUST-3001): payment_methods[0]: brand contains a control character",
+        ),
+        # the label leaves out an id it could not print
+        (lambda c: c.update(id="CUST\x00"), "customers[0]: id contains a control character"),
+    ],
+    ids=["name", "address", "payment-method-brand", "id"],
+)
+def test_a_control_character_in_a_customer_is_refused(good_file, tmp_path, spoil, message):
+    # given a good file whose first customer has a NUL in one field
+    spoil(good_file["customers"][0])
+
+    # when it is imported with the command, then the refusal names the customer and the field
+    with pytest.raises(CommandError) as refused:
+        call_command("import_orders", _write(tmp_path, good_file))
+    assert message in str(refused.value)
+    assert not Customer.objects.exists() and not Order.objects.exists()
+
+
+def test_tabs_newlines_and_carriage_returns_in_text_are_kept(good_file):
+    # given a note with the three control characters the rule allows
+    good_file["orders"][1]["note"] = "leave at the door\n\tring twice\r\n"
+
+    # when the file is imported, then the note is stored as it was
+    orders_import(data=good_file)
+    assert Order.objects.get(external_id="ORD-9002").note == "leave at the door\n\tring twice\r\n"
+
+
+def test_a_tenant_slug_with_a_nul_is_refused(good_file):
+    # (on PostgreSQL looking the slug up was a DataError)
+    good_file["tenant"] = "shop\x00"
+
+    with pytest.raises(ImportRefused, match="tenant contains a control character"):
+        orders_import(data=good_file)
+    assert not Customer.objects.exists()
 
 
 def test_every_bad_row_is_reported_at_once(good_file):
