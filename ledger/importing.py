@@ -39,6 +39,7 @@ Rules:
   ``address`` and ``options``) may hold a control character other than tab, newline and carriage
   return (the API's rule: NUL fails on PostgreSQL), nor a lone surrogate.
 - ``customer`` names a customer of the file or one the tenant already has.
+- An item's ``quantity`` is a whole number from 1 to 2,147,483,647 (the column's range; default 1).
 - Without ``items`` an order is one line (item id = the order id) for its total. Item prices
   need not add up to the total. An item id may repeat on several lines (one unit each).
 - ``payment`` and ``payments`` may both be given; each payment's ``method`` defaults to the
@@ -76,6 +77,8 @@ from .services import ledger_refund_issue, money
 from .text import json_strings, text_problem
 
 MAX_ERRORS_SHOWN = 20
+# OrderItem.quantity is a PositiveIntegerField: PostgreSQL's integer, whatever the backend.
+MAX_QUANTITY = 2_147_483_647
 STATUSES = {choice.value for choice in Order.Status}
 KINDS = {choice.value for choice in PaymentMethod.Kind}
 
@@ -355,8 +358,8 @@ def _parse_order(row: dict, label: str, errors: list[str]) -> _OrderRow | None:
                 if not isinstance(item, dict):
                     raise _Invalid("must be an object")
                 quantity = item.get("quantity", 1)
-                if isinstance(quantity, bool) or not isinstance(quantity, int) or quantity < 1:
-                    raise _Invalid(f"quantity must be a whole number of at least 1, got {quantity!r}")
+                if isinstance(quantity, bool) or not isinstance(quantity, int) or not 1 <= quantity <= MAX_QUANTITY:
+                    raise _Invalid(f"quantity must be a whole number from 1 to {MAX_QUANTITY}, got {quantity!r}")
                 items.append(
                     _ItemRow(
                         item_id=r.text(item, "id", max_length=100, required=True),

@@ -207,6 +207,16 @@ BAD_ROWS = {
         "items[0]: price must not be negative",
     ),
     "zero quantity": (lambda o: o.update(items=[{"id": "X", "price": "2.00", "quantity": 0}]), "items[0]: quantity"),
+    # Above the integer column: a check constraint violation on PostgreSQL (stored on SQLite), and
+    # from 2**63 an OverflowError on both.
+    "quantity above the column": (
+        lambda o: o.update(items=[{"id": "X", "price": "2.00", "quantity": 2**31}]),
+        "items[0]: quantity must be a whole number from 1 to 2147483647, got 2147483648",
+    ),
+    "quantity above 64 bits": (
+        lambda o: o.update(items=[{"id": "X", "price": "2.00", "quantity": 10**30}]),
+        "items[0]: quantity must be a whole number from 1 to 2147483647",
+    ),
     "refunds above total": (lambda o: o.update(refunds=[{"amount": "13.00"}]), "refunds add up to more than the total"),
     "unknown payment method": (lambda o: o.update(payment={"payment_method_id": "card_404"}), "card_404"),
     # A NUL failed on PostgreSQL (DataError) and was stored on SQLite; other C0 controls too.
@@ -295,6 +305,14 @@ def test_a_tenant_slug_with_a_nul_is_refused(good_file):
     with pytest.raises(ImportRefused, match="tenant contains a control character"):
         orders_import(data=good_file)
     assert not Customer.objects.exists()
+
+
+def test_the_largest_quantity_the_column_holds_loads(good_file):
+    good_file["orders"][2]["items"] = [{"id": "X", "price": "0.01", "quantity": 2**31 - 1}]
+
+    orders_import(data=good_file)
+
+    assert OrderItem.objects.get(order__external_id="ORD-9003").quantity == 2**31 - 1
 
 
 def test_every_bad_row_is_reported_at_once(good_file):
