@@ -33,8 +33,9 @@ Rules:
   JSON floats are refused (a float is not an exact amount). Totals and prices may be zero,
   payments and refunds must be positive.
 - ``currency`` is one of settings.LEDGER_CURRENCIES. ``placed_at`` is ISO 8601; without a
-  timezone it is read as UTC; a bare date is midnight UTC. ``status`` is one of pending,
-  processed, delivered, cancelled (default delivered).
+  timezone it is read as UTC; a bare date is midnight UTC; it lies between 1970-01-01 and
+  2099-12-31 in UTC. ``status`` is one of pending, processed, delivered, cancelled (default
+  delivered).
 - No string (ids, names, notes, references, reasons, and every key and value inside
   ``address`` and ``options``) may hold a control character other than tab, newline and carriage
   return (the API's rule: NUL fails on PostgreSQL), nor a lone surrogate.
@@ -77,6 +78,10 @@ from .services import ledger_refund_issue, money
 from .text import json_strings, text_problem
 
 MAX_ERRORS_SHOWN = 20
+# A shop's orders are placed in this range (UTC). Year 1 or 9999 with an offset is outside what a
+# datetime holds once in UTC: an OverflowError on SQLite, and on PostgreSQL a row no read survives.
+PLACED_AT_MIN = datetime(1970, 1, 1, tzinfo=UTC)
+PLACED_AT_MAX = datetime(2100, 1, 1, tzinfo=UTC)
 # OrderItem.quantity is a PositiveIntegerField: PostgreSQL's integer, whatever the backend.
 MAX_QUANTITY = 2_147_483_647
 STATUSES = {choice.value for choice in Order.Status}
@@ -280,7 +285,11 @@ class _Reader:
             parsed = None
         if parsed is None:
             raise _Invalid(f"{key} is not an ISO 8601 date-time: {value!r}")
-        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+        parsed = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+        # Compared, never converted: comparing aware datetimes cannot overflow.
+        if not PLACED_AT_MIN <= parsed < PLACED_AT_MAX:
+            raise _Invalid(f"{key} {value!r} is not between 1970-01-01 and 2099-12-31 (UTC)")
+        return parsed
 
 
 def _label(collection: str, index: int, row) -> str:

@@ -199,6 +199,17 @@ BAD_ROWS = {
     "unknown customer": (lambda o: o.update(customer="CUST-0000"), "customer CUST-0000 is neither in the file"),
     "malformed date": (lambda o: o.update(placed_at="10/11/2026"), "placed_at is not an ISO 8601 date-time"),
     "impossible date": (lambda o: o.update(placed_at="2026-02-30T10:00:00Z"), "placed_at is not an ISO 8601"),
+    # Out of a datetime's range once in UTC: an OverflowError on SQLite; on PostgreSQL the order
+    # was written and every later read of it failed (its ledger page answered 500).
+    "year 1 east of UTC": (
+        lambda o: o.update(placed_at="0001-01-01T00:00:00+05:00"),
+        "placed_at '0001-01-01T00:00:00+05:00' is not between 1970-01-01 and 2099-12-31 (UTC)",
+    ),
+    "year 9999 west of UTC": (
+        lambda o: o.update(placed_at="9999-12-31T23:59:59-05:00"),
+        "placed_at '9999-12-31T23:59:59-05:00' is not between 1970-01-01 and 2099-12-31",
+    ),
+    "date before 1970": (lambda o: o.update(placed_at="1969-12-31"), "placed_at '1969-12-31' is not between"),
     "float amount": (lambda o: o.update(total=12.5), 'total must be a decimal string like "12.50"'),
     "three decimals": (lambda o: o.update(total="12.505"), "total is not an amount with at most two decimal places"),
     "unknown status": (lambda o: o.update(status="lost"), "status 'lost' is not one of"),
