@@ -32,10 +32,11 @@ Rules:
 - Amounts are decimal strings with at most two places ("99.00"); JSON integers are accepted,
   JSON floats are refused (a float is not an exact amount). Totals and prices may be zero,
   payments and refunds must be positive.
-- ``currency`` is one of settings.LEDGER_CURRENCIES. ``placed_at`` is ISO 8601; without a
-  timezone it is read as UTC; a bare date is midnight UTC; it lies between 1970-01-01 and
-  2099-12-31 in UTC. ``status`` is one of pending, processed, delivered, cancelled (default
-  delivered).
+- ``currency`` is one of settings.LEDGER_CURRENCIES; an order's amounts (total, item prices,
+  payments, refunds) have no more decimal places than it has (no "10.50" yen), as in the API.
+- ``placed_at`` is ISO 8601; without a timezone it is read as UTC; a bare date is midnight UTC;
+  it lies between 1970-01-01 and 2099-12-31 in UTC. ``status`` is one of pending, processed,
+  delivered, cancelled (default delivered).
 - No string (ids, names, notes, references, reasons, and every key and value inside
   ``address`` and ``options``) may hold a control character other than tab, newline and carriage
   return (the API's rule: NUL fails on PostgreSQL), nor a lone surrogate.
@@ -74,6 +75,7 @@ from django.utils.dateparse import parse_date, parse_datetime
 
 from .exceptions import DomainError, ImportRefused, InvalidInput
 from .models import Customer, Order, OrderItem, Payment, PaymentMethod, RefundEntry, Tenant
+from .money import money_check_currency
 from .services import ledger_refund_issue, money
 from .text import json_strings, text_problem
 
@@ -222,7 +224,9 @@ class _Reader:
                 raise _Invalid(f"{key} {problem}")
 
     @staticmethod
-    def amount(obj: dict, key: str, *, required: bool = True, positive: bool = False) -> Decimal | None:
+    def amount(
+        obj: dict, key: str, *, required: bool = True, positive: bool = False, currency: str | None = None
+    ) -> Decimal | None:
         value = obj.get(key)
         if value is None:
             if required:
@@ -242,6 +246,12 @@ class _Reader:
             raise _Invalid(f"{key} must be positive")
         if amount >= Decimal("1e10"):
             raise _Invalid(f"{key} is too large ({amount})")
+        if currency is not None:
+            # The API's rule (422 amount_precision): never more places than the currency has.
+            try:
+                money_check_currency(amount=amount, currency=currency, field=key)
+            except InvalidInput as exc:
+                raise _Invalid(exc.message) from None
         return amount
 
     @staticmethod
@@ -353,10 +363,10 @@ def _parse_order(row: dict, label: str, errors: list[str]) -> _OrderRow | None:
     try:
         external_id = r.text(row, "id", max_length=100, required=True)
         customer = r.text(row, "customer", max_length=100, required=True)
-        total = r.amount(row, "total")
         currency = r.text(row, "currency", max_length=3, required=True)
         if currency not in settings.LEDGER_CURRENCIES:
             raise _Invalid(f"currency {currency!r} is not one of {', '.join(sorted(settings.LEDGER_CURRENCIES))}")
+        total = r.amount(row, "total", currency=currency)
         placed_at = r.when(row, "placed_at")
         status = r.text(row, "status", max_length=20, default=Order.Status.DELIVERED)
         if status not in STATUSES:
@@ -373,7 +383,7 @@ def _parse_order(row: dict, label: str, errors: list[str]) -> _OrderRow | None:
                     _ItemRow(
                         item_id=r.text(item, "id", max_length=100, required=True),
                         name=r.text(item, "name", max_length=200),
-                        price=r.amount(item, "price"),
+                        price=r.amount(item, "price", currency=currency),
                         quantity=quantity,
                         product_id=r.text(item, "product_id", max_length=100),
                         options=r.free_form(item, "options"),
@@ -399,7 +409,7 @@ def _parse_order(row: dict, label: str, errors: list[str]) -> _OrderRow | None:
                 method = r.text(p, "method", max_length=20) or None
                 if method is not None and method not in KINDS:
                     raise _Invalid(f"method {method!r} is not one of {', '.join(sorted(KINDS))}")
-                amount = r.amount(p, "amount", required=len(raw_payments) > 1, positive=True)
+                amount = r.amount(p, "amount", required=len(raw_payments) > 1, positive=True, currency=currency)
                 if amount is None:
                     if total == 0:
                         raise _Invalid("an order with a zero total has no payment")
@@ -430,7 +440,7 @@ def _parse_order(row: dict, label: str, errors: list[str]) -> _OrderRow | None:
                 r.check_text("items", refund_items)
                 refunds.append(
                     _RefundRow(
-                        amount=r.amount(refund, "amount", positive=True),
+                        amount=r.amount(refund, "amount", positive=True, currency=currency),
                         payment_method_id=r.text(refund, "payment_method_id", max_length=100),
                         items=list(refund_items),
                         reason=r.text(

@@ -212,6 +212,23 @@ BAD_ROWS = {
     "date before 1970": (lambda o: o.update(placed_at="1969-12-31"), "placed_at '1969-12-31' is not between"),
     "float amount": (lambda o: o.update(total=12.5), 'total must be a decimal string like "12.50"'),
     "three decimals": (lambda o: o.update(total="12.505"), "total is not an amount with at most two decimal places"),
+    # Amounts the currency cannot represent, which the API refuses (422 amount_precision).
+    "yen total with cents": (
+        lambda o: o.update(currency="JPY", total="10.50"),
+        "total: JPY amounts have at most 0 decimal places, got 10.50",
+    ),
+    "yen item price with cents": (
+        lambda o: o.update(currency="JPY", total="10", items=[{"id": "X", "price": "9.99"}]),
+        "items[0]: price: JPY amounts have at most 0 decimal places",
+    ),
+    "yen payment with cents": (
+        lambda o: o.update(currency="JPY", total="10", payments=[{"method": "card", "amount": "0.50"}] * 2),
+        "payments[0]: amount: JPY amounts have at most 0 decimal places",
+    ),
+    "yen refund with cents": (
+        lambda o: o.update(currency="JPY", total="10", refunds=[{"amount": "1.50"}]),
+        "refunds[0]: amount: JPY amounts have at most 0 decimal places",
+    ),
     "unknown status": (lambda o: o.update(status="lost"), "status 'lost' is not one of"),
     "negative price": (
         lambda o: o.update(items=[{"id": "X", "price": "-2.00"}]),
@@ -316,6 +333,22 @@ def test_a_tenant_slug_with_a_nul_is_refused(good_file):
     with pytest.raises(ImportRefused, match="tenant contains a control character"):
         orders_import(data=good_file)
     assert not Customer.objects.exists()
+
+
+def test_whole_yen_amounts_load(good_file):
+    # given a yen order whose amounts are written with zero cents
+    good_file["orders"][2].update(
+        currency="JPY", total="1200.00", items=[{"id": "X", "price": "1200"}], refunds=[{"amount": "200.00"}]
+    )
+
+    # when it is imported, then it loads (only places the yen does not have are refused)
+    orders_import(data=good_file)
+    order = Order.objects.get(external_id="ORD-9003")
+    assert (order.currency, order.total, order_refund_position(order).refunded_total) == (
+        "JPY",
+        Decimal("1200.00"),
+        Decimal("200.00"),
+    )
 
 
 def test_the_largest_quantity_the_column_holds_loads(good_file):
