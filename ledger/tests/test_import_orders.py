@@ -442,6 +442,17 @@ def test_a_file_nested_too_deeply_is_refused(tenant, tmp_path):
     assert not Customer.objects.exists() and not Order.objects.exists()
 
 
+def test_a_number_too_long_to_convert_is_refused(good_file, tmp_path):
+    # given a file whose total is a JSON integer of 5,000 digits (Python converts at most 4,300)
+    path = tmp_path / "orders.json"
+    path.write_text(json.dumps(good_file).replace('"99.00"', "9" * 5000, 1))
+
+    # when it is imported, then it is a readable refusal (not a ValueError), and nothing is written
+    with pytest.raises(CommandError, match="cannot be read as JSON: Exceeds the limit"):
+        call_command("import_orders", str(path))
+    assert not Customer.objects.exists() and not Order.objects.exists()
+
+
 def test_a_thousand_orders_import_quickly(tenant):
     # given a shop file of 1,000 orders of 100 customers, with 3 lines each and a refund on every tenth
     data = {
