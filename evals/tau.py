@@ -8,6 +8,7 @@ orders have an item sum that differs from the paid total in binary floating poin
 """
 
 import json
+from contextlib import contextmanager
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
@@ -19,8 +20,8 @@ from django.utils import timezone
 
 from approvals.models import RefundPolicy
 from ledger.importing import orders_import
-from ledger.models import Membership, Tenant
-from ledger.tenancy import roles_sync
+from ledger.models import Tenant
+from ledger.tenancy import membership_ensure, roles_sync
 
 TAU_TENANT = "tau-retail"
 TAU_TENANT_NAME = "τ-bench retail shop"
@@ -79,7 +80,10 @@ def tau_load(directory: Path | str | None = None) -> TauData:
             if default is not None:
                 return default
             raise FileNotFoundError(f"{path} not found: is this a τ-bench retail data directory?")
-        return json.loads(path.read_text())
+        try:
+            return json.loads(path.read_text(encoding="utf-8"))
+        except (ValueError, RecursionError) as exc:  # not UTF-8, not JSON, nested too deeply
+            raise ValueError(f"{path} is not a readable JSON file: {exc}") from None
 
     return TauData(
         users=read("users.json"),
@@ -102,7 +106,7 @@ def tau_payment_method(method: dict) -> dict:
         return {"id": method["id"], "kind": "gift_card", "balance": str(dec(method.get("balance", 0)))}
     if source == "paypal":
         return {"id": method["id"], "kind": "paypal"}
-    raise ValueError(f"Unknown τ-bench payment source {source!r} ({method.get('id')})")
+    raise ValueError(f"payment method {method.get('id')} has an unknown source {source!r}")
 
 
 def tau_customer(user_id: str, user: dict) -> dict:
@@ -123,11 +127,11 @@ def tau_order(order: dict, user: dict) -> dict:
     payments = [h for h in order["payment_history"] if h["transaction_type"] == "payment"]
     refunds = [h for h in order["payment_history"] if h["transaction_type"] == "refund"]
     if not payments:
-        raise ValueError(f"Order {order['order_id']} has no payment.")
+        raise ValueError("it has no payment")
     total = sum((dec(p["amount"]) for p in payments), Decimal("0.00"))
     method_id = payments[0]["payment_method_id"]
     if method_id not in methods:
-        raise ValueError(f"Order {order['order_id']} was paid with {method_id}, not a method of {order['user_id']}.")
+        raise ValueError(f"it was paid with {method_id}, not a method of {order['user_id']}")
     method = tau_payment_method(methods[method_id])
     payment = {"method": method["kind"], "payment_method_id": method_id}
     if method["kind"] == "card":
@@ -168,17 +172,47 @@ def tau_order(order: dict, user: dict) -> dict:
     }
 
 
+@contextmanager
+def _record(where: str):
+    """A malformed record (a missing key, a list for an object...) as a ValueError naming it,
+    which import_tau_bench reports, instead of a KeyError or TypeError from deep in the converter."""
+    try:
+        yield
+    except KeyError as exc:
+        raise ValueError(f"{where}: {exc.args[0]!r} is missing") from None
+    except (ValueError, TypeError, AttributeError, ArithmeticError) as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
+def _records(name: str, value) -> dict:
+    if not isinstance(value, dict) or not all(isinstance(v, dict) for v in value.values()):
+        raise ValueError(f"{name} must be a JSON object of records by id")
+    return value
+
+
 def tau_convert(*, users: dict, orders: dict, order_ids: list[str] | None = None, tenant: str = TAU_TENANT) -> dict:
     """τ-bench users + orders (parsed JSON) → the order import format. With `order_ids`, only
-    those orders and their customers (an eval case imports only what it needs)."""
+    those orders and their customers (an eval case imports only what it needs). A malformed
+    record is a ValueError naming its file and id."""
+    users, orders = _records("users.json", users), _records("orders.json", orders)
     wanted = list(orders) if order_ids is None else list(order_ids)
+    for order_id in wanted:
+        if order_id not in orders:
+            raise ValueError(f"orders.json: there is no order {order_id}")
+        with _record(f"orders.json: order {order_id}"):
+            if orders[order_id]["user_id"] not in users:
+                raise ValueError(f"its user {orders[order_id]['user_id']} is not in users.json")
     selected = [orders[order_id] for order_id in wanted]
     customer_ids = list(users) if order_ids is None else list(dict.fromkeys(o["user_id"] for o in selected))
-    return {
-        "tenant": tenant,
-        "customers": [tau_customer(user_id, users[user_id]) for user_id in customer_ids],
-        "orders": [tau_order(order, users[order["user_id"]]) for order in selected],
-    }
+    customers = []
+    for user_id in customer_ids:
+        with _record(f"users.json: user {user_id}"):
+            customers.append(tau_customer(user_id, users[user_id]))
+    converted = []
+    for order_id, order in zip(wanted, selected, strict=True):
+        with _record(f"orders.json: order {order_id}"):
+            converted.append(tau_order(order, users[order["user_id"]]))
+    return {"tenant": tenant, "customers": customers, "orders": converted}
 
 
 def tau_policy_publish(tenant: Tenant) -> RefundPolicy:
@@ -218,7 +252,8 @@ def tau_users_ensure(tenant: Tenant, users=TAU_USERS, *, password: str | None = 
                 user.set_unusable_password()
             user.is_staff = "finance" in roles
             user.save()
-        Membership.objects.get_or_create(user=user, defaults={"tenant": tenant})
+        # Before any role: a user of another tenant with this name is refused, not promoted.
+        membership_ensure(user=user, tenant=tenant)
         user.groups.add(*(groups[r] for r in roles))
         made[username] = user
     return made

@@ -32,10 +32,16 @@ Rules:
 - Amounts are decimal strings with at most two places ("99.00"); JSON integers are accepted,
   JSON floats are refused (a float is not an exact amount). Totals and prices may be zero,
   payments and refunds must be positive.
-- ``currency`` is one of settings.LEDGER_CURRENCIES. ``placed_at`` is ISO 8601; without a
-  timezone it is read as UTC; a bare date is midnight UTC. ``status`` is one of pending,
-  processed, delivered, cancelled (default delivered).
+- ``currency`` is one of settings.LEDGER_CURRENCIES; an order's amounts (total, item prices,
+  payments, refunds) have no more decimal places than it has (no "10.50" yen), as in the API.
+- ``placed_at`` is ISO 8601; without a timezone it is read as UTC; a bare date is midnight UTC;
+  it lies between 1970-01-01 and 2099-12-31 in UTC. ``status`` is one of pending, processed,
+  delivered, cancelled (default delivered).
+- No string (ids, names, notes, references, reasons, and every key and value inside
+  ``address`` and ``options``) may hold a control character other than tab, newline and carriage
+  return (the API's rule: NUL fails on PostgreSQL), nor a lone surrogate.
 - ``customer`` names a customer of the file or one the tenant already has.
+- An item's ``quantity`` is a whole number from 1 to 2,147,483,647 (the column's range; default 1).
 - Without ``items`` an order is one line (item id = the order id) for its total. Item prices
   need not add up to the total. An item id may repeat on several lines (one unit each).
 - ``payment`` and ``payments`` may both be given; each payment's ``method`` defaults to the
@@ -69,9 +75,17 @@ from django.utils.dateparse import parse_date, parse_datetime
 
 from .exceptions import DomainError, ImportRefused, InvalidInput
 from .models import Customer, Order, OrderItem, Payment, PaymentMethod, RefundEntry, Tenant
+from .money import money_check_currency
 from .services import ledger_refund_issue, money
+from .text import json_strings, text_problem
 
 MAX_ERRORS_SHOWN = 20
+# A shop's orders are placed in this range (UTC). Year 1 or 9999 with an offset is outside what a
+# datetime holds once in UTC: an OverflowError on SQLite, and on PostgreSQL a row no read survives.
+PLACED_AT_MIN = datetime(1970, 1, 1, tzinfo=UTC)
+PLACED_AT_MAX = datetime(2100, 1, 1, tzinfo=UTC)
+# OrderItem.quantity is a PositiveIntegerField: PostgreSQL's integer, whatever the backend.
+MAX_QUANTITY = 2_147_483_647
 STATUSES = {choice.value for choice in Order.Status}
 KINDS = {choice.value for choice in PaymentMethod.Kind}
 
@@ -198,10 +212,21 @@ class _Reader:
             raise _Invalid(f"{key} must be a string, got {value!r}")
         if len(value) > max_length:
             raise _Invalid(f"{key} is longer than {max_length} characters")
+        _Reader.check_text(key, value)
         return value
 
     @staticmethod
-    def amount(obj: dict, key: str, *, required: bool = True, positive: bool = False) -> Decimal | None:
+    def check_text(key: str, value) -> None:
+        """Strings the columns cannot take (a NUL fails on PostgreSQL, was stored on SQLite)."""
+        for text in json_strings(value):
+            problem = text_problem(text)
+            if problem:
+                raise _Invalid(f"{key} {problem}")
+
+    @staticmethod
+    def amount(
+        obj: dict, key: str, *, required: bool = True, positive: bool = False, currency: str | None = None
+    ) -> Decimal | None:
         value = obj.get(key)
         if value is None:
             if required:
@@ -221,6 +246,12 @@ class _Reader:
             raise _Invalid(f"{key} must be positive")
         if amount >= Decimal("1e10"):
             raise _Invalid(f"{key} is too large ({amount})")
+        if currency is not None:
+            # The API's rule (422 amount_precision): never more places than the currency has.
+            try:
+                money_check_currency(amount=amount, currency=currency, field=key)
+            except InvalidInput as exc:
+                raise _Invalid(exc.message) from None
         return amount
 
     @staticmethod
@@ -230,6 +261,13 @@ class _Reader:
             return {}
         if not isinstance(value, dict):
             raise _Invalid(f"{key} must be an object")
+        return value
+
+    @staticmethod
+    def free_form(obj: dict, key: str) -> dict:
+        """Any JSON object (an address, options), stored as it is: every string in it is checked."""
+        value = _Reader.mapping(obj, key)
+        _Reader.check_text(key, value)
         return value
 
     @staticmethod
@@ -257,12 +295,17 @@ class _Reader:
             parsed = None
         if parsed is None:
             raise _Invalid(f"{key} is not an ISO 8601 date-time: {value!r}")
-        return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+        parsed = parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+        # Compared, never converted: comparing aware datetimes cannot overflow.
+        if not PLACED_AT_MIN <= parsed < PLACED_AT_MAX:
+            raise _Invalid(f"{key} {value!r} is not between 1970-01-01 and 2099-12-31 (UTC)")
+        return parsed
 
 
 def _label(collection: str, index: int, row) -> str:
     ident = row.get("id") if isinstance(row, dict) else None
-    return f"{collection}[{index}]" + (f" ({ident})" if isinstance(ident, str) and ident else "")
+    shown = isinstance(ident, str) and ident and not text_problem(ident)  # never print a NUL back
+    return f"{collection}[{index}]" + (f" ({ident})" if shown else "")
 
 
 def _parse_customer(row: dict, label: str, errors: list[str]) -> _CustomerRow | None:
@@ -307,7 +350,7 @@ def _parse_customer(row: dict, label: str, errors: list[str]) -> _CustomerRow | 
             external_id=external_id,
             name=r.text(row, "name", max_length=200),
             email=email,
-            address=r.mapping(row, "address"),
+            address=r.free_form(row, "address"),
             payment_methods=methods,
         )
     except _Invalid as exc:
@@ -320,10 +363,10 @@ def _parse_order(row: dict, label: str, errors: list[str]) -> _OrderRow | None:
     try:
         external_id = r.text(row, "id", max_length=100, required=True)
         customer = r.text(row, "customer", max_length=100, required=True)
-        total = r.amount(row, "total")
         currency = r.text(row, "currency", max_length=3, required=True)
         if currency not in settings.LEDGER_CURRENCIES:
             raise _Invalid(f"currency {currency!r} is not one of {', '.join(sorted(settings.LEDGER_CURRENCIES))}")
+        total = r.amount(row, "total", currency=currency)
         placed_at = r.when(row, "placed_at")
         status = r.text(row, "status", max_length=20, default=Order.Status.DELIVERED)
         if status not in STATUSES:
@@ -334,16 +377,16 @@ def _parse_order(row: dict, label: str, errors: list[str]) -> _OrderRow | None:
                 if not isinstance(item, dict):
                     raise _Invalid("must be an object")
                 quantity = item.get("quantity", 1)
-                if isinstance(quantity, bool) or not isinstance(quantity, int) or quantity < 1:
-                    raise _Invalid(f"quantity must be a whole number of at least 1, got {quantity!r}")
+                if isinstance(quantity, bool) or not isinstance(quantity, int) or not 1 <= quantity <= MAX_QUANTITY:
+                    raise _Invalid(f"quantity must be a whole number from 1 to {MAX_QUANTITY}, got {quantity!r}")
                 items.append(
                     _ItemRow(
                         item_id=r.text(item, "id", max_length=100, required=True),
                         name=r.text(item, "name", max_length=200),
-                        price=r.amount(item, "price"),
+                        price=r.amount(item, "price", currency=currency),
                         quantity=quantity,
                         product_id=r.text(item, "product_id", max_length=100),
-                        options=r.mapping(item, "options"),
+                        options=r.free_form(item, "options"),
                     )
                 )
             except _Invalid as exc:
@@ -366,7 +409,7 @@ def _parse_order(row: dict, label: str, errors: list[str]) -> _OrderRow | None:
                 method = r.text(p, "method", max_length=20) or None
                 if method is not None and method not in KINDS:
                     raise _Invalid(f"method {method!r} is not one of {', '.join(sorted(KINDS))}")
-                amount = r.amount(p, "amount", required=len(raw_payments) > 1, positive=True)
+                amount = r.amount(p, "amount", required=len(raw_payments) > 1, positive=True, currency=currency)
                 if amount is None:
                     if total == 0:
                         raise _Invalid("an order with a zero total has no payment")
@@ -394,9 +437,10 @@ def _parse_order(row: dict, label: str, errors: list[str]) -> _OrderRow | None:
                 refund_items = r.rows(refund, "items")
                 if not all(isinstance(i, str) and i for i in refund_items):
                     raise _Invalid("items must be a list of item ids")
+                r.check_text("items", refund_items)
                 refunds.append(
                     _RefundRow(
-                        amount=r.amount(refund, "amount", positive=True),
+                        amount=r.amount(refund, "amount", positive=True, currency=currency),
                         payment_method_id=r.text(refund, "payment_method_id", max_length=100),
                         items=list(refund_items),
                         reason=r.text(
@@ -417,7 +461,7 @@ def _parse_order(row: dict, label: str, errors: list[str]) -> _OrderRow | None:
             placed_at=placed_at,
             status=status,
             note=r.text(row, "note", max_length=100_000),
-            address=r.mapping(row, "address"),
+            address=r.free_form(row, "address"),
             items=items,
             payments=payments,
             refunds=refunds,
@@ -444,6 +488,8 @@ def _parse(data) -> tuple[Tenant | None, list[_CustomerRow], list[_OrderRow], li
     slug = data.get("tenant")
     if not isinstance(slug, str) or not slug:
         errors.append("tenant is required (the slug of an existing tenant)")
+    elif text_problem(slug):
+        errors.append(f"tenant {text_problem(slug)}")
     else:
         tenant = Tenant.objects.filter(slug=slug).first()
         if tenant is None:

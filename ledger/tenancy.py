@@ -19,8 +19,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import DEFAULT_DB_ALIAS, transaction
 from django.utils import timezone
 
-from .exceptions import Forbidden
-from .models import ApiToken, Tenant
+from .exceptions import Conflict, Forbidden
+from .models import ApiToken, Membership, Tenant
 
 # The roles the API checks (API.md). `operator` exists too, for the admin only.
 ROLES = ("support", "finance")
@@ -44,6 +44,22 @@ def user_roles(user: AbstractBaseUser) -> set[str]:
 def user_require_role(user: AbstractBaseUser, *roles: str) -> None:
     if not user_roles(user) & set(roles):
         raise Forbidden(f"This needs the {' or '.join(roles)} role.", code="role_required")
+
+
+def membership_ensure(*, user: AbstractBaseUser, tenant: Tenant) -> Membership:
+    """Make `user` a member of `tenant` unless they already are; a user of another tenant is
+    refused. Seeding and imports find their staff by username, and a user's roles (groups) count
+    in whatever tenant they belong to: granting a role to another tenant's user who happens to
+    have the name would give them that role in their own tenant."""
+    membership, _ = Membership.objects.select_related("tenant").get_or_create(user=user, defaults={"tenant": tenant})
+    if membership.tenant_id != tenant.pk:
+        raise Conflict(
+            f"User {user.get_username()} already exists in tenant {membership.tenant.slug}, not {tenant.slug}: "
+            "rename or remove that user first; nothing was written.",
+            code="user_of_another_tenant",
+            details={"username": user.get_username(), "tenant": membership.tenant.slug},
+        )
+    return membership
 
 
 def api_token_create(*, user) -> str:

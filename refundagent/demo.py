@@ -14,9 +14,9 @@ from django.utils import timezone
 
 from approvals.models import RefundPolicy
 from approvals.policies import refund_policy_publish
-from ledger.models import Customer, Membership, Order, OrderItem, Payment, PaymentMethod, Tenant
+from ledger.models import Customer, Order, OrderItem, Payment, PaymentMethod, Tenant
 from ledger.services import ledger_refund_issue
-from ledger.tenancy import roles_sync
+from ledger.tenancy import membership_ensure, roles_sync
 
 POLICY_TEXT = """Refund policy ({version})
 1. Refunds are possible within {window} days of purchase.
@@ -187,14 +187,15 @@ def demo_seed() -> dict:
                 user.set_password(settings.DEMO_PASSWORD)
                 user.is_staff = "finance" in roles  # finance works in the admin review queue
                 user.save()
-            Membership.objects.get_or_create(user=user, defaults={"tenant": tenant})
+            # Before any role: a user of another tenant with this name is refused, not promoted.
+            membership_ensure(user=user, tenant=tenant)
             user.groups.add(*(groups[r] for r in roles))
     ops, created = User.objects.get_or_create(username="ops", defaults={"email": "ops@acme.example"})
     if created:
         ops.set_password(settings.DEMO_PASSWORD)
         ops.is_staff = ops.is_superuser = True
         ops.save()
-    Membership.objects.get_or_create(user=ops, defaults={"tenant": tenants["acme"]})
+    membership_ensure(user=ops, tenant=tenants["acme"])
 
     acme_customer, acme_card = _customer(tenants["acme"], "CUST-1001", "Jane Doe", "jane.doe@example.com", "4242")
     _orders(tenants["acme"], acme_customer, acme_card, ACME_ORDERS, now)

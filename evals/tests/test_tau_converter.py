@@ -5,10 +5,12 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from django.core.management import call_command
+from django.contrib.auth import get_user_model
+from django.core.management import CommandError, call_command
 
 import evals
 from evals.tau import TAU_DATA_DIR, TAU_POLICY_VERSION, TAU_TENANT, tau_convert, tau_load
+from ledger.models import Tenant
 
 SOURCE = Path(evals.__file__).resolve().parent / "data" / "tau_bench_retail"
 
@@ -140,3 +142,66 @@ def test_import_tau_bench_is_exact_and_safe_to_run_twice():
         RefundEntry.objects.filter(tenant=tenant).count(),
     ) == counts
     assert RefundPolicy.objects.filter(tenant=tenant).count() == 1
+
+
+def test_import_tau_bench_refuses_a_staff_username_taken_by_another_tenants_user(make_user, tmp_path):
+    # given a shop whose support person happens to be called tau-finance, and a τ-bench directory
+    make_user("tau-finance", "support")
+    (tmp_path / "users.json").write_text("{}")
+    (tmp_path / "orders.json").write_text("{}")
+
+    # when the operator imports the τ-bench shop
+    with pytest.raises(CommandError, match="User tau-finance already exists in tenant shop, not tau-retail"):
+        call_command("import_tau_bench", str(tmp_path))
+
+    # then the shop's user is still only the shop's support, and no tau-retail tenant was written
+    shop_user = get_user_model().objects.get(username="tau-finance")
+    assert shop_user.membership.tenant.slug == "shop"
+    assert list(shop_user.groups.values_list("name", flat=True)) == ["support"]
+    assert not Tenant.objects.filter(slug=TAU_TENANT).exists()
+    assert not get_user_model().objects.filter(username="tau-support").exists()
+
+
+METHOD = '{"id": "card_1", "source": "credit_card", "brand": "visa", "last_four": "4242"}'
+ORDER = '"order_id": "#W1", "status": "delivered", "items": [], "payment_history": []'
+BAD_DIRECTORIES = {
+    # each was a traceback (TypeError, KeyError) before, not a message naming the record
+    "users a list": ('["u1"]', "{}", "users.json must be a JSON object of records by id"),
+    "order without user_id": ("{}", '{"#W1": {' + ORDER + "}}", "orders.json: order #W1: 'user_id' is missing"),
+    "order of an unknown user": (
+        "{}",
+        '{"#W1": {"user_id": "nobody", ' + ORDER + "}}",
+        "orders.json: order #W1: its user nobody is not in users.json",
+    ),
+    "payment method without source": (
+        '{"u1": {"payment_methods": {"card_1": {"id": "card_1"}}}}',
+        "{}",
+        "users.json: user u1: 'source' is missing",
+    ),
+    "payment without amount": (
+        '{"u1": {"payment_methods": {"card_1": ' + METHOD + "}}}",
+        '{"#W1": {"order_id": "#W1", "user_id": "u1", "status": "delivered", "items": [], '
+        '"payment_history": [{"transaction_type": "payment", "payment_method_id": "card_1"}]}}',
+        "orders.json: order #W1: 'amount' is missing",
+    ),
+    "not UTF-8": (b"\xff\xfe{", "{}", "users.json is not a readable JSON file"),
+    "nested too deeply": ("{}", '{"x": ' + "[" * 100_000 + "]" * 100_000 + "}", "orders.json is not a readable JSON"),
+}
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("kind", BAD_DIRECTORIES)
+def test_a_malformed_data_directory_is_refused_naming_the_record(tmp_path, kind):
+    # given a τ-bench directory with one malformed file or record
+    users, orders, message = BAD_DIRECTORIES[kind]
+    for name, content in (("users.json", users), ("orders.json", orders)):
+        (tmp_path / name).write_bytes(content if isinstance(content, bytes) else content.encode())
+
+    # when it is imported, then the refusal names the file and the record
+    with pytest.raises(CommandError) as refused:
+        call_command("import_tau_bench", str(tmp_path))
+    assert message in str(refused.value)
+
+    # and nothing was written: no tenant, no staff
+    assert not Tenant.objects.filter(slug=TAU_TENANT).exists()
+    assert not get_user_model().objects.filter(username__startswith="tau-").exists()

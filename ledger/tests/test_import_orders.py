@@ -199,16 +199,80 @@ BAD_ROWS = {
     "unknown customer": (lambda o: o.update(customer="CUST-0000"), "customer CUST-0000 is neither in the file"),
     "malformed date": (lambda o: o.update(placed_at="10/11/2026"), "placed_at is not an ISO 8601 date-time"),
     "impossible date": (lambda o: o.update(placed_at="2026-02-30T10:00:00Z"), "placed_at is not an ISO 8601"),
+    # Out of a datetime's range once in UTC: an OverflowError on SQLite; on PostgreSQL the order
+    # was written and every later read of it failed (its ledger page answered 500).
+    "year 1 east of UTC": (
+        lambda o: o.update(placed_at="0001-01-01T00:00:00+05:00"),
+        "placed_at '0001-01-01T00:00:00+05:00' is not between 1970-01-01 and 2099-12-31 (UTC)",
+    ),
+    "year 9999 west of UTC": (
+        lambda o: o.update(placed_at="9999-12-31T23:59:59-05:00"),
+        "placed_at '9999-12-31T23:59:59-05:00' is not between 1970-01-01 and 2099-12-31",
+    ),
+    "date before 1970": (lambda o: o.update(placed_at="1969-12-31"), "placed_at '1969-12-31' is not between"),
     "float amount": (lambda o: o.update(total=12.5), 'total must be a decimal string like "12.50"'),
     "three decimals": (lambda o: o.update(total="12.505"), "total is not an amount with at most two decimal places"),
+    # Amounts the currency cannot represent, which the API refuses (422 amount_precision).
+    "yen total with cents": (
+        lambda o: o.update(currency="JPY", total="10.50"),
+        "total: JPY amounts have at most 0 decimal places, got 10.50",
+    ),
+    "yen item price with cents": (
+        lambda o: o.update(currency="JPY", total="10", items=[{"id": "X", "price": "9.99"}]),
+        "items[0]: price: JPY amounts have at most 0 decimal places",
+    ),
+    "yen payment with cents": (
+        lambda o: o.update(currency="JPY", total="10", payments=[{"method": "card", "amount": "0.50"}] * 2),
+        "payments[0]: amount: JPY amounts have at most 0 decimal places",
+    ),
+    "yen refund with cents": (
+        lambda o: o.update(currency="JPY", total="10", refunds=[{"amount": "1.50"}]),
+        "refunds[0]: amount: JPY amounts have at most 0 decimal places",
+    ),
     "unknown status": (lambda o: o.update(status="lost"), "status 'lost' is not one of"),
     "negative price": (
         lambda o: o.update(items=[{"id": "X", "price": "-2.00"}]),
         "items[0]: price must not be negative",
     ),
     "zero quantity": (lambda o: o.update(items=[{"id": "X", "price": "2.00", "quantity": 0}]), "items[0]: quantity"),
+    # Above the integer column: a check constraint violation on PostgreSQL (stored on SQLite), and
+    # from 2**63 an OverflowError on both.
+    "quantity above the column": (
+        lambda o: o.update(items=[{"id": "X", "price": "2.00", "quantity": 2**31}]),
+        "items[0]: quantity must be a whole number from 1 to 2147483647, got 2147483648",
+    ),
+    "quantity above 64 bits": (
+        lambda o: o.update(items=[{"id": "X", "price": "2.00", "quantity": 10**30}]),
+        "items[0]: quantity must be a whole number from 1 to 2147483647",
+    ),
     "refunds above total": (lambda o: o.update(refunds=[{"amount": "13.00"}]), "refunds add up to more than the total"),
     "unknown payment method": (lambda o: o.update(payment={"payment_method_id": "card_404"}), "card_404"),
+    # A NUL failed on PostgreSQL (DataError) and was stored on SQLite; other C0 controls too.
+    "NUL in the note": (lambda o: o.update(note="a\x00b"), "note contains a control character"),
+    "escape in the address": (lambda o: o.update(address={"city": "x\x1b[2J"}), "address contains a control"),
+    "NUL in an address key": (lambda o: o.update(address={"ci\x00ty": "x"}), "address contains a control"),
+    "NUL in an item id": (
+        lambda o: o.update(items=[{"id": "I\x001", "price": "10.00"}]),
+        "items[0]: id contains a control character",
+    ),
+    "NUL in an item option": (
+        lambda o: o.update(items=[{"id": "I1", "price": "10.00", "options": {"color": "\x00"}}]),
+        "items[0]: options contains a control character",
+    ),
+    "NUL in a payment ref": (
+        lambda o: o.update(payment={"method": "card", "payment_ref": "pi_\x00"}),
+        "payment: payment_ref contains a control character",
+    ),
+    "NUL in a refund reason": (
+        lambda o: o.update(refunds=[{"amount": "1.00", "reason": "r\x00"}]),
+        "refunds[0]: reason contains a control character",
+    ),
+    "NUL in a refunded item id": (
+        lambda o: o.update(refunds=[{"amount": "1.00", "items": ["ORD-9003\x00"]}]),
+        "refunds[0]: items contains a control character",
+    ),
+    # JSON "\ud800" parses to a lone surrogate, which neither database driver can encode.
+    "lone surrogate in the note": (lambda o: o.update(note="a\ud800b"), "note contains a lone surrogate"),
 }
 
 
@@ -226,6 +290,73 @@ def test_a_file_with_one_bad_row_is_refused_whole(good_file, tmp_path, kind):
     assert "orders[2] (ORD-9003): " in str(refused.value)
     assert message in str(refused.value)
     assert not Customer.objects.exists() and not Order.objects.exists() and not RefundEntry.objects.exists()
+
+
+@pytest.mark.parametrize(
+    "spoil, message",
+    [
+        (lambda c: c.update(name="Ada\x00"), "customers[0] (CUST-3001): name contains a control character"),
+        (lambda c: c.update(address={"city": "\x00"}), "customers[0] (CUST-3001): address contains a control"),
+        (
+            lambda c: c["payment_methods"][0].update(brand="vi\x00sa"),
+            "customers[0] (CUST-3001): payment_methods[0]: brand contains a control character",
+        ),
+        # the label leaves out an id it could not print
+        (lambda c: c.update(id="CUST\x00"), "customers[0]: id contains a control character"),
+    ],
+    ids=["name", "address", "payment-method-brand", "id"],
+)
+def test_a_control_character_in_a_customer_is_refused(good_file, tmp_path, spoil, message):
+    # given a good file whose first customer has a NUL in one field
+    spoil(good_file["customers"][0])
+
+    # when it is imported with the command, then the refusal names the customer and the field
+    with pytest.raises(CommandError) as refused:
+        call_command("import_orders", _write(tmp_path, good_file))
+    assert message in str(refused.value)
+    assert not Customer.objects.exists() and not Order.objects.exists()
+
+
+def test_tabs_newlines_and_carriage_returns_in_text_are_kept(good_file):
+    # given a note with the three control characters the rule allows
+    good_file["orders"][1]["note"] = "leave at the door\n\tring twice\r\n"
+
+    # when the file is imported, then the note is stored as it was
+    orders_import(data=good_file)
+    assert Order.objects.get(external_id="ORD-9002").note == "leave at the door\n\tring twice\r\n"
+
+
+def test_a_tenant_slug_with_a_nul_is_refused(good_file):
+    # (on PostgreSQL looking the slug up was a DataError)
+    good_file["tenant"] = "shop\x00"
+
+    with pytest.raises(ImportRefused, match="tenant contains a control character"):
+        orders_import(data=good_file)
+    assert not Customer.objects.exists()
+
+
+def test_whole_yen_amounts_load(good_file):
+    # given a yen order whose amounts are written with zero cents
+    good_file["orders"][2].update(
+        currency="JPY", total="1200.00", items=[{"id": "X", "price": "1200"}], refunds=[{"amount": "200.00"}]
+    )
+
+    # when it is imported, then it loads (only places the yen does not have are refused)
+    orders_import(data=good_file)
+    order = Order.objects.get(external_id="ORD-9003")
+    assert (order.currency, order.total, order_refund_position(order).refunded_total) == (
+        "JPY",
+        Decimal("1200.00"),
+        Decimal("200.00"),
+    )
+
+
+def test_the_largest_quantity_the_column_holds_loads(good_file):
+    good_file["orders"][2]["items"] = [{"id": "X", "price": "0.01", "quantity": 2**31 - 1}]
+
+    orders_import(data=good_file)
+
+    assert OrderItem.objects.get(order__external_id="ORD-9003").quantity == 2**31 - 1
 
 
 def test_every_bad_row_is_reported_at_once(good_file):
@@ -286,6 +417,40 @@ def test_an_unreadable_file_is_refused(tmp_path, content, message):
 
     with pytest.raises(CommandError, match=message):
         call_command("import_orders", str(path))
+
+
+def test_a_file_that_is_not_utf8_is_refused(good_file, tmp_path):
+    # given a good file saved as Latin-1, with an accented name
+    good_file["customers"][0]["name"] = "Ada Lovelacé"
+    path = tmp_path / "orders.json"
+    path.write_bytes(json.dumps(good_file, ensure_ascii=False).encode("latin-1"))
+
+    # when it is imported, then it is a readable refusal (not a UnicodeDecodeError), and nothing is written
+    with pytest.raises(CommandError, match="is not UTF-8 text"):
+        call_command("import_orders", str(path))
+    assert not Customer.objects.exists() and not Order.objects.exists()
+
+
+def test_a_file_nested_too_deeply_is_refused(tenant, tmp_path):
+    # given a JSON file nested 100,000 lists deep (beyond Python's recursion limit)
+    path = tmp_path / "orders.json"
+    path.write_text('{"tenant": "shop", "orders": ' + "[" * 100_000 + "]" * 100_000 + "}")
+
+    # when it is imported, then it is a readable refusal (not a RecursionError), and nothing is written
+    with pytest.raises(CommandError, match="is nested too deeply"):
+        call_command("import_orders", str(path))
+    assert not Customer.objects.exists() and not Order.objects.exists()
+
+
+def test_a_number_too_long_to_convert_is_refused(good_file, tmp_path):
+    # given a file whose total is a JSON integer of 5,000 digits (Python converts at most 4,300)
+    path = tmp_path / "orders.json"
+    path.write_text(json.dumps(good_file).replace('"99.00"', "9" * 5000, 1))
+
+    # when it is imported, then it is a readable refusal (not a ValueError), and nothing is written
+    with pytest.raises(CommandError, match="cannot be read as JSON: Exceeds the limit"):
+        call_command("import_orders", str(path))
+    assert not Customer.objects.exists() and not Order.objects.exists()
 
 
 def test_a_thousand_orders_import_quickly(tenant):

@@ -7,7 +7,7 @@ import pytest
 from django.apps import apps
 from django.contrib.auth import authenticate, get_user_model
 from django.contrib.auth.models import Group
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from approvals.models import RefundPolicy
@@ -44,6 +44,21 @@ def test_seed_demo_twice_gives_the_same_data():
     assert {k: len(v) for k, v in second.items()} == {k: len(v) for k, v in first.items()}
     assert second == first
     assert len(first["ledger.Order"]) >= 8 and len(first["ledger.RefundEntry"]) >= 2
+
+
+def test_seed_demo_refuses_a_demo_username_taken_by_another_tenants_user(make_user):
+    # given a shop whose support person happens to be called acme-finance
+    make_user("acme-finance", "support")
+    before = _snapshot()
+
+    # when the demo is seeded
+    with pytest.raises(CommandError, match="User acme-finance already exists in tenant shop, not acme"):
+        call_command("seed_demo")
+
+    # then that user is not made finance (nor moved to acme), and nothing at all was written
+    shop_user = get_user_model().objects.get(username="acme-finance")
+    assert (shop_user.membership.tenant.slug, user_roles(shop_user)) == ("shop", {"support"})
+    assert _snapshot() == before
 
 
 EXPECTED_USERS = {

@@ -25,8 +25,15 @@ class Command(BaseCommand):
                     data = json.load(f)
         except OSError as exc:
             raise CommandError(f"Cannot read {path}: {exc.strerror or exc}") from None
+        except UnicodeDecodeError as exc:
+            raise CommandError(f"{path} is not UTF-8 text ({exc}); save it as UTF-8.") from None
         except json.JSONDecodeError as exc:
             raise CommandError(f"{path} is not valid JSON: {exc}") from None
+        except ValueError as exc:  # an integer longer than Python converts (4,300 digits)
+            raise CommandError(f"{path} cannot be read as JSON: {exc}") from None
+        except RecursionError:
+            # Python's JSON parser gives up on nesting deeper than its recursion limit.
+            raise CommandError(f"{path} is nested too deeply to be an import file.") from None
         try:
             result = orders_import(data=data)
         except ImportRefused as exc:

@@ -18,6 +18,7 @@ from django.db import connection
 from approvals.decisions import approval_request_decide
 from approvals.models import ApprovalRequest
 from ledger.api import order_ledger_serialize
+from ledger.exceptions import DomainError
 from ledger.selectors import order_get
 from refundagent.demo import demo_seed
 from refundagent.models import Ticket
@@ -57,7 +58,10 @@ class Command(BaseCommand):
             )
 
         self.step("2. Demo data")
-        demo_seed()
+        try:
+            demo_seed()
+        except DomainError as exc:  # e.g. a demo username taken by another tenant's user
+            raise CommandError(exc.message) from exc
         self.say("tenants acme and globex, refund-policy-v4 (30-day window, two approvers above 500.00)")
 
         User = get_user_model()

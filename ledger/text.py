@@ -1,0 +1,34 @@
+"""Text no column should take: the one rule for strings from outside (files, requests)."""
+
+import re
+
+# C0 control characters except tab, newline and carriage return, as BadInputMiddleware
+# (refundagent/config/middleware.py) refuses them in requests. NUL breaks PostgreSQL text columns;
+# the others have no business in an id, a name or a note.
+CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+# A lone surrogate (JSON "\ud800") is not Unicode: neither database driver can encode it.
+LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
+
+
+def text_problem(value: str) -> str | None:
+    """What makes `value` unfit to store ("contains a control character ..."), or None."""
+    if CONTROL_CHARS.search(value):
+        return "contains a control character (NUL or another C0 control)"
+    if LONE_SURROGATE.search(value):
+        return "contains a lone surrogate (not valid Unicode)"
+    return None
+
+
+def json_strings(value):
+    """Every string in a parsed JSON value, object keys included. Iterative: a document nested
+    as deep as the parser allows must not hit the recursion limit here."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            yield item
+        elif isinstance(item, dict):
+            yield from item.keys()
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
