@@ -7,8 +7,10 @@ import pytest
 from django.test import Client
 
 from ledger.exceptions import PaymentProviderUnavailable
-from ledger.models import ReconciliationFinding, RefundEntry, RefundEntryEvent, WebhookEvent
+from ledger.gateways import ProviderRefund
+from ledger.models import ReconciliationFinding, RefundEntry, RefundEntryEvent, Tenant, WebhookEvent
 from ledger.payouts import ledger_refund_payout
+from ledger.reconciliation import provider_refund_reconcile
 from ledger.selectors import order_refund_position
 from ledger.services import ledger_refund_issue
 from ledger.tests.fake_stripe import sign_webhook
@@ -162,3 +164,72 @@ def test_each_configured_secret_is_accepted(fake_stripe, make_order, deliver, se
     assert deliver(event("refund.created", refund)).status_code == 200
     assert deliver(event("refund.created", refund), secret="whsec_other").status_code == 400
     assert WebhookEvent.objects.count() == 2
+
+
+# --- which entry an event's refund is: never by an empty key, never across accounts ---------------
+
+
+def written_pending(order, key="k-nid"):
+    """A refund just written pending, its payout not made yet: no provider id."""
+    entry = ledger_refund_issue(
+        order=order, amount="30.00", currency="USD", idempotency_key=key, source="approval", approval_ref=key
+    )
+    assert (entry.status, entry.provider_ref) == ("pending", "")
+    return entry
+
+
+@pytest.mark.parametrize("status", ["succeeded", "failed"])
+def test_a_refund_without_an_id_matches_no_entry(fake_stripe, make_order, status):
+    # given an entry still without a provider id (its payout not made, or its answer lost)
+    entry = written_pending(make_order("100.00", payment_ref="pi_nid"))
+    # when a refund with no id, of the same shop and account, is applied to the ledger
+    refund = ProviderRefund(provider_ref="", status=status, amount=Decimal("30.00"), currency="USD")
+    matched, outcome = provider_refund_reconcile(refund=refund, event_ref="evt_nid")
+    # then it is no entry of ours, and nothing is written: no status event, no finding
+    assert (matched, outcome) == (None, "ignored")
+    entry.refresh_from_db()
+    assert (entry.status, entry.events.count()) == ("pending", 1)
+    assert not ReconciliationFinding.objects.exists()
+
+
+def test_an_id_less_succeeded_event_never_marks_an_unpaid_refund_paid(fake_stripe, make_order, deliver):
+    # given a refund written pending, its payout not made yet
+    order = make_order("100.00", payment_ref="pi_unpaid")
+    entry = written_pending(order)
+    # when a signed refund.updated whose refund has no id says succeeded
+    refund = {"object": "refund", "amount": 3000, "currency": "usd", "status": "succeeded", "metadata": {}}
+    deliver(event("refund.updated", refund))
+    # then the entry is still pending, and the payout really pays it at Stripe
+    entry.refresh_from_db()
+    assert entry.status == "pending"
+    assert ledger_refund_payout(entry_id=entry.pk).status == "succeeded"
+    assert len(fake_stripe.posts()) == 1
+
+
+def test_an_id_less_failed_event_never_makes_a_refund_refundable_again(fake_stripe, make_order, deliver):
+    # given a refund written pending, and another shop on its own connected account
+    order = make_order("100.00", payment_ref="pi_victim")
+    entry = written_pending(order)
+    Tenant.objects.create(slug="other", name="Other", stripe_account="acct_other")
+    # when that account's signed refund.failed, its refund without an id, arrives
+    refund = {"object": "refund", "amount": 3000, "currency": "usd", "status": "failed", "metadata": {}}
+    deliver(dict(event("refund.failed", refund), account="acct_other"))
+    # then our entry still counts: the 30.00 is not refundable again
+    entry.refresh_from_db()
+    assert entry.status == "pending"
+    assert order_refund_position(order).refundable == Decimal("70.00")
+
+
+def test_another_accounts_event_never_moves_our_entry_even_with_its_id(fake_stripe, make_order, deliver):
+    # given our refund paid at Stripe on the platform account
+    order = make_order("100.00", payment_ref="pi_ours")
+    entry = ledger_refund_payout(entry_id=written_pending(order).pk)
+    assert (entry.status, entry.provider_ref[:3]) == ("succeeded", "re_")
+    Tenant.objects.create(slug="other", name="Other", stripe_account="acct_other")
+    # when an event from another account names the same refund id as failed
+    refund = dict(fake_stripe.public(fake_stripe.refunds[entry.provider_ref]), status="failed")
+    deliver(dict(event("refund.failed", refund), account="acct_other"))
+    # then it is not our refund: the entry stays succeeded and the amount stays refunded
+    entry.refresh_from_db()
+    assert entry.status == "succeeded"
+    assert order_refund_position(order).refundable == Decimal("70.00")
