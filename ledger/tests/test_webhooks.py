@@ -1,6 +1,7 @@
 """POST /webhooks/stripe: signature checked by the SDK, each event once, any order, external refunds recorded."""
 
 import json
+import time
 from decimal import Decimal
 
 import pytest
@@ -30,9 +31,9 @@ def event(type_, obj, event_id=None):
     }
 
 
-def post(payload, secret=SECRET, signature=None):
+def post(payload, secret=SECRET, signature=None, timestamp=None):
     body = json.dumps(payload).encode()
-    headers = {} if signature == "" else {"HTTP_STRIPE_SIGNATURE": signature or sign_webhook(body, secret)}
+    headers = {} if signature == "" else {"HTTP_STRIPE_SIGNATURE": signature or sign_webhook(body, secret, timestamp)}
     return Client().post("/webhooks/stripe", data=body, content_type="application/json", **headers)
 
 
@@ -56,6 +57,34 @@ def test_a_bad_or_missing_signature_answers_400_and_writes_nothing(fake_stripe, 
     response = deliver(payload, **kwargs)
     assert response.status_code == 400
     assert not WebhookEvent.objects.exists() and not RefundEntry.objects.filter(order=order).exists()
+
+
+YEAR = 365 * 24 * 3600
+
+
+@pytest.mark.parametrize(
+    "age", [10 * YEAR, 301, -301, -10 * YEAR], ids=["10y-old", "301s-old", "301s-ahead", "10y-ahead"]
+)
+def test_a_signature_outside_the_tolerance_answers_400_and_writes_nothing(fake_stripe, make_order, deliver, age):
+    # given a refund Stripe really made, and an event about it correctly signed
+    order = make_order("100.00", payment_ref="pi_old")
+    refund = fake_stripe.add_refund(payment_intent="pi_old", amount=1000)
+    # when its signature's timestamp is more than 300 s away from now (a replay, or a forged clock)
+    response = deliver(event("refund.created", fake_stripe.public(refund)), timestamp=int(time.time()) - age)
+    # then 400, and nothing is written
+    assert response.status_code == 400
+    assert not WebhookEvent.objects.exists() and not RefundEntry.objects.filter(order=order).exists()
+
+
+def test_the_tolerance_is_a_setting(fake_stripe, make_order, deliver, settings):
+    make_order("100.00", payment_ref="pi_tol")
+    refund = fake_stripe.public(fake_stripe.add_refund(payment_intent="pi_tol", amount=1000))
+    # a signature 250 s old is in Stripe's default 300 s
+    assert deliver(event("refund.created", refund), timestamp=int(time.time()) - 250).status_code == 200
+    # and not in 200 s
+    settings.STRIPE_WEBHOOK_TOLERANCE_SECONDS = 200
+    assert deliver(event("refund.created", refund), timestamp=int(time.time()) - 250).status_code == 400
+    assert WebhookEvent.objects.count() == 1
 
 
 def test_a_refund_made_by_hand_becomes_an_external_entry_and_a_finding(fake_stripe, make_order, deliver, tenant):
