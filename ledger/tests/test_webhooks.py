@@ -6,6 +6,7 @@ from decimal import Decimal
 
 import pytest
 from django.test import Client
+from django.test.client import BOUNDARY, encode_multipart
 
 from ledger.exceptions import PaymentProviderUnavailable
 from ledger.gateways import ProviderRefund
@@ -85,6 +86,23 @@ def test_the_tolerance_is_a_setting(fake_stripe, make_order, deliver, settings):
     settings.STRIPE_WEBHOOK_TOLERANCE_SECONDS = 200
     assert deliver(event("refund.created", refund), timestamp=int(time.time()) - 250).status_code == 400
     assert WebhookEvent.objects.count() == 1
+
+
+@pytest.mark.parametrize("signed", [False, True], ids=["any-signature", "signed"])
+def test_a_form_post_answers_400_and_writes_nothing(fake_stripe, db, signed):
+    # given a multipart form post: anyone can send one with any Stripe-Signature
+    body = encode_multipart(BOUNDARY, {"id": "evt_form", "type": "refund.created"})
+    signature = sign_webhook(body, SECRET) if signed else "t=1,v1=deadbeef"
+    # when it reaches the view, which reads the raw body after the middleware read the form
+    response = Client(raise_request_exception=False).post(
+        "/webhooks/stripe",
+        data=body,
+        content_type=f"multipart/form-data; boundary={BOUNDARY}",
+        **{"HTTP_STRIPE_SIGNATURE": signature},
+    )
+    # then 400 (a 500 before: reading the form had consumed the stream), and nothing written
+    assert response.status_code == 400
+    assert not WebhookEvent.objects.exists()
 
 
 def test_a_refund_made_by_hand_becomes_an_external_entry_and_a_finding(fake_stripe, make_order, deliver, tenant):

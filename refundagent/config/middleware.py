@@ -57,10 +57,11 @@ def _bad_input_where(request) -> str | None:
     if request.method in ("GET", "HEAD", "OPTIONS", "DELETE") and not request.META.get("CONTENT_LENGTH"):
         return None
     if content_type.startswith(_FORM_TYPES):
-        if _is_api(request):
-            # The API reads the raw body later; read it first, so the form is parsed from the
-            # cached bytes instead of consuming the stream (which would leave the API nothing).
-            request.body  # noqa: B018
+        # Read the raw body first, so the form is parsed from the cached bytes instead of
+        # consuming the stream: a view that reads request.body later (the API, the Stripe
+        # webhook) would otherwise raise RawPostDataException, a 500. The product takes no file
+        # uploads, so holding the body in memory (DATA_UPLOAD_MAX_MEMORY_SIZE) costs nothing.
+        request.body  # noqa: B018
         for key, values in request.POST.lists():
             if CONTROL_CHARS.search(key) or any(CONTROL_CHARS.search(v) for v in values):
                 return f"form field {key!r}"
