@@ -105,6 +105,29 @@ def test_a_form_post_answers_400_and_writes_nothing(fake_stripe, db, signed):
     assert not WebhookEvent.objects.exists()
 
 
+def post_signed(body: bytes, content_type: str):
+    return Client(raise_request_exception=False).post(
+        "/webhooks/stripe", data=body, content_type=content_type, HTTP_STRIPE_SIGNATURE=sign_webhook(body, SECRET)
+    )
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/octet-stream", ""])
+def test_a_signed_nul_escape_answers_400_whatever_the_content_type(fake_stripe, db, content_type):
+    # given a correctly signed event with a \u0000 escape, declared as something other than JSON
+    body = b'{"id": "evt_nul", "type": "customer.created", "data": {"object": {"id": "cus_\\u0000"}}}'
+    # when it is delivered, then 400 and nothing stored (a 500 on PostgreSQL before, a NUL stored on SQLite)
+    assert post_signed(body, content_type).status_code == 400
+    assert not WebhookEvent.objects.exists()
+
+
+def test_a_signed_body_nested_too_deeply_answers_400_whatever_the_content_type(fake_stripe, db):
+    # given a correctly signed body of 100,000 nested lists, declared as text/plain
+    body = b'{"id": "evt_deep", "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    # when it is delivered, then 400 and nothing stored (a RecursionError, a 500, before)
+    assert post_signed(body, "text/plain").status_code == 400
+    assert not WebhookEvent.objects.exists()
+
+
 def test_a_refund_made_by_hand_becomes_an_external_entry_and_a_finding(fake_stripe, make_order, deliver, tenant):
     # given an order, and a 40.00 refund someone made by hand in the Stripe dashboard
     order = make_order("100.00", payment_ref="pi_hand")
