@@ -1,6 +1,5 @@
 """POST /webhooks/stripe: Stripe's events, signature checked by the SDK, each event id once."""
 
-import json
 import logging
 
 from django.conf import settings
@@ -9,8 +8,9 @@ from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
+from .exceptions import InvalidInput
 from .tasks import webhook_event_process_task
-from .webhooks import stripe_signature_valid, webhook_event_store
+from .webhooks import stripe_event_parse, stripe_signature_valid, webhook_event_store
 
 logger = logging.getLogger(__name__)
 
@@ -38,11 +38,9 @@ def stripe_webhook(request):
     ):
         return JsonResponse({"error": "bad signature"}, status=400)
     try:
-        payload = json.loads(request.body)
-    except ValueError:
-        return JsonResponse({"error": "bad payload"}, status=400)
-    if not isinstance(payload, dict) or not payload.get("id"):
-        return JsonResponse({"error": "not an event"}, status=400)
+        payload = stripe_event_parse(request.body)
+    except InvalidInput as exc:
+        return JsonResponse({"error": exc.message, "code": exc.code}, status=400)
     event, created = webhook_event_store(provider="stripe", payload=payload)
     if created or event.processed_at is None:
         # A redelivery of an event never processed (its publish was lost) is enqueued again:

@@ -16,6 +16,7 @@ from ledger.reconciliation import provider_refund_reconcile
 from ledger.selectors import order_refund_position
 from ledger.services import ledger_refund_issue
 from ledger.tests.fake_stripe import sign_webhook
+from ledger.webhooks import webhook_event_process
 
 SECRET = "whsec_test_secret"
 counter = iter(range(1, 1_000_000))
@@ -268,8 +269,10 @@ def test_an_id_less_succeeded_event_never_marks_an_unpaid_refund_paid(fake_strip
     entry = written_pending(order)
     # when a signed refund.updated whose refund has no id says succeeded
     refund = {"object": "refund", "amount": 3000, "currency": "usd", "status": "succeeded", "metadata": {}}
-    deliver(event("refund.updated", refund))
-    # then the entry is still pending, and the payout really pays it at Stripe
+    response = deliver(event("refund.updated", refund))
+    # then it is refused as malformed, nothing stored
+    assert response.status_code == 400 and not WebhookEvent.objects.exists()
+    # and the entry is still pending, and the payout really pays it at Stripe
     entry.refresh_from_db()
     assert entry.status == "pending"
     assert ledger_refund_payout(entry_id=entry.pk).status == "succeeded"
@@ -283,8 +286,10 @@ def test_an_id_less_failed_event_never_makes_a_refund_refundable_again(fake_stri
     Tenant.objects.create(slug="other", name="Other", stripe_account="acct_other")
     # when that account's signed refund.failed, its refund without an id, arrives
     refund = {"object": "refund", "amount": 3000, "currency": "usd", "status": "failed", "metadata": {}}
-    deliver(dict(event("refund.failed", refund), account="acct_other"))
-    # then our entry still counts: the 30.00 is not refundable again
+    response = deliver(dict(event("refund.failed", refund), account="acct_other"))
+    # then it is refused as malformed, nothing stored, and our entry still counts: the 30.00 is
+    # not refundable again
+    assert response.status_code == 400 and not WebhookEvent.objects.exists()
     entry.refresh_from_db()
     assert entry.status == "pending"
     assert order_refund_position(order).refundable == Decimal("70.00")
@@ -303,3 +308,112 @@ def test_another_accounts_event_never_moves_our_entry_even_with_its_id(fake_stri
     entry.refresh_from_db()
     assert entry.status == "succeeded"
     assert order_refund_position(order).refundable == Decimal("70.00")
+
+
+# --- the shape of what the product acts on: checked before anything is stored ----------------------
+
+REFUND = {
+    "id": "re_shape",
+    "object": "refund",
+    "amount": 1000,
+    "currency": "usd",
+    "status": "succeeded",
+    "payment_intent": "pi_shape",
+    "charge": None,
+    "metadata": {"ledger_entry": "1"},
+    "created": 1_700_000_000,
+    "failure_reason": None,
+}
+WITHOUT_ID = {k: v for k, v in REFUND.items() if k != "id"}
+MALFORMED = {
+    "data-a-string": {"type": "refund.updated", "data": "garbage"},
+    "object-a-string": {"type": "refund.updated", "data": {"object": "garbage"}},
+    "no-data": {"type": "refund.created"},
+    "refund-without-id": event("refund.updated", WITHOUT_ID),
+    "refund-with-empty-id": event("refund.updated", dict(REFUND, id="")),
+    "refund-id-longer-than-its-column": event("refund.updated", dict(REFUND, id="re_" + "x" * 200)),
+    "amount-a-string": event("refund.updated", dict(REFUND, amount="abc")),
+    "amount-a-numeric-string": event("refund.updated", dict(REFUND, amount="1000")),
+    "amount-a-boolean": event("refund.updated", dict(REFUND, amount=True)),
+    "amount-negative": event("refund.updated", dict(REFUND, amount=-1000)),
+    "amount-beyond-the-ledger": event("refund.updated", dict(REFUND, amount=10**12)),
+    "currency-missing": event("refund.updated", {k: v for k, v in REFUND.items() if k != "currency"}),
+    "currency-not-a-code": event("refund.updated", dict(REFUND, currency=["usd"])),
+    "status-a-list": event("refund.updated", dict(REFUND, status=["succeeded"])),
+    "metadata-a-list": event("refund.updated", dict(REFUND, metadata=["a"])),
+    "metadata-a-number": event("refund.updated", dict(REFUND, metadata={"ledger_entry": 1})),
+    "payment-intent-a-number": event("refund.updated", dict(REFUND, payment_intent=5)),
+    "created-not-a-timestamp": event("refund.updated", dict(REFUND, created="yesterday")),
+    "created-beyond-any-date": event("refund.updated", dict(REFUND, created=10**20)),
+    "charge-without-id": event("charge.refunded", {"object": "charge"}),
+    "charge-id-not-a-charge": event("charge.refunded", {"id": "cus_1", "object": "charge"}),
+    "charge-refunds-not-refunds": event("charge.refunded", {"id": "ch_1", "refunds": {"data": ["x"]}}),
+    "charge-refunds-without-id": event("charge.refunded", {"id": "ch_1", "refunds": {"data": [WITHOUT_ID]}}),
+}
+
+
+@pytest.mark.parametrize("payload", MALFORMED.values(), ids=MALFORMED.keys())
+def test_a_signed_but_malformed_event_answers_400_and_stores_nothing(fake_stripe, deliver, db, payload):
+    # given a correctly signed event of a type the product acts on, its refund or charge malformed
+    payload = {"id": f"evt_{next(counter)}", "object": "event", **payload}
+    # when it is delivered
+    response = deliver(payload)
+    # then 400 naming what is wrong, and nothing stored: before, it was stored and its
+    # processing task crashed on every retry of the sweep
+    assert response.status_code == 400, response.content
+    assert response.json()["error"]
+    assert not WebhookEvent.objects.exists() and not RefundEntry.objects.exists()
+
+
+def test_a_well_formed_event_with_fields_the_product_does_not_read_is_taken(fake_stripe, make_order, deliver):
+    # given a refund event as Stripe sends it, with fields the ledger does not read, and its
+    # payment intent expanded
+    make_order("100.00", payment_ref="pi_shape")
+    refund = dict(REFUND, payment_intent={"id": "pi_shape", "object": "payment_intent"}, destination_details={})
+    # when it is delivered, then it is taken and recorded
+    assert deliver(event("refund.created", refund)).status_code == 200
+    assert RefundEntry.objects.get().provider_ref == "re_shape"
+
+
+def test_an_event_the_product_ignores_is_not_checked_beyond_its_envelope(fake_stripe, deliver, db):
+    response = deliver({"id": "evt_other", "type": "customer.updated", "data": "anything"})
+    assert response.status_code == 200
+    assert WebhookEvent.objects.get().result == "ignored"
+
+
+BEYOND_THE_DATABASE = {
+    "NaN": b'{"id": "evt_nan", "type": "customer.created", "x": NaN}',
+    "Infinity": b'{"id": "evt_inf", "type": "customer.created", "x": Infinity}',
+    "-Infinity": b'{"id": "evt_minf", "type": "customer.created", "x": -Infinity}',
+    "1e400": b'{"id": "evt_e400", "type": "customer.created", "x": 1e400}',
+    "lone-surrogate": b'{"id": "evt_sur", "type": "customer.created", "x": "\\ud800"}',
+    "id-too-long": json.dumps({"id": "evt_" + "x" * 200, "type": "customer.created"}).encode(),
+    "type-too-long": json.dumps({"id": "evt_type", "type": "x" * 300}).encode(),
+    "account-too-long": json.dumps(
+        {"id": "evt_acct", "type": "customer.created", "account": "acct_" + "x" * 200}
+    ).encode(),
+    "id-a-number": b'{"id": 5, "type": "customer.created"}',
+    "a-list": b"[]",
+}
+
+
+@pytest.mark.parametrize("body", BEYOND_THE_DATABASE.values(), ids=BEYOND_THE_DATABASE.keys())
+def test_a_signed_body_the_database_cannot_store_answers_400(fake_stripe, db, body):
+    # given a correctly signed body that json.loads accepts but a column or the JSON type refuses
+    # (a 500 before: SQLite's JSON_VALID, PostgreSQL's json, a varchar(100))
+    response = post_signed(body, "application/json")
+    # then 400, and nothing stored
+    assert response.status_code == 400, response.content
+    assert not WebhookEvent.objects.exists()
+
+
+def test_a_malformed_event_stored_before_the_check_is_marked_processed_not_retried_forever(db):
+    # given an event stored before its shape was checked (its processing task crashed on every retry)
+    stored = WebhookEvent.objects.create(
+        event_id="evt_old_bad", type="refund.updated", payload={"id": "evt_old_bad", "data": {"object": "garbage"}}
+    )
+    # when the sweep enqueues it again
+    processed = webhook_event_process(webhook_event_id=stored.pk)
+    # then it is processed, as malformed, with no effect: the sweep stops sending it
+    assert processed.processed_at is not None and processed.result.startswith("malformed")
+    assert not RefundEntry.objects.exists()
