@@ -75,8 +75,14 @@ def reconciliation_findings_resolve(*, queryset, user, note: str = "") -> int:
 
 
 def _entry_for(refund: ProviderRefund, gateway: str) -> RefundEntry | None:
+    # No id, no match: provider_ref="" is every entry whose payout has no answer yet, any shop's.
+    if not refund.provider_ref:
+        return None
+    # The account is checked on this path too: a refund of another account is never ours.
     entry = (
-        RefundEntry.objects.select_related("tenant").filter(gateway=gateway, provider_ref=refund.provider_ref).first()
+        RefundEntry.objects.select_related("tenant")
+        .filter(gateway=gateway, provider_ref=refund.provider_ref, tenant__stripe_account=refund.account)
+        .first()
     )
     if entry is not None or not refund.metadata.get("ledger_entry", "").isdigit():
         return entry
@@ -118,6 +124,8 @@ def provider_refund_reconcile(
     run: ReconciliationRun | None = None,
 ) -> tuple[RefundEntry | None, str]:
     """Apply one provider refund to the ledger. Returns (the entry, what happened)."""
+    if not refund.provider_ref:
+        return None, "ignored"  # nothing to match it to, nor to record it by
     entry = _entry_for(refund, gateway)
     if entry is not None:
         if (

@@ -1,17 +1,16 @@
 """POST /webhooks/stripe: Stripe's events, signature checked by the SDK, each event id once."""
 
-import json
 import logging
 
-import stripe
 from django.conf import settings
 from django.db import transaction
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
+from .exceptions import InvalidInput
 from .tasks import webhook_event_process_task
-from .webhooks import webhook_event_store
+from .webhooks import stripe_event_parse, stripe_signature_valid, webhook_event_store
 
 logger = logging.getLogger(__name__)
 
@@ -25,13 +24,6 @@ def _publish(webhook_event_id: int) -> None:
         logger.exception("webhook event %s stored but not enqueued", webhook_event_id)
 
 
-def _verified(body: bytes, signature: str, secret: str) -> bool:
-    try:
-        return stripe.WebhookSignature.verify_header(body.decode("utf-8"), signature, secret)
-    except (stripe.SignatureVerificationError, UnicodeDecodeError):
-        return False
-
-
 @csrf_exempt
 @require_POST
 def stripe_webhook(request):
@@ -41,14 +33,14 @@ def stripe_webhook(request):
     signature = request.headers.get("Stripe-Signature", "")
     if not secrets or not signature:
         return JsonResponse({"error": "missing Stripe-Signature (or no STRIPE_WEBHOOK_SECRET configured)"}, status=400)
-    if not any(_verified(request.body, signature, secret) for secret in secrets):
+    if not stripe_signature_valid(
+        body=request.body, header=signature, secrets=secrets, tolerance=settings.STRIPE_WEBHOOK_TOLERANCE_SECONDS
+    ):
         return JsonResponse({"error": "bad signature"}, status=400)
     try:
-        payload = json.loads(request.body)
-    except ValueError:
-        return JsonResponse({"error": "bad payload"}, status=400)
-    if not isinstance(payload, dict) or not payload.get("id"):
-        return JsonResponse({"error": "not an event"}, status=400)
+        payload = stripe_event_parse(request.body)
+    except InvalidInput as exc:
+        return JsonResponse({"error": exc.message, "code": exc.code}, status=400)
     event, created = webhook_event_store(provider="stripe", payload=payload)
     if created or event.processed_at is None:
         # A redelivery of an event never processed (its publish was lost) is enqueued again:

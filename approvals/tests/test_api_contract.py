@@ -1,6 +1,7 @@
 """Issue 10, items 7, 8, 10 and 11 on decisions: strict money in the API and the admin forms,
 control characters, the admin's decision URL with a non-numeric id, and Idempotency-Key."""
 
+import json
 import threading
 
 import pytest
@@ -72,6 +73,20 @@ def test_a_nul_in_a_decision_is_a_400_and_nothing_is_decided(approval_request_ma
         f"/api/approvals/{request.pk}/decision", body, content_type="application/json"
     )
     assert response.status_code == 400
+    assert response.json()["code"] == "control_character"
+    assert written(request) == before
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", ""])
+def test_a_nul_escape_in_a_decision_sent_as_another_type_is_a_400(approval_request_make, api_client, content_type):
+    # given a pending request
+    request = approval_request_make(order="ORD-5001")
+    before = written(request)
+    # when finance decides with a \u0000 escape in the note, declared as something other than JSON
+    body = json.dumps({"decision": "deny", "args_hash": request.args_hash, "note": "no\x00"})
+    response = api_client("acme-finance").post(f"/api/approvals/{request.pk}/decision", body, content_type=content_type)
+    # then 400 control_character: the request is still pending and nothing was written
+    assert response.status_code == 400, response.content
     assert response.json()["code"] == "control_character"
     assert written(request) == before
 

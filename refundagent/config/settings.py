@@ -340,5 +340,9 @@ STRIPE_MAX_NETWORK_RETRIES = envint("STRIPE_MAX_NETWORK_RETRIES", "2")
 STRIPE_TIMEOUT_SECONDS = envint("STRIPE_TIMEOUT_SECONDS", "30")
 if STRIPE_MAX_NETWORK_RETRIES < 0 or STRIPE_TIMEOUT_SECONDS <= 0:
     raise ImproperlyConfigured("STRIPE_MAX_NETWORK_RETRIES must be >= 0 and STRIPE_TIMEOUT_SECONDS > 0")
+# How far a webhook signature's timestamp may be from now, either way (Stripe's default: 300 s).
+STRIPE_WEBHOOK_TOLERANCE_SECONDS = envint("STRIPE_WEBHOOK_TOLERANCE_SECONDS", "300")
+if STRIPE_WEBHOOK_TOLERANCE_SECONDS <= 0:
+    raise ImproperlyConfigured("STRIPE_WEBHOOK_TOLERANCE_SECONDS must be > 0")
 # Daily reconciliation looks this far back (overlapping days, so a late refund is not missed).
 RECONCILE_LOOKBACK_DAYS = envint("RECONCILE_LOOKBACK_DAYS", "3")

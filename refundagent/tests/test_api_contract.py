@@ -1,6 +1,7 @@
 """Issue 10, items 7-9 and 11 on the ticket endpoints and the web form: strict money, control
 characters, bounded pages and Idempotency-Key. Every refusal writes nothing."""
 
+import json
 import threading
 from datetime import timedelta
 
@@ -133,6 +134,24 @@ def test_a_raw_nul_byte_in_the_body_is_a_400(api_client):
     before = written()
     response = client.post("/api/tickets", b'{"message": "a\x00b"}', content_type="application/json")
     assert response.status_code == 400
+    assert written() == before
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", ""])
+@pytest.mark.parametrize("char", ["\x00", "\x1b"], ids=["NUL", "ESC"])
+def test_a_json_control_escape_is_a_400_whatever_the_content_type(api_client, content_type, char):
+    # given support with a token, and the counts before
+    client = api_client("acme-support")
+    before = written()
+    # when a ticket's JSON body carries the escape, declared as something other than JSON
+    # (the API parses the body as JSON whatever its Content-Type)
+    body = json.dumps({**BODY, "message": f"broken{char}please refund"})  # as a \u0000 escape
+    assert "\\u00" in body
+    response = client.post("/api/tickets", body, content_type=content_type)
+    # then 400 control_character, as for application/json, and nothing written
+    # (a 500 DataError on PostgreSQL before, and the NUL stored on SQLite)
+    assert response.status_code == 400, response.content
+    assert response.json()["code"] == "control_character"
     assert written() == before
 
 
