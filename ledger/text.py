@@ -2,9 +2,9 @@
 
 import re
 
-# C0 control characters except tab, newline and carriage return, as BadInputMiddleware
-# (refundagent/config/middleware.py) refuses them in requests. NUL breaks PostgreSQL text columns;
-# the others have no business in an id, a name or a note.
+# C0 control characters except tab, newline and carriage return: BadInputMiddleware
+# (refundagent/config/middleware.py) refuses them in requests, the importer in files. NUL breaks
+# PostgreSQL text columns; the others have no business in an id, a name or a note.
 CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 # A lone surrogate (JSON "\ud800") is not Unicode: neither database driver can encode it.
 LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")

@@ -14,32 +14,17 @@ from ledger.idempotency import (
     idempotency_request_hash,
 )
 from ledger.tenancy import api_token_authenticate
+from ledger.text import CONTROL_CHARS, json_strings
 
 from .problems import PROBLEM_CONTENT_TYPE, problem_from_response, problem_response
 
 API_PREFIX = "/api/"
 
-# C0 control characters except tab, newline and carriage return. NUL breaks PostgreSQL text
-# columns (a 500 before); the others have no business in an id, an amount or a message.
-CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 _FORM_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data")
 
 
 def _is_api(request) -> bool:
     return request.path_info.startswith(API_PREFIX) or request.path_info == API_PREFIX.rstrip("/")
-
-
-def _strings(value):
-    """Every string in a JSON document, keys included."""
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            yield key
-            yield from _strings(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _strings(item)
 
 
 TOO_DEEP = "too_deep"
@@ -71,7 +56,7 @@ def _bad_input_where(request) -> str | None:
     # the body as JSON whatever the Content-Type (text/plain, a form type, none), and so may a view.
     try:
         document = json.loads(request.body)
-        if any(CONTROL_CHARS.search(text) for text in _strings(document)):
+        if any(CONTROL_CHARS.search(text) for text in json_strings(document)):
             return "body"
     except (ValueError, UnicodeDecodeError):
         return None  # not JSON: the view answers that
