@@ -82,10 +82,16 @@ def _status_payload(ticket: Ticket, since: int = 0) -> dict:
 @require_GET
 def ticket_list(request):
     filters = TicketFilterForm(request.GET or None)
-    wanted = filters.cleaned_data if filters.is_valid() else {}
+    # A filter the form refuses lists nothing (400, the error shown): never every ticket under
+    # a status box that still names the filter.
+    valid = filters.is_valid()
+    refused = filters.is_bound and not valid
+    wanted = filters.cleaned_data if valid else {}
     tickets = selectors.ticket_list(tenant=request.tenant, status=wanted.get("status") or None)
     if q := (wanted.get("q") or "").strip():
         tickets = tickets.filter(Q(order__external_id__icontains=q) | Q(customer__external_id__icontains=q))
+    if refused:
+        tickets = tickets.none()
     page = Paginator(tickets, PAGE_SIZE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
@@ -93,6 +99,7 @@ def ticket_list(request):
         request,
         "refundagent/ticket_list.html",
         {"page": page, "filters": filters, "query": query.urlencode(), "roles": request.roles, "nav": "tickets"},
+        status=400 if refused else 200,
     )
 
 
@@ -294,7 +301,9 @@ def ticket_propose_view(request, pk: int):
 def ticket_queue(request):
     """The escalation queue: tickets a person must finish, oldest first, filtered by reason and owner."""
     filters = QueueFilterForm(request.GET or None)
-    wanted = filters.cleaned_data if filters.is_valid() else {}
+    valid = filters.is_valid()
+    refused = filters.is_bound and not valid  # as on the ticket list: 400, nothing listed
+    wanted = filters.cleaned_data if valid else {}
     owner = wanted.get("owner") or ""
     tickets = selectors.ticket_queue(
         tenant=request.tenant,
@@ -302,6 +311,8 @@ def ticket_queue(request):
         owner=request.user if owner == "me" else None,
         unowned=owner == "none",
     )
+    if refused:
+        tickets = tickets.none()
     page = Paginator(tickets, PAGE_SIZE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
@@ -316,4 +327,5 @@ def ticket_queue(request):
             "nav": "queue",
             "here": request.get_full_path(),
         },
+        status=400 if refused else 200,
     )
