@@ -199,3 +199,45 @@ def test_finance_resolves_a_finding_in_the_admin_and_nothing_else_changes(histor
     assert finding.kind == "missing_at_provider"
     assert finding.resolved_at is not None and finding.resolved_by == staff
     assert not admin.site._registry[ReconciliationFinding].has_delete_permission(None, finding)
+
+
+@pytest.mark.parametrize(
+    "url,query,status",
+    [
+        ("/admin/ledger/order/", "placed_at__year=99999999999999999999", 302),  # OverflowError before
+        ("/admin/ledger/order/", "placed_at__year=9999", 302),  # ValueError (year 10000) before
+        ("/admin/ledger/refundentry/", "created_at__year=0", 302),
+        ("/admin/ledger/payment/", "created_at__iso_year=99999999999999999999", 302),
+        ("/admin/ledger/customer/", "email__regex=(", 400),  # DataError (PostgreSQL) before
+        ("/admin/ledger/refundrevision/", "id__range=0", 400),  # IndexError before
+    ],
+)
+def test_a_lookup_that_cannot_run_is_a_4xx_not_a_500(demo, user, url, query, status):
+    # given finance of acme in the admin (GET only: nothing to write)
+    client = Client(raise_request_exception=False)
+    client.force_login(user("acme-finance"))
+
+    # when a list's querystring carries a lookup value the database or Python cannot take
+    response = client.get(f"{url}?{query}")
+
+    # then the admin's redirect for bad filters (?e=1), or a 400 for a lookup no querystring may use
+    assert response.status_code == status
+    if status == 302:
+        assert response["Location"] == f"{url}?e=1"
+
+
+def test_an_action_on_a_selected_id_that_is_not_a_number_is_a_400_and_does_nothing(history, user):
+    # given an unresolved finding and an operator in the admin
+    finding = ReconciliationFinding.objects.filter(resolved_at__isnull=True).first()
+    client = Client(raise_request_exception=False)
+    client.force_login(user("ops"))
+
+    # when "resolve" is posted with a selected id that is not a number, beside a real one
+    response = client.post(
+        "/admin/ledger/reconciliationfinding/",
+        {"action": "resolve", "index": "0", "_selected_action": ["1 OR 1=1", finding.pk]},
+    )
+
+    # then 400 and nothing resolved (before: 500)
+    assert response.status_code == 400
+    assert not ReconciliationFinding.objects.filter(resolved_at__isnull=False).exists()
