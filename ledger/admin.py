@@ -124,7 +124,8 @@ class TenantScopedAdminMixin(StrictChangeListAdminMixin):
 
     `tenant_field` is the lookup path from the model to its Tenant (e.g. "tenant",
     "order__tenant", "entry__tenant"); "" means the model is Tenant itself. Foreign-key
-    choices offered in forms are scoped the same way when the related model has a tenant.
+    choices offered in forms are scoped the same way when the related model has a tenant, and
+    the list filter on `tenant_field` is a superuser's only (it names every tenant).
     """
 
     tenant_field = "tenant"
@@ -142,6 +143,13 @@ class TenantScopedAdminMixin(StrictChangeListAdminMixin):
         queryset = super().get_queryset(request)
         q = self.tenant_q(request)
         return queryset if q is None else queryset.filter(q)
+
+    def get_list_filter(self, request):
+        list_filter = super().get_list_filter(request)
+        if request.user.is_superuser:
+            return list_filter
+        # "By tenant" lists every tenant's slug and id; a staff user has one tenant anyway.
+        return [f for f in list_filter if (f[0] if isinstance(f, (list, tuple)) else f) != self.tenant_field]
 
     def formfield_for_foreignkey(self, db_field, request, **kwargs):
         related = db_field.related_model

@@ -11,7 +11,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest, Capability, RefundPolicy
-from ledger.models import Order, RefundEntry
+from ledger.models import Order, RefundEntry, Tenant
 
 pytestmark = pytest.mark.django_db
 
@@ -346,3 +346,16 @@ def test_an_action_on_a_selected_id_that_is_not_a_number_is_a_400_and_does_nothi
     assert response.status_code == 400
     assert ApprovalRequest.objects.count() == 1
     assert ApprovalRequest.objects.get().status == ApprovalRequest.Status.PAYMENT_FAILED
+
+
+def test_the_policy_list_names_no_other_tenant_but_to_a_superuser(policy, login):
+    # given two shops (`people` made "other", with no policy of its own)
+    # when finance of the shop and an operator (superuser) open the policy list
+    finance = login("finance", is_staff=True).get("/admin/approvals/refundpolicy/")
+    ops = login("ops").get("/admin/approvals/refundpolicy/")
+
+    # then finance gets no "By tenant" filter, which listed every tenant; the superuser keeps it
+    other = f"?tenant__id__exact={Tenant.objects.get(slug='other').pk}"
+    assert finance.status_code == ops.status_code == 200
+    assert other not in finance.content.decode() and "By tenant" not in finance.content.decode()
+    assert other in ops.content.decode()

@@ -241,3 +241,35 @@ def test_an_action_on_a_selected_id_that_is_not_a_number_is_a_400_and_does_nothi
     # then 400 and nothing resolved (before: 500)
     assert response.status_code == 400
     assert not ReconciliationFinding.objects.filter(resolved_at__isnull=False).exists()
+
+
+@pytest.mark.parametrize("url", ["order", "customer", "payment", "refundentry", "refundrevision"])
+def test_the_lists_name_no_other_tenant_but_to_a_superuser(history, user, url):
+    # given acme and globex, with rows of both, and finance of acme
+    finance = Client()
+    finance.force_login(user("acme-finance"))
+    ops = Client()
+    ops.force_login(user("ops"))
+
+    # when finance and an operator (superuser) open the list
+    mine = finance.get(f"/admin/ledger/{url}/").content.decode()
+    everyone = ops.get(f"/admin/ledger/{url}/").content.decode()
+
+    # then finance gets no "By tenant" filter, which listed every tenant's slug and id; the superuser keeps it
+    assert "globex" not in mine.lower() and "By tenant" not in mine
+    assert "globex" in everyone and "By tenant" in everyone
+
+
+@pytest.mark.parametrize("model", list(apps.get_app_config("ledger").get_models()), ids=lambda m: m.__name__)
+def test_no_list_filter_offers_the_tenants_to_staff_of_one(model, demo, user):
+    # given every ledger admin, a superuser and a staff member of acme
+    model_admin = admin.site._registry[model]
+    as_staff, as_superuser = RequestFactory().get("/admin/"), RequestFactory().get("/admin/")
+    as_staff.user, as_superuser.user = user("acme-finance"), user("ops")
+
+    # when each gets the list's filters
+    filters = [f[0] if isinstance(f, tuple) else f for f in model_admin.get_list_filter(as_staff)]
+
+    # then none of the staff member's is the tenant, and the superuser's are all declared
+    assert model_admin.tenant_field not in filters
+    assert list(model_admin.get_list_filter(as_superuser)) == list(model_admin.list_filter)
