@@ -26,7 +26,13 @@ from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 from django.utils.timesince import timesince, timeuntil
 
-from ledger.admin import NoDeleteAdminMixin, ReadOnlyAdminMixin, TenantScopedAdminMixin, admin_tenant
+from ledger.admin import (
+    NoDeleteAdminMixin,
+    ReadOnlyAdminMixin,
+    StrictChangeListAdminMixin,
+    TenantScopedAdminMixin,
+    admin_tenant,
+)
 from ledger.exceptions import DomainError
 from ledger.money import MoneyFormField, StrictMoneyAdminMixin
 from ledger.selectors import order_ledger, order_refund_position, reconciliation_findings_unresolved
@@ -494,7 +500,7 @@ class RefundPolicyAdmin(StrictMoneyAdminMixin, TenantScopedAdminMixin, NoDeleteA
 
 
 @admin.register(Capability)
-class CapabilityAdmin(admin.ModelAdmin):
+class CapabilityAdmin(StrictChangeListAdminMixin, admin.ModelAdmin):
     list_display = ("name", "side_effect", "approval_rule", "enabled", "timeout_seconds", "updated_at")
     list_editable = ("enabled",)
     list_filter = ("enabled", "side_effect")

@@ -7,7 +7,7 @@ from django.contrib import admin
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 
-from ledger.admin import ReadOnlyAdminMixin
+from ledger.admin import ReadOnlyAdminMixin, StrictChangeListAdminMixin
 
 from .models import EvalCase, EvalResult, EvalRun
 
@@ -42,7 +42,7 @@ def _pretty(value) -> str:
 
 
 @admin.register(EvalCase)
-class EvalCaseAdmin(admin.ModelAdmin):
+class EvalCaseAdmin(StrictChangeListAdminMixin, admin.ModelAdmin):
     list_display = ("name", "suite", "tag_list", "enabled", "expected_stop", "expected_amount", "updated_at")
     list_filter = ("suite", "enabled")
     search_fields = ("name", "description")
@@ -98,7 +98,7 @@ class EvalResultInline(BadFlagsMixin, ReadOnlyAdminMixin, admin.TabularInline):
 
 
 @admin.register(EvalRun)
-class EvalRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+class EvalRunAdmin(StrictChangeListAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
         "id",
         "started_at",
@@ -181,7 +181,7 @@ class EvalRunAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(EvalResult)
-class EvalResultAdmin(BadFlagsMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+class EvalResultAdmin(StrictChangeListAdminMixin, BadFlagsMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
         "case",
         "run_link",

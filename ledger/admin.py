@@ -5,11 +5,26 @@ refunds are written by `ledger_refund_issue` only, corrections by `ledger_refund
 Orders and customers come from the shop (`import_orders`) and are read-only too.
 
 `TenantScopedAdminMixin` is the one place where admin querysets are scoped to the staff
-user's tenant; the approvals and refundagent admins reuse it.
+user's tenant; the approvals and refundagent admins reuse it. `StrictChangeListAdminMixin` (which
+it includes) is the one place where a changelist's querystring and an action's selection are
+checked: every admin of the project has it.
 """
 
 from django.contrib import admin
+from django.contrib.admin import helpers
+from django.contrib.admin.options import IncorrectLookupParameters
+from django.contrib.admin.views.main import ChangeList
+from django.core.exceptions import (
+    BadRequest,
+    EmptyResultSet,
+    FullResultSet,
+    ImproperlyConfigured,
+    SuspiciousOperation,
+    ValidationError,
+)
+from django.db import DataError, transaction
 from django.db.models import Q
+from django.db.models.constants import LOOKUP_SEP
 
 from .models import (
     ApiToken,
@@ -39,12 +54,78 @@ def admin_tenant(request):
     return membership.tenant if membership is not None else None
 
 
-class TenantScopedAdminMixin:
+# Lookups no querystring may use (400): a pattern can keep the database busy, and a range
+# needs two bounds a querystring value never gives (it would be split into characters).
+REFUSED_LOOKUPS = frozenset({"regex", "iregex", "range"})
+
+
+class CheckedChangeList(ChangeList):
+    """The admin's changelist, where a querystring value that passes the admin's lookup checks
+    but fails later gets the admin's answer to bad filters, the `?e=1` redirect: when the SQL is
+    compiled (`created_at__year=0`, `expires_at__iso_year=99999999999999999999`), in the date
+    hierarchy (a year datetime cannot hold), or when the count runs it (a value the database or
+    its driver refuses: an int too big for a small column, text for a binary one)."""
+
+    def get_filters(self, request):
+        try:
+            return super().get_filters(request)
+        except (ValueError, OverflowError) as exc:  # e.g. placed_at__year=99999999999999999999, or 9999
+            raise IncorrectLookupParameters(exc) from exc
+
+    def get_queryset(self, request, exclude_parameters=None):
+        queryset = super().get_queryset(request, exclude_parameters)
+        try:
+            queryset.query.get_compiler(queryset.db).as_sql()  # no query: SQL text only
+        except (EmptyResultSet, FullResultSet):
+            pass
+        except (SuspiciousOperation, ImproperlyConfigured):
+            raise
+        except Exception as exc:  # what Django's own lookup check catches: ValueError, IndexError, ...
+            raise IncorrectLookupParameters(exc) from exc
+        return queryset
+
+    def get_results(self, request):
+        if not self.get_filters_params():  # nothing from the querystring to fail: no savepoint
+            return super().get_results(request)
+        try:
+            with transaction.atomic(using=self.root_queryset.db):  # a failed statement ends only this
+                super().get_results(request)
+        except (DataError, OverflowError, TypeError) as exc:
+            raise IncorrectLookupParameters(exc) from exc
+
+
+class StrictChangeListAdminMixin:
+    """Bad input to a changelist is a 4xx, never a 500: a lookup in the querystring that cannot
+    run is the admin's `?e=1` redirect (CheckedChangeList), a refused lookup (REFUSED_LOOKUPS) a
+    400, and an action on selected ids that are not ids of the model (`_selected_action=abc`) a
+    400 that does nothing."""
+
+    def get_changelist(self, request, **kwargs):
+        return CheckedChangeList
+
+    def lookup_allowed(self, lookup, value, request=None):
+        if lookup.split(LOOKUP_SEP)[-1] in REFUSED_LOOKUPS:
+            return False
+        return super().lookup_allowed(lookup, value, request)
+
+    def response_action(self, request, queryset):
+        # Checkboxes post ids; anything else failed in `filter(pk__in=...)` with a 500.
+        to_python = self.model._meta.pk.to_python
+        try:
+            for pk in request.POST.getlist(helpers.ACTION_CHECKBOX_NAME):
+                to_python(pk)
+        except ValidationError:
+            raise BadRequest("The selected rows are not rows of this list: nothing was done.") from None
+        return super().response_action(request, queryset)
+
+
+class TenantScopedAdminMixin(StrictChangeListAdminMixin):
     """Scope a ModelAdmin to the staff user's tenant; superusers see every tenant.
 
     `tenant_field` is the lookup path from the model to its Tenant (e.g. "tenant",
     "order__tenant", "entry__tenant"); "" means the model is Tenant itself. Foreign-key
-    choices offered in forms are scoped the same way when the related model has a tenant.
+    choices offered in forms are scoped the same way when the related model has a tenant, and
+    the list filter on `tenant_field` is a superuser's only (it names every tenant).
     """
 
     tenant_field = "tenant"
@@ -62,6 +143,13 @@ class TenantScopedAdminMixin:
         queryset = super().get_queryset(request)
         q = self.tenant_q(request)
         return queryset if q is None else queryset.filter(q)
+
+    def get_list_filter(self, request):
+        list_filter = super().get_list_filter(request)
+        if request.user.is_superuser:
+            return list_filter
+        # "By tenant" lists every tenant's slug and id; a staff user has one tenant anyway.
+        return [f for f in list_filter if (f[0] if isinstance(f, (list, tuple)) else f) != self.tenant_field]
 
     def formfield_for_foreignkey(self, db_field, request, **kwargs):
         related = db_field.related_model

@@ -9,7 +9,7 @@ from ledger.exceptions import DomainError
 from ledger.money import MoneyFormField
 
 from .models import Ticket
-from .services import ticket_refund_propose
+from .services import MAX_REPLY_LENGTH, ticket_refund_propose
 
 
 class _ItemsAndDestination:
@@ -20,6 +20,17 @@ class _ItemsAndDestination:
 
     def clean_refund_to(self):
         return self.cleaned_data["refund_to"].strip()
+
+
+class TextareaField(forms.CharField):
+    """Text from a textarea, with its line breaks as LF. Browsers count a line break as one
+    character against `maxlength` but post it as CRLF: counted as posted, a text that fits the
+    box would be refused for being longer than the box allows."""
+
+    widget = forms.Textarea
+
+    def to_python(self, value):
+        return super().to_python(value).replace("\r\n", "\n")
 
 
 class TicketForm(_ItemsAndDestination, forms.Form):
@@ -114,9 +125,9 @@ class CloseForm(forms.Form):
     note = forms.CharField(
         required=False, max_length=500, widget=forms.TextInput(attrs={"placeholder": "Note (optional)"})
     )
-    reply = forms.CharField(
+    reply = TextareaField(
         required=False,
-        max_length=4000,
+        max_length=MAX_REPLY_LENGTH,
         label="Reply to the customer",
         widget=forms.Textarea(
             attrs={"rows": 3, "placeholder": "What you tell the customer (becomes the ticket's reply)."}
@@ -148,7 +159,7 @@ class ProposalForm(_ItemsAndDestination, forms.Form):
         widget=forms.TextInput(attrs={"placeholder": "card_1"}),
         help_text="One of the customer's payment methods; blank: the ticket's choice, else the original method.",
     )
-    reason = forms.CharField(
+    reason = TextareaField(
         label="Reason",
         required=False,
         max_length=2000,

@@ -267,6 +267,18 @@ def ticket_assign(*, ticket: Ticket, user, to_me: bool) -> Ticket:
     return ticket
 
 
+def _payment_method_find(ticket: Ticket, external_id: str) -> PaymentMethod:
+    """The payment method `external_id` of the order's customer. Ids are unique per customer
+    only, so the customer's own comes first; another customer's of the tenant is returned for the
+    proposal to refuse (foreign_destination), and an id unknown to the tenant is refused here."""
+    methods = PaymentMethod.objects.filter(customer__tenant_id=ticket.tenant_id, external_id=external_id)
+    methods = methods.select_related("customer")
+    method = methods.filter(customer_id=ticket.order.customer_id).first() or methods.first()
+    if method is None:
+        raise InvalidInput(f"{external_id} is not a payment method of this shop.", code="unknown_payment_method")
+    return method
+
+
 def ticket_refund_propose(
     *,
     ticket: Ticket,
@@ -293,14 +305,7 @@ def ticket_refund_propose(
     method = None
     refund_to = (refund_to or "").strip()
     if refund_to:
-        # Looked up among the tenant's methods; the proposal checks it is this customer's.
-        method = (
-            PaymentMethod.objects.filter(customer__tenant_id=ticket.tenant_id, external_id=refund_to)
-            .select_related("customer")
-            .first()
-        )
-        if method is None:
-            raise InvalidInput(f"{refund_to} is not a payment method of this shop.", code="unknown_payment_method")
+        method = _payment_method_find(ticket, refund_to)
     elif ticket.refund_to_id:
         method = ticket.refund_to
     with transaction.atomic():

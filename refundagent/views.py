@@ -82,10 +82,16 @@ def _status_payload(ticket: Ticket, since: int = 0) -> dict:
 @require_GET
 def ticket_list(request):
     filters = TicketFilterForm(request.GET or None)
-    wanted = filters.cleaned_data if filters.is_valid() else {}
+    # A filter the form refuses lists nothing (400, the error shown): never every ticket under
+    # a status box that still names the filter.
+    valid = filters.is_valid()
+    refused = filters.is_bound and not valid
+    wanted = filters.cleaned_data if valid else {}
     tickets = selectors.ticket_list(tenant=request.tenant, status=wanted.get("status") or None)
     if q := (wanted.get("q") or "").strip():
         tickets = tickets.filter(Q(order__external_id__icontains=q) | Q(customer__external_id__icontains=q))
+    if refused:
+        tickets = tickets.none()
     page = Paginator(tickets, PAGE_SIZE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
@@ -93,6 +99,7 @@ def ticket_list(request):
         request,
         "refundagent/ticket_list.html",
         {"page": page, "filters": filters, "query": query.urlencode(), "roles": request.roles, "nav": "tickets"},
+        status=400 if refused else 200,
     )
 
 
@@ -130,7 +137,11 @@ def ticket_new(request):
 @tenant_view
 @require_GET
 def ticket_detail(request, pk: int):
-    ticket = _ticket_get(request, pk)
+    return _ticket_page(request, _ticket_get(request, pk))
+
+
+def _ticket_page(request, ticket: Ticket, *, close_form=None, status: int = 200):
+    """The ticket page; after a refused close, with the posted form (its errors and the text typed)."""
     approval = selectors.ticket_approval_latest(ticket)
     draft = selectors.ticket_draft_latest(ticket)
     order = ticket.order
@@ -164,13 +175,14 @@ def ticket_detail(request, pk: int):
             "can_escalate": ticket_transition_allowed(ticket=ticket, to=Ticket.Status.ESCALATED),
             "can_close": ticket_transition_allowed(ticket=ticket, to=Ticket.Status.CLOSED),
             "note_form": NoteForm(),
-            "close_form": CloseForm(),
+            "close_form": close_form or CloseForm(),
             "in_queue": ticket.status in QUEUE_STATUSES,
             "proposal_form": ProposalForm(),
             "roles": request.roles,
             "review_queue_url": REVIEW_QUEUE_URL,
             "nav": "tickets",
         },
+        status=status,
     )
 
 
@@ -200,23 +212,30 @@ def _draft_superseded(draft, approval) -> bool:
     )
 
 
-def _ticket_action(request, pk: int, service, done: str):
-    ticket = _ticket_get(request, pk)
-    form = NoteForm(request.POST)
-    note = form.cleaned_data["note"] if form.is_valid() else ""
-    try:
-        service(ticket=ticket, user=request.user, note=note)
-    except DomainError as exc:
-        messages.error(request, exc.message)
-    else:
-        messages.success(request, done.format(pk=ticket.pk))
-    return redirect(reverse("ticket", kwargs={"pk": ticket.pk}))
+def _form_errors(form) -> str:
+    """A form's errors in one line for a message: "Label: error; Label: error"."""
+    return "; ".join(
+        f"{(form.fields[f].label or f.capitalize()) if f in form.fields else f}: {' '.join(e)}"
+        for f, e in form.errors.items()
+    )
 
 
 @tenant_view
 @require_POST
 def ticket_escalate_view(request, pk: int):
-    return _ticket_action(request, pk, ticket_escalate, "Ticket #{pk} escalated to a person.")
+    ticket = _ticket_get(request, pk)
+    form = NoteForm(request.POST)
+    # A note the form refuses is no note: escalating without it would drop what was typed.
+    if not form.is_valid():
+        messages.error(request, f"Not escalated: {_form_errors(form)}")
+        return _ticket_page(request, ticket, status=422)
+    try:
+        ticket_escalate(ticket=ticket, user=request.user, note=form.cleaned_data["note"])
+    except DomainError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, f"Ticket #{ticket.pk} escalated to a person.")
+    return redirect(reverse("ticket", kwargs={"pk": ticket.pk}))
 
 
 @tenant_view
@@ -224,9 +243,13 @@ def ticket_escalate_view(request, pk: int):
 def ticket_close_view(request, pk: int):
     ticket = _ticket_get(request, pk)
     form = CloseForm(request.POST)
-    data = form.cleaned_data if form.is_valid() else {}
+    # Refused input closes nothing; the page shows the form again with what was typed.
+    if not form.is_valid():
+        messages.error(request, f"Not closed: {_form_errors(form)}")
+        return _ticket_page(request, ticket, close_form=form, status=422)
+    data = form.cleaned_data
     try:
-        ticket_close(ticket=ticket, user=request.user, note=data.get("note", ""), reply=data.get("reply", ""))
+        ticket_close(ticket=ticket, user=request.user, note=data["note"], reply=data["reply"])
     except DomainError as exc:
         messages.error(request, exc.message)
     else:
@@ -269,10 +292,7 @@ def ticket_propose_view(request, pk: int):
                 "finance decides it in the review queue.",
             )
     else:
-        errors = "; ".join(
-            f"{form.fields[f].label if f in form.fields else f}: {' '.join(e)}" for f, e in form.errors.items()
-        )
-        messages.error(request, f"Not proposed: {errors}")
+        messages.error(request, f"Not proposed: {_form_errors(form)}")
     return redirect(reverse("ticket", kwargs={"pk": ticket.pk}))
 
 
@@ -281,7 +301,9 @@ def ticket_propose_view(request, pk: int):
 def ticket_queue(request):
     """The escalation queue: tickets a person must finish, oldest first, filtered by reason and owner."""
     filters = QueueFilterForm(request.GET or None)
-    wanted = filters.cleaned_data if filters.is_valid() else {}
+    valid = filters.is_valid()
+    refused = filters.is_bound and not valid  # as on the ticket list: 400, nothing listed
+    wanted = filters.cleaned_data if valid else {}
     owner = wanted.get("owner") or ""
     tickets = selectors.ticket_queue(
         tenant=request.tenant,
@@ -289,6 +311,8 @@ def ticket_queue(request):
         owner=request.user if owner == "me" else None,
         unowned=owner == "none",
     )
+    if refused:
+        tickets = tickets.none()
     page = Paginator(tickets, PAGE_SIZE).get_page(request.GET.get("page"))
     query = request.GET.copy()
     query.pop("page", None)
@@ -303,4 +327,5 @@ def ticket_queue(request):
             "nav": "queue",
             "here": request.get_full_path(),
         },
+        status=400 if refused else 200,
     )

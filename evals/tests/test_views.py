@@ -1,11 +1,13 @@
 """The operators' page and the admin show the runs."""
 
 import pytest
+from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.utils.dateformat import format as date_format
 from django.utils.timezone import localtime
 
 from evals.models import EvalRun
+from ledger.admin import StrictChangeListAdminMixin
 from refundagent.labels import DATETIME_FORMAT
 
 pytestmark = pytest.mark.django_db
@@ -63,3 +65,35 @@ def test_run_times_use_the_one_date_format_with_its_time_zone(staff_client, runs
     html = staff_client.get("/evals/").content.decode()
     shown = date_format(localtime(runs[0].started_at), DATETIME_FORMAT)
     assert shown.endswith(" UTC") and shown in html
+
+
+@pytest.mark.parametrize(
+    "query,status",
+    [
+        ("started_at__year=99999999999999999999", 302),  # the date hierarchy: OverflowError before
+        ("started_at__year=9999", 302),  # the year after 9999: ValueError before
+        ("started_at__year=0", 302),
+        ("suite__regex=(", 400),  # a pattern: refused
+    ],
+)
+def test_a_bad_run_filter_is_a_4xx_not_a_500(staff_client, query, status):
+    staff_client.raise_request_exception = False
+
+    response = staff_client.get(f"/admin/evals/evalrun/?{query}")
+
+    assert response.status_code == status
+
+
+def test_every_admin_of_the_project_checks_its_changelist_input():
+    # A querystring lookup that cannot run, or an action on ids that are not ids, is a 4xx in
+    # every admin of ours (ledger.admin.StrictChangeListAdminMixin), not only in those tested by URL.
+    ours = {"ledger", "approvals", "refundagent", "evals"}
+    admins = {
+        model: model_admin for model, model_admin in admin.site._registry.items() if model._meta.app_label in ours
+    }
+
+    unchecked = sorted(
+        m.__name__ for m, model_admin in admins.items() if not isinstance(model_admin, StrictChangeListAdminMixin)
+    )
+
+    assert len(admins) > 20 and unchecked == []

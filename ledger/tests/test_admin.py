@@ -199,3 +199,77 @@ def test_finance_resolves_a_finding_in_the_admin_and_nothing_else_changes(histor
     assert finding.kind == "missing_at_provider"
     assert finding.resolved_at is not None and finding.resolved_by == staff
     assert not admin.site._registry[ReconciliationFinding].has_delete_permission(None, finding)
+
+
+@pytest.mark.parametrize(
+    "url,query,status",
+    [
+        ("/admin/ledger/order/", "placed_at__year=99999999999999999999", 302),  # OverflowError before
+        ("/admin/ledger/order/", "placed_at__year=9999", 302),  # ValueError (year 10000) before
+        ("/admin/ledger/refundentry/", "created_at__year=0", 302),
+        ("/admin/ledger/payment/", "created_at__iso_year=99999999999999999999", 302),
+        ("/admin/ledger/customer/", "email__regex=(", 400),  # DataError (PostgreSQL) before
+        ("/admin/ledger/refundrevision/", "id__range=0", 400),  # IndexError before
+    ],
+)
+def test_a_lookup_that_cannot_run_is_a_4xx_not_a_500(demo, user, url, query, status):
+    # given finance of acme in the admin (GET only: nothing to write)
+    client = Client(raise_request_exception=False)
+    client.force_login(user("acme-finance"))
+
+    # when a list's querystring carries a lookup value the database or Python cannot take
+    response = client.get(f"{url}?{query}")
+
+    # then the admin's redirect for bad filters (?e=1), or a 400 for a lookup no querystring may use
+    assert response.status_code == status
+    if status == 302:
+        assert response["Location"] == f"{url}?e=1"
+
+
+def test_an_action_on_a_selected_id_that_is_not_a_number_is_a_400_and_does_nothing(history, user):
+    # given an unresolved finding and an operator in the admin
+    finding = ReconciliationFinding.objects.filter(resolved_at__isnull=True).first()
+    client = Client(raise_request_exception=False)
+    client.force_login(user("ops"))
+
+    # when "resolve" is posted with a selected id that is not a number, beside a real one
+    response = client.post(
+        "/admin/ledger/reconciliationfinding/",
+        {"action": "resolve", "index": "0", "_selected_action": ["1 OR 1=1", finding.pk]},
+    )
+
+    # then 400 and nothing resolved (before: 500)
+    assert response.status_code == 400
+    assert not ReconciliationFinding.objects.filter(resolved_at__isnull=False).exists()
+
+
+@pytest.mark.parametrize("url", ["order", "customer", "payment", "refundentry", "refundrevision"])
+def test_the_lists_name_no_other_tenant_but_to_a_superuser(history, user, url):
+    # given acme and globex, with rows of both, and finance of acme
+    finance = Client()
+    finance.force_login(user("acme-finance"))
+    ops = Client()
+    ops.force_login(user("ops"))
+
+    # when finance and an operator (superuser) open the list
+    mine = finance.get(f"/admin/ledger/{url}/").content.decode()
+    everyone = ops.get(f"/admin/ledger/{url}/").content.decode()
+
+    # then finance gets no "By tenant" filter, which listed every tenant's slug and id; the superuser keeps it
+    assert "globex" not in mine.lower() and "By tenant" not in mine
+    assert "globex" in everyone and "By tenant" in everyone
+
+
+@pytest.mark.parametrize("model", list(apps.get_app_config("ledger").get_models()), ids=lambda m: m.__name__)
+def test_no_list_filter_offers_the_tenants_to_staff_of_one(model, demo, user):
+    # given every ledger admin, a superuser and a staff member of acme
+    model_admin = admin.site._registry[model]
+    as_staff, as_superuser = RequestFactory().get("/admin/"), RequestFactory().get("/admin/")
+    as_staff.user, as_superuser.user = user("acme-finance"), user("ops")
+
+    # when each gets the list's filters
+    filters = [f[0] if isinstance(f, tuple) else f for f in model_admin.get_list_filter(as_staff)]
+
+    # then none of the staff member's is the tenant, and the superuser's are all declared
+    assert model_admin.tenant_field not in filters
+    assert list(model_admin.get_list_filter(as_superuser)) == list(model_admin.list_filter)

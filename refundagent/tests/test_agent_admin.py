@@ -73,3 +73,42 @@ def test_agent_output_cannot_be_edited_in_the_admin(user, tickets):
     acme.refresh_from_db()
     assert acme.status == Ticket.Status.APPROVAL_REQUIRED
     assert client.get("/admin/refundagent/ticket/add/").status_code == 403
+
+
+@pytest.mark.parametrize(
+    "url,action",
+    [("/admin/refundagent/ticket/", "export_traces"), ("/admin/refundagent/escalatedticket/", "take")],
+)
+def test_an_action_on_a_selected_id_that_is_not_a_number_is_a_400_and_does_nothing(user, tickets, url, action):
+    # given an escalated acme ticket nobody owns, and finance in the admin
+    acme, _ = tickets
+    Ticket.objects.filter(pk=acme.pk).update(status=Ticket.Status.ESCALATED, owner=None)
+    client = admin_client(user, "acme-finance")
+    client.raise_request_exception = False
+    events = TraceEvent.objects.count()
+
+    # when an action is posted with a selected id that is not a number, beside the real one
+    response = client.post(url, {"action": action, "index": "0", "_selected_action": ["abc", acme.pk]})
+
+    # then 400 and nothing done: no export, the ticket not taken (before: 500 "Field 'id' expected a number")
+    assert response.status_code == 400
+    acme.refresh_from_db()
+    assert acme.owner is None and TraceEvent.objects.count() == events
+
+
+@pytest.mark.parametrize(
+    "url,query",
+    [
+        ("/admin/refundagent/ticket/", "created_at__year=0"),
+        ("/admin/refundagent/traceevent/", "at__iso_year=99999999999999999999"),
+        ("/admin/refundagent/refunddraft/", "created_at__iso_year=0"),
+    ],
+)
+def test_a_lookup_that_cannot_run_is_the_admins_bad_filter_redirect(user, tickets, url, query):
+    client = admin_client(user, "acme-finance")
+    client.raise_request_exception = False
+
+    response = client.get(f"{url}?{query}")
+
+    # before: 500 (ValueError: year 0 is out of range; ISO calendar component out of range)
+    assert (response.status_code, response["Location"]) == (302, f"{url}?e=1")

@@ -4,17 +4,19 @@ the agent's, under the gate's hard limits; a policy exception needs a reason and
 never the proposer. Every test builds its own shop."""
 
 import importlib
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 from django.apps import apps
 from django.urls import reverse
+from django.utils import timezone
 
 from approvals.models import ApprovalRequest, ApprovalVote, RefundPolicy
 from approvals.payouts import approval_request_payment_retry
 from approvals.review import review_sections
 from approvals.verification import approval_verdict
-from ledger.models import Customer, PaymentMethod, RefundEntry
+from ledger.models import Customer, Order, Payment, PaymentMethod, RefundEntry
 from refundagent.models import Ticket, TraceEvent
 
 pytestmark = pytest.mark.django_db
@@ -350,3 +352,63 @@ def test_a_proposal_finer_than_the_orders_currency_is_a_422_and_writes_nothing(
     # while 120 yen is proposed as it stands
     response = propose(api_client(people["lead"]), ticket, amount="120")
     assert response.status_code == 201 and response.json()["amount"] == "120.00"
+
+
+@pytest.mark.parametrize(
+    "refund_to,status,code",
+    [
+        ("card_1", 201, None),  # Carol's own card_1, though Ada's card_1 comes first in the tenant
+        ("gift_card_9", 422, "foreign_destination"),  # only Ada has it
+        ("card_404", 422, "unknown_payment_method"),  # nobody of the tenant has it
+    ],
+)
+def test_refund_to_names_a_method_of_the_orders_customer_though_ids_are_unique_per_customer_only(
+    refund_to, status, code, people, tenant, customer, card, api_client
+):
+    # given Ada's card_1 (the `card` fixture), and Carol, whose own card has the same id card_1 and paid her order
+    PaymentMethod.objects.create(customer=customer, external_id="gift_card_9", kind=PaymentMethod.Kind.GIFT_CARD)
+    carol = Customer.objects.create(tenant=tenant, external_id="CUST-3", name="Carol", email="carol@example.com")
+    carols_card = PaymentMethod.objects.create(
+        customer=carol, external_id="card_1", kind=PaymentMethod.Kind.CARD, brand="visa", last4="1881"
+    )
+    order = Order.objects.create(
+        tenant=tenant,
+        customer=carol,
+        external_id="ORD-CAROL",
+        total=Decimal("100.00"),
+        currency="USD",
+        placed_at=timezone.now() - timedelta(days=5),
+        status=Order.Status.DELIVERED,
+    )
+    Payment.objects.create(
+        order=order,
+        payment_method=carols_card,
+        method="card",
+        payment_ref="pi_carol",
+        amount=Decimal("100.00"),
+        currency="USD",
+    )
+    ticket = Ticket.objects.create(
+        tenant=tenant,
+        order=order,
+        customer=carol,
+        message="Broken on arrival.",
+        currency="USD",
+        created_by=people["support"],
+        status=Ticket.Status.ESCALATED,
+    )
+    before = rows()
+
+    # when a person proposes 30.00 on Carol's ticket to `refund_to`
+    response = propose(api_client(people["lead"]), ticket, amount="30.00", reason="Broken.", refund_to=refund_to)
+
+    # then Carol's own card_1 is taken (before: 422 foreign_destination, "card_1 is not one of customer
+    # CUST-3's": the id was looked up in the whole tenant and Ada's came first); another customer's
+    # method and an unknown id are still refused with their documented codes, writing nothing
+    assert response.status_code == status, response.content
+    if code is None:
+        made = ApprovalRequest.objects.get(pk=response.json()["id"])
+        assert (made.order_id, made.args["destination_method"]) == (order.pk, "card_1")
+    else:
+        assert response.json()["code"] == code
+        assert rows() == before

@@ -177,6 +177,17 @@ def test_a_refused_proposal_in_the_ui_shows_why_and_writes_nothing(queue, people
     assert ticket.status == "escalated" and not ticket.trace_events.exists()
 
 
+def test_an_invalid_queue_filter_lists_nothing_and_says_why(queue, people, client):
+    # given three tickets in the queue
+    # when the queue is asked for with a reason that is not one of its choices
+    response = login(client, people["support"]).get(reverse("ticket_queue"), {"reason": "refunded", "owner": "me"})
+
+    # then 400 with the error and no ticket listed (before: 200 and the whole queue)
+    assert response.status_code == 400
+    assert "Select a valid choice. refunded is not one of the available choices." in response.content.decode()
+    assert queue_ids(response.content.decode(), queue.values()) == []
+
+
 def test_the_admin_shows_the_queue_and_takes_tickets(queue, people, client):
     # given the queue, and finance in the admin
     client = login(client, people["finance"])

@@ -247,3 +247,58 @@ def test_actions_need_the_csrf_token(user, ticket):
     assert response.status_code == 403
     ticket.refresh_from_db()
     assert ticket.status == Ticket.Status.QUEUED
+
+
+def test_close_with_a_reply_over_the_limit_is_refused_and_closes_nothing(login, ticket):
+    # given an escalated ticket, and a reply one character over the 4000 the form takes
+    Ticket.objects.filter(pk=ticket.pk).update(status=Ticket.Status.ESCALATED)
+    reply = "We are sorry.\n" * 285 + "x" * 11
+    assert len(reply) == 4001
+
+    # when support closes it with that reply and a note
+    response = login("acme-support").post(
+        reverse("ticket_close", args=[ticket.pk]), {"note": "voucher sent", "reply": reply}
+    )
+
+    # then the page is shown again with the error and the reply as typed, and the ticket is unchanged
+    # (before: 302 "closed", closed with an empty reply and no note)
+    assert response.status_code == 422
+    html = response.content.decode()
+    assert "Not closed: Reply to the customer: Ensure this value has at most 4000 characters (it has 4001)." in html
+    assert response.context["close_form"]["reply"].value() == reply
+    ticket.refresh_from_db()
+    assert (ticket.status, ticket.customer_reply) == (Ticket.Status.ESCALATED, "")
+    assert not ticket.trace_events.filter(decision="close").exists()
+
+
+def test_a_reply_that_fits_the_textarea_is_accepted_though_its_line_breaks_are_posted_as_crlf(login, ticket):
+    # given an escalated ticket, and a reply of exactly 4000 characters as the textarea counts them
+    # (a line break is one), which the browser posts with CRLF line breaks: 4285 characters
+    Ticket.objects.filter(pk=ticket.pk).update(status=Ticket.Status.ESCALATED)
+    typed = "We are sorry.\n" * 285 + "x" * 10
+    assert len(typed) == 4000
+
+    # when support closes the ticket with it
+    response = login("acme-support").post(
+        reverse("ticket_close", args=[ticket.pk]), {"reply": typed.replace("\n", "\r\n")}
+    )
+
+    # then it is closed with that reply, its line breaks stored as LF
+    assert response.status_code == 302
+    ticket.refresh_from_db()
+    assert ticket.status == Ticket.Status.CLOSED
+    assert ticket.customer_reply == typed
+
+
+def test_escalate_with_a_note_over_the_limit_is_refused_and_escalates_nothing(login, ticket):
+    # given a queued ticket
+    # when support escalates it with a note one character over the 500 the form takes
+    response = login("acme-support").post(reverse("ticket_escalate", args=[ticket.pk]), {"note": "x" * 501})
+
+    # then the page says why and the ticket is unchanged (before: 302 "escalated", without the note)
+    assert response.status_code == 422
+    assert "Not escalated: Note: Ensure this value has at most 500 characters (it has 501)." in (
+        response.content.decode()
+    )
+    ticket.refresh_from_db()
+    assert (ticket.status, ticket.stop_detail) == (Ticket.Status.QUEUED, "")

@@ -96,6 +96,31 @@ def test_list_filters_by_status_and_order(login, file_ticket):
     assert [t.pk for t in by_order.context["page"].object_list] == [second.pk]
 
 
+@pytest.mark.parametrize(
+    "query,error",
+    [
+        ({"status": "escalated", "q": "O" * 101}, "Search: Ensure this value has at most 100 characters (it has 101)."),
+        ({"status": "<script>"}, "Status: Select a valid choice. &lt;script&gt; is not one of the available choices."),
+    ],
+)
+def test_an_invalid_filter_lists_nothing_and_says_why(login, file_ticket, query, error):
+    # given an escalated ticket and a queued one
+    escalated = file_ticket(order="ORD-5001")
+    queued = file_ticket(order="ORD-5003")
+    Ticket.objects.filter(pk=escalated.pk).update(status=Ticket.Status.ESCALATED)
+
+    # when the list is asked for with a filter the form refuses
+    response = login("acme-support").get(reverse("tickets"), query)
+
+    # then 400 with the error, and no ticket listed (before: 200, every ticket listed under the
+    # "Escalated" the status box still showed)
+    assert response.status_code == 400
+    html = response.content.decode()
+    assert error in html
+    assert list(response.context["page"].object_list) == []
+    assert f"#{queued.pk}<" not in html and f"#{escalated.pk}<" not in html
+
+
 def test_list_paginates(login, file_ticket):
     for _ in range(23):
         file_ticket()
