@@ -74,6 +74,8 @@ class CheckedChangeList(ChangeList):
 
     def get_queryset(self, request, exclude_parameters=None):
         queryset = super().get_queryset(request, exclude_parameters)
+        if not self.get_filters_params():  # nothing from the querystring to fail: no extra compile
+            return queryset
         try:
             queryset.query.get_compiler(queryset.db).as_sql()  # no query: SQL text only
         except (EmptyResultSet, FullResultSet):
