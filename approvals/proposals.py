@@ -53,9 +53,9 @@ def approval_proposal_create(
     now: datetime | None = None,
 ) -> ApprovalRequest:
     """A person proposes an exact refund on `order`: a pending ApprovalRequest with origin
-    `human`, requested by `user`; `filed_by` is the ticket's filer, a maker too. Call inside the caller's transaction (the ticket's move goes
-    with it); the order row is locked first (approvals.locks), so what is refundable is read
-    under the lock the execution takes too.
+    `human`, requested by `user`; `filed_by` is the ticket's filer, a maker too. Call inside the
+    caller's transaction (the ticket's move goes with it); the order row is locked first
+    (approvals.locks), so what is refundable is read under the lock the execution takes too.
 
     `refund_to` None is the order's original payment method. InvalidInput (422) on any refusal:
     above the refundable amount, another currency, a method that is not the customer's, an
