@@ -151,9 +151,8 @@ def approval_decider_check(*, user, request: ApprovalRequest | None = None) -> N
     if not user.has_perm(APPROVE_PERMISSION):
         raise Forbidden("This needs the permission to decide approval requests.", code="permission_required")
     if request is not None and user.pk in request.maker_ids:
-        made = "proposed" if user.pk == request.requested_by_id and request.filed_by_id != user.pk else "filed"
-        what = "the refund of" if made == "proposed" else "the ticket of"
-        raise MakerChecker(f"{user.get_username()} {made} {what} request #{request.pk}; a maker cannot decide it.")
+        made = "filed the ticket of" if request.filed_by_id in (None, user.pk) else "proposed the refund of"
+        raise MakerChecker(f"{user.get_username()} {made} request #{request.pk}; a maker cannot decide it.")
 
 
 def _decision_preconditions(*, request, user, decision, args_hash, now) -> None:
