@@ -78,15 +78,20 @@ def _status_payload(ticket: Ticket, since: int = 0) -> dict:
     }
 
 
+def _filters_read(filters) -> tuple[dict, bool]:
+    """A list page's filters: what they ask for, and whether the form refused them. A refused
+    filter lists nothing (400, the error shown): never every ticket under a filter box that still
+    names the filter."""
+    if filters.is_valid():
+        return filters.cleaned_data, False
+    return {}, filters.is_bound
+
+
 @tenant_view
 @require_GET
 def ticket_list(request):
     filters = TicketFilterForm(request.GET or None)
-    # A filter the form refuses lists nothing (400, the error shown): never every ticket under
-    # a status box that still names the filter.
-    valid = filters.is_valid()
-    refused = filters.is_bound and not valid
-    wanted = filters.cleaned_data if valid else {}
+    wanted, refused = _filters_read(filters)
     tickets = selectors.ticket_list(tenant=request.tenant, status=wanted.get("status") or None)
     if q := (wanted.get("q") or "").strip():
         tickets = tickets.filter(Q(order__external_id__icontains=q) | Q(customer__external_id__icontains=q))
@@ -301,9 +306,7 @@ def ticket_propose_view(request, pk: int):
 def ticket_queue(request):
     """The escalation queue: tickets a person must finish, oldest first, filtered by reason and owner."""
     filters = QueueFilterForm(request.GET or None)
-    valid = filters.is_valid()
-    refused = filters.is_bound and not valid  # as on the ticket list: 400, nothing listed
-    wanted = filters.cleaned_data if valid else {}
+    wanted, refused = _filters_read(filters)
     owner = wanted.get("owner") or ""
     tickets = selectors.ticket_queue(
         tenant=request.tenant,
