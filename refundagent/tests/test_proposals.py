@@ -34,16 +34,16 @@ def people(make_user, policy):
 
 @pytest.fixture
 def escalated_ticket(people, customer):
-    """escalated_ticket(order) -> an escalated ticket on `order`, filed by support."""
+    """escalated_ticket(order, filer="support") -> an escalated ticket on `order`, filed by that person."""
 
-    def make(order, status=Ticket.Status.ESCALATED):
+    def make(order, status=Ticket.Status.ESCALATED, filer="support"):
         return Ticket.objects.create(
             tenant=order.tenant,
             order=order,
             customer=customer,
             message="Please make an exception.",
             currency=order.currency,
-            created_by=people["support"],
+            created_by=people[filer],
             status=status,
             stop_reason=Ticket.StopReason.ESCALATED,
             stop_detail="Outside the window: a person decides.",
@@ -227,21 +227,10 @@ def test_finance_reviews_a_proposal_with_who_proposed_it_why_and_what_it_waives(
 
 
 def test_the_tickets_filer_cannot_decide_a_colleagues_proposal_on_their_ticket(
-    people, make_order, customer, api_client, client, django_capture_on_commit_callbacks
+    people, make_order, escalated_ticket, api_client, client, django_capture_on_commit_callbacks
 ):
     # given a ticket filed by the lead (support and finance), escalated, and support's proposal on it
-    order = make_order("120.00")
-    ticket = Ticket.objects.create(
-        tenant=order.tenant,
-        order=order,
-        customer=customer,
-        message="Please refund.",
-        currency="USD",
-        created_by=people["lead"],
-        status=Ticket.Status.ESCALATED,
-        stop_reason=Ticket.StopReason.ESCALATED,
-        stop_detail="A person decides.",
-    )
+    ticket = escalated_ticket(make_order("120.00"), filer="lead")
     body = propose(api_client(people["support"]), ticket, amount="80.00").json()
     request = ApprovalRequest.objects.get(pk=body["id"])
     # then both makers are on the request: the proposer and the ticket's filer
