@@ -7,6 +7,7 @@ from decimal import Decimal
 from django.db import transaction
 
 from approvals.exceptions import ApprovalConflict
+from approvals.locks import order_lock
 from approvals.models import ApprovalRequest
 from approvals.proposals import approval_proposal_create
 from approvals.withdrawal import approval_requests_withdraw
@@ -210,7 +211,12 @@ def ticket_close(*, ticket: Ticket, user, note: str = "", reply: str = "") -> Ti
 
 def _withdraw_pending(ticket: Ticket, *, user, reason: str) -> list[int]:
     """Withdraw the ticket's pending approval requests first: they take the order lock before
-    the ticket row is written, the same order a racing approval takes them in."""
+    the ticket row is written, the same order a racing approval takes them in. The ticket's own
+    order is locked first even when nothing is pending: finance filing a refused payment again
+    (approvals.payouts) holds that lock while it asks the ticket, so either it sees the ticket as
+    this move leaves it, or this move finds its new request pending."""
+    if ticket.order_id is not None:
+        order_lock(order_id=ticket.order_id)
     try:
         withdrawn = approval_requests_withdraw(tenant=ticket.tenant, ticket_ref=ticket.pk, reason=reason, actor=user)
     except ApprovalConflict as exc:

@@ -9,6 +9,7 @@ from django.db import connection
 from approvals.decisions import approval_request_decide
 from approvals.exceptions import ApprovalConflict
 from approvals.models import ApprovalRequest
+from approvals.payouts import approval_request_payment_retry
 from ledger.models import RefundEntry
 from refundagent.exceptions import TicketStateConflict
 from refundagent.models import Ticket
@@ -131,3 +132,37 @@ def test_close_or_escalate_racing_an_approval_never_both_win(user, move):
         else:
             assert request.status == ApprovalRequest.Status.WITHDRAWN
             assert ticket.status == (Ticket.Status.CLOSED if move == "close" else Ticket.Status.ESCALATED)
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("move", ["close", "escalate"])
+def test_close_or_escalate_racing_finance_filing_a_refused_payment_again_leaves_no_request_behind(
+    user, fake_stripe, move
+):
+    service = ticket_close if move == "close" else ticket_escalate
+    for attempt in range(8):
+        # given a refund the provider refused: the request and its ticket are payment_failed
+        ticket, request = ticket_with_request(user, amount="5.00", message=f"Attempt {attempt}")
+        fake_stripe.fail_next("402")
+        approve(user, request)
+        ticket.refresh_from_db()
+        assert ticket.status == Ticket.Status.PAYMENT_FAILED
+        # when support closes (or escalates) the ticket while finance files the payment again
+        outcomes = _race(
+            lambda s=service, t=ticket: s(ticket=t, user=user("acme-support")),
+            lambda r=request: approval_request_payment_retry(request_id=r.pk, user=user("acme-finance")),
+        )
+        ticket.refresh_from_db()
+        request.refresh_from_db()
+        pending = ApprovalRequest.objects.filter(ticket_ref=ticket.pk, status=ApprovalRequest.Status.PENDING)
+        # then never a new request left waiting on a ticket a person has: either finance's new
+        # request waits with the ticket, or the person has the ticket and nothing waits
+        if ticket.status == Ticket.Status.APPROVAL_REQUIRED:
+            assert request.replaced_by_id is not None and list(pending) == [request.replaced_by], outcomes
+        else:
+            assert ticket.status == (Ticket.Status.CLOSED if move == "close" else Ticket.Status.ESCALATED), outcomes
+            assert not pending.exists(), outcomes
+        if move == "close":  # a ticket waiting for finance cannot be closed: exactly one wins
+            assert outcomes.count("ok") == 1, outcomes
+    assert not RefundEntry.objects.filter(order=request.order, status="succeeded").exists()
