@@ -6,8 +6,10 @@ Approvals sit above the ledger and below the agent: they may import `ledger`, ne
 """
 
 from django.conf import settings
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models import Case, F, IntegerField, Q, Value, When
+from django.utils import timezone
 
 from ledger.models import MONEY, Order, Tenant, TenantQuerySet
 
@@ -299,3 +301,47 @@ class ApprovalVote(models.Model):
     class Meta:
         ordering = ["created_at"]
         constraints = [models.UniqueConstraint(fields=["request", "approver"], name="one_vote_per_approver")]
+
+
+class ApprovalFollowUp(models.Model):
+    """One approval event that one receiver has not handled yet (approvals.followups).
+
+    Written in the transaction that made the change, so it commits with it: either the receiver
+    raised (its savepoint was rolled back; `attempts` 1 and `last_error`), or an earlier event of
+    the same ticket still waits for that receiver, and this one queues behind it (`attempts` 0).
+    The periodic sweep delivers them, oldest first per receiver and ticket, with a backoff, until
+    the receiver takes them (`delivered_at`). Rows are kept as the record of what was late."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    request = models.ForeignKey(ApprovalRequest, on_delete=models.PROTECT, related_name="followups")
+    ticket_ref = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="The request's ticket: one ticket's follow-ups are delivered in order."
+    )
+    event = models.CharField(max_length=60, help_text="The signal's name in approvals.signals.")
+    receiver = models.CharField(max_length=200, help_text="The receiver's dispatch_uid (or its qualified name).")
+    arguments = models.JSONField(
+        default=dict, encoder=DjangoJSONEncoder, help_text="What the signal carried besides the request."
+    )
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    created_at = models.DateTimeField(default=timezone.now, help_text="When the event happened.")
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    delivered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [
+            # The sweep reads the undelivered rows that are due; health and the dashboard count them.
+            models.Index(
+                fields=["next_attempt_at"], condition=Q(delivered_at__isnull=True), name="approval_followup_due_idx"
+            ),
+            # Every event sent asks whether its ticket already has one waiting.
+            models.Index(
+                fields=["tenant", "ticket_ref"],
+                condition=Q(delivered_at__isnull=True),
+                name="approval_followup_ticket_idx",
+            ),
+        ]
+
+    def __str__(self):
+        return f"follow-up #{self.pk} {self.event} of approval #{self.request_id} for {self.receiver}"

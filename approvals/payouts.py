@@ -32,6 +32,7 @@ from ledger.tenancy import tenant_for_user
 from .decisions import approval_decider_check
 from .exceptions import ApprovalConflict
 from .execution import approval_payment_failed
+from .followups import approval_followups_waiting
 from .gate import policy_current
 from .locks import order_lock
 from .models import ApprovalRequest
@@ -93,6 +94,14 @@ def approval_request_payment_retry(*, request_id: int, user, note: str = "") -> 
                 + (f" and was filed again as #{request.replaced_by_id}" if request.replaced_by_id else "")
                 + "; only a refused payment is filed again.",
                 code="not_payment_failed",
+            )
+        if approval_followups_waiting(request=request):
+            # Its ticket has not heard everything yet (a receiver failed and is retried): asked
+            # now, it would answer from a state it is about to leave.
+            raise ApprovalConflict(
+                f"The ticket of request #{request.pk} has not caught up with its approval yet (a follow-up "
+                "waits to be retried); file it again once it has.",
+                code="followup_waiting",
             )
         # Whatever the request is for may refuse first (its ticket closed meanwhile): nothing written.
         approval_refile_check.send(sender=ApprovalRequest, request=request)

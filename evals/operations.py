@@ -10,10 +10,11 @@ from datetime import date, datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import Count, F, Min, OuterRef, Subquery, Sum
-from django.db.models.functions import Coalesce, TruncDate
+from django.db.models import Count, F, JSONField, Min, OuterRef, Subquery, Sum, Window
+from django.db.models.functions import Coalesce, JSONObject, TruncDate
 from django.utils import timezone
 
+from approvals.followups import approval_followups_undelivered
 from approvals.models import ApprovalRequest, Capability
 from ledger.models import RefundEntry, RefundEntryEvent
 from refundagent.models import AgentRun, Ticket
@@ -79,6 +80,16 @@ def operations_overview(*, tenant, now: datetime | None = None) -> dict:
                 .order_by("-id")
                 .values("reason")[:1]
             ),
+            # The approval it was executed for (its ticket; whether finance filed it again), in
+            # the same query.
+            approval=Subquery(
+                ApprovalRequest.objects.filter(tenant=tenant, ledger_entry_id=OuterRef("pk"))
+                .order_by("-id")
+                .values(
+                    json=JSONObject(pk="pk", ticket_ref="ticket_ref", status="status", replaced_by_id="replaced_by_id")
+                )[:1],
+                output_field=JSONField(),
+            ),
         )
         .filter(when__gte=since)
         .order_by("-when", "-pk")
@@ -93,21 +104,34 @@ def operations_overview(*, tenant, now: datetime | None = None) -> dict:
             "when",
             "failure_reason",
             "source",
+            "approval",
         )[:LIST_LIMIT]
     )
-    # The approval each refused refund was executed for (its ticket; whether finance filed it again).
-    approvals = {
-        row["ledger_entry_id"]: row
-        for row in ApprovalRequest.objects.filter(
-            tenant=tenant, ledger_entry_id__in=[f["pk"] for f in payout_failures]
-        ).values("pk", "ledger_entry_id", "ticket_ref", "status", "replaced_by_id")
-    }
     # Approvals whose ledger write was refused or whose evaluator found a mismatch: no payout happened
     # or it does not match the ledger.
     execution_failures = list(
         ApprovalRequest.objects.filter(tenant=tenant, status=ApprovalRequest.Status.FAILED, updated_at__gte=since)
         .order_by("-updated_at")
         .values("pk", "amount", "currency", "updated_at", "ticket_ref", "verification")[:LIST_LIMIT]
+    )
+    # Approval events a ticket has not taken yet (its receiver failed; the sweep retries them in
+    # order): the ticket disagrees with its approval, and its money, until they are delivered.
+    followups = list(
+        approval_followups_undelivered()
+        .filter(tenant=tenant)
+        .annotate(waiting=Window(Count("pk")))
+        .order_by("id")
+        .values(
+            "pk",
+            "request_id",
+            "ticket_ref",
+            "event",
+            "attempts",
+            "last_error",
+            "created_at",
+            "next_attempt_at",
+            "waiting",
+        )[:LIST_LIMIT]
     )
     usage = (
         AgentRun.objects.filter(ticket__tenant=tenant, created_at__gte=since)
@@ -141,11 +165,13 @@ def operations_overview(*, tenant, now: datetime | None = None) -> dict:
         "escalated": Queue(escalated["count"], escalated["oldest"]),
         "refunds": refunds,
         "refund_chart": bar_chart([(day, Decimal(count_per_day[day])) for day in days], unit=""),
-        "payout_failures": [{**f, "approval": approvals.get(f["pk"])} for f in payout_failures],
+        "payout_failures": payout_failures,
         "execution_failures": [
             {**f, "stage": (f["verification"] or {}).get("stage", ""), "reason": _failure_reason(f["verification"])}
             for f in execution_failures
         ],
+        "followups": followups,
+        "followups_count": followups[0]["waiting"] if followups else 0,
         "usage": [{"day": day, **by_day.get(day, {"runs": 0, "tokens": 0, "cost": Decimal(0)})} for day in days],
         "cost_chart": bar_chart(cost_per_day, budget=budget or None, unit="$"),
         "budget": budget,

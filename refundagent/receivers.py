@@ -1,6 +1,10 @@
-"""Receivers for the approvals layer's signals, which may not import this app: one per event,
-each one call into refundagent.ticket_events. Also the review page's ticket sections, registered
-with approvals.review and rendered from templates/refundagent/review/.
+"""Receivers for the approvals layer's signals, which may not import this app. Every
+announcement reaches the ticket through one receiver (`on_approval_event`), which calls the
+event's service in refundagent.ticket_events. One receiver, so that one queue: the approvals
+layer delivers a receiver's events of one ticket in the order they happened, and keeps and
+retries one that failed before any later one runs (approvals.followups). Also the question
+asked before a refused payment is filed again, and the review page's ticket sections,
+registered with approvals.review and rendered from templates/refundagent/review/.
 """
 
 from django.dispatch import receiver
@@ -13,64 +17,77 @@ from approvals.review import review_context_register
 from . import ticket_events
 
 
-@receiver(signals.approval_vote_recorded, dispatch_uid="refundagent.ticket_follow_vote")
-def on_approval_vote_recorded(sender, request: ApprovalRequest, actor=None, **kwargs):
+def _follow_vote(*, request, actor=None, **kwargs):
     ticket_events.ticket_follow_vote(request=request, actor=actor)
 
 
-@receiver(signals.approval_approved, dispatch_uid="refundagent.ticket_follow_approved")
-def on_approval_approved(sender, request: ApprovalRequest, actor=None, **kwargs):
+def _follow_approved(*, request, actor=None, **kwargs):
     ticket_events.ticket_follow_approved(request=request, actor=actor)
 
 
-@receiver(signals.approval_denied, dispatch_uid="refundagent.ticket_follow_denied")
-def on_approval_denied(sender, request: ApprovalRequest, actor=None, **kwargs):
+def _follow_denied(*, request, actor=None, **kwargs):
     ticket_events.ticket_follow_denied(request=request, actor=actor)
 
 
-@receiver(signals.approval_escalated, dispatch_uid="refundagent.ticket_follow_escalated")
-def on_approval_escalated(sender, request: ApprovalRequest, actor=None, **kwargs):
+def _follow_escalated(*, request, actor=None, **kwargs):
     ticket_events.ticket_follow_escalated(request=request, actor=actor)
 
 
-@receiver(signals.approval_changes_requested, dispatch_uid="refundagent.ticket_follow_changes_requested")
-def on_approval_changes_requested(sender, request: ApprovalRequest, actor=None, **kwargs):
+def _follow_changes_requested(*, request, actor=None, **kwargs):
     ticket_events.ticket_follow_changes_requested(request=request, actor=actor)
 
 
-@receiver(signals.approval_expired, dispatch_uid="refundagent.ticket_follow_expired")
-def on_approval_expired(sender, request: ApprovalRequest, **kwargs):
+def _follow_expired(*, request, **kwargs):
     ticket_events.ticket_follow_expired(request=request)
 
 
-@receiver(signals.approval_invalidated, dispatch_uid="refundagent.ticket_follow_invalidated")
-def on_approval_invalidated(sender, request: ApprovalRequest, actor=None, reason="", verdict=None, **kwargs):
+def _follow_invalidated(*, request, actor=None, reason="", verdict=None, **kwargs):
     ticket_events.ticket_follow_invalidated(request=request, actor=actor, reason=reason, verdict=verdict or {})
 
 
-@receiver(signals.approval_replaced, dispatch_uid="refundagent.ticket_follow_replaced")
-def on_approval_replaced(sender, request: ApprovalRequest, old: ApprovalRequest, **kwargs):
+def _follow_replaced(*, request, old, **kwargs):
     ticket_events.ticket_follow_replaced(request=request, old=old)
+
+
+def _follow_executed(*, request, entry, replayed=False, **kwargs):
+    ticket_events.ticket_follow_executed(request=request, entry=entry, replayed=replayed)
+
+
+def _follow_verified(*, request, verdict, **kwargs):
+    ticket_events.ticket_follow_verified(request=request, verdict=verdict)
+
+
+def _follow_payment_failed(*, request, entry, reason="", **kwargs):
+    ticket_events.ticket_follow_payment_failed(request=request, entry=entry, reason=reason)
+
+
+# What the ticket does for each announcement.
+TICKET_FOLLOW_UPS = {
+    signals.approval_vote_recorded: _follow_vote,
+    signals.approval_approved: _follow_approved,
+    signals.approval_denied: _follow_denied,
+    signals.approval_escalated: _follow_escalated,
+    signals.approval_changes_requested: _follow_changes_requested,
+    signals.approval_expired: _follow_expired,
+    signals.approval_invalidated: _follow_invalidated,
+    signals.approval_replaced: _follow_replaced,
+    signals.refund_executed: _follow_executed,
+    signals.refund_verified: _follow_verified,
+    signals.refund_payment_failed: _follow_payment_failed,
+}
+
+
+def on_approval_event(sender, signal, request: ApprovalRequest, **kwargs):
+    TICKET_FOLLOW_UPS[signal](request=request, **kwargs)
+
+
+for _signal in TICKET_FOLLOW_UPS:
+    _signal.connect(on_approval_event, dispatch_uid="refundagent.ticket_follow")
 
 
 @receiver(signals.approval_refile_check, dispatch_uid="refundagent.ticket_refile_check")
 def on_approval_refile_check(sender, request: ApprovalRequest, **kwargs):
     ticket_events.ticket_refile_check(request=request)
-
-
-@receiver(signals.refund_executed, dispatch_uid="refundagent.ticket_follow_executed")
-def on_refund_executed(sender, request: ApprovalRequest, entry, replayed: bool = False, **kwargs):
-    ticket_events.ticket_follow_executed(request=request, entry=entry, replayed=replayed)
-
-
-@receiver(signals.refund_verified, dispatch_uid="refundagent.ticket_follow_verified")
-def on_refund_verified(sender, request: ApprovalRequest, verdict: dict, **kwargs):
-    ticket_events.ticket_follow_verified(request=request, verdict=verdict)
-
-
-@receiver(signals.refund_payment_failed, dispatch_uid="refundagent.ticket_follow_payment_failed")
-def on_refund_payment_failed(sender, request: ApprovalRequest, entry, reason: str = "", **kwargs):
-    ticket_events.ticket_follow_payment_failed(request=request, entry=entry, reason=reason)
 
 
 @review_context_register

@@ -2,7 +2,9 @@
 registered with django-celery-beat by migration 0007, every minute by default, editable in the
 admin; the app's ready() imports this module so every worker knows the task). This is the top layer, so it runs the jobs of every layer:
 
-- approvals: approved requests not executed within the grace (approvals.outbox);
+- approvals: approved requests not executed within the grace (approvals.outbox), and approval
+  events a receiver failed to take (the ticket did not follow them), delivered again once their
+  backoff is over (approvals.followups);
 - agent: queued tickets not picked up within the grace, and runs whose lease expired;
 - ledger: pending payouts polled at the provider, unprocessed webhook events (ledger.sweep).
 
@@ -19,6 +21,7 @@ from django.db.models import Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from approvals.followups import approval_followups_deliver
 from approvals.outbox import approval_executions_sweep
 from ledger.sweep import refund_entries_poll, webhook_events_republish
 
@@ -81,6 +84,7 @@ def outbox_sweep() -> dict[str, int]:
     grace = sweep_grace()
     done = {
         "approval_executions": approval_executions_sweep(older_than=grace),
+        "approval_followups": approval_followups_deliver(),
         "tickets_queued": tickets_queued_sweep(older_than=grace),
         "agent_runs_lease_expired": agent_runs_lease_expired_sweep(),
         "payouts_polled": refund_entries_poll(older_than=grace),

@@ -1,10 +1,12 @@
 """What a ticket does when its approval request moves: one service per approval event.
 
-The receivers (refundagent/receivers.py) call these, one call each. Every status change goes
+The receiver (refundagent/receivers.py) calls one of these per event. Every status change goes
 through `ticket_transition` (compare-and-set on the transition table); the trace spans are
-`approval`, `ledger` and `verify`. They run inside the approvals layer's transaction, each in
-its own savepoint (approvals.signals), so the ticket moves with the decision when they work and
-a failure here never undoes the decision.
+`approval`, `ledger` and `verify`. They run inside the approvals layer's transaction, in a
+savepoint (approvals.signals), so the ticket moves with the decision when they work and a failure
+here never undoes the decision. A failed one is kept and called again later by the sweep, with the
+request and the rows it carried read again, before any later event of the ticket
+(approvals.followups): each must write all or nothing, which its savepoint guarantees.
 """
 
 import json

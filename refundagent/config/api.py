@@ -219,14 +219,24 @@ class HealthOut(Schema):
     approved_unexecuted: str | None = Field(
         None, description="The oldest approved, unexecuted refund is younger than the threshold."
     )
-    details: dict = Field(default_factory=dict, description="Ages and timestamps behind the verdicts.")
+    ticket_followups: str | None = Field(
+        None,
+        description="No approval event has waited longer than the threshold to reach its ticket (a receiver "
+        "failed and the sweep retries it).",
+    )
+    details: dict = Field(
+        default_factory=dict, description="Counts, ages and timestamps behind the verdicts: staff only, else empty."
+    )
 
 
 @api.get("/health", auth=None, throttle=[], tags=["ops"], response={200: HealthOut, 503: HealthOut})
 def health(request):
     """Database, broker, a worker's ping, beat's last run, the oldest queued ticket and approved
-    refund, migrations (config/health.py). 503 when one fails."""
+    refund, approval events waiting to reach their ticket, migrations (config/health.py). 503 when
+    one fails. The numbers behind the verdicts are for staff (a signed-in session) only."""
     status, body = health_report()
+    if not request.user.is_staff:
+        body["details"] = {}
     return Status(status, body)
 
 

@@ -2,7 +2,7 @@
 
 Each check answers "ok", "eager" (no broker: tasks run in-process, nothing to ping) or
 "error: <why>"; any error makes the endpoint answer 503. `details` gives the numbers behind the
-ages. The endpoint is unauthenticated, so it tells ages and counts, never whose tickets.
+ages (the endpoint shows them to staff only). It tells ages and counts, never whose tickets.
 """
 
 from collections.abc import Callable
@@ -10,10 +10,11 @@ from collections.abc import Callable
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, connections
 from django.db.migrations.executor import MigrationExecutor
-from django.db.models import Count, Min
+from django.db.models import Count, Max, Min, Q
 from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
+from approvals.followups import approval_followups_undelivered
 from approvals.models import ApprovalRequest
 from refundagent.models import Ticket
 
@@ -61,6 +62,7 @@ def health_report() -> tuple[int, dict]:
         ),
         needs=database,
     )
+    _check(body, "ticket_followups", lambda: _followups(details), needs=database)
     failing = [name for name, value in body.items() if name != "status" and value.startswith("error")]
     if failing:
         body["status"] = "error"
@@ -134,6 +136,32 @@ def _oldest(details: dict, name: str, queryset, field: str, limit) -> str:
     }
     if age is not None and age > limit:
         return f"error: the oldest is {int(age.total_seconds())} s old (threshold {int(limit.total_seconds())} s)"
+    return "ok"
+
+
+def _followups(details: dict) -> str:
+    """Approval events a receiver failed to take (a ticket behind its approval and its money),
+    waiting for the sweep's next attempt: failing once the oldest waits longer than the threshold."""
+    limit = settings.HEALTH_FOLLOWUP_MAX_AGE
+    found = approval_followups_undelivered().aggregate(
+        oldest=Min("created_at"),
+        count=Count("pk"),
+        failing=Count("pk", filter=Q(attempts__gt=0)),
+        most_attempts=Max("attempts"),
+    )
+    age = timezone.now() - found["oldest"] if found["oldest"] else None
+    details["ticket_followups"] = {
+        "count": found["count"],
+        "failing": found["failing"],
+        "most_attempts": found["most_attempts"] or 0,
+        "oldest_age_seconds": age and int(age.total_seconds()),
+        "threshold_seconds": int(limit.total_seconds()),
+    }
+    if age is not None and age > limit:
+        return (
+            f"error: an approval event has waited {int(age.total_seconds())} s to reach its ticket "
+            f"(threshold {int(limit.total_seconds())} s)"
+        )
     return "ok"
 
 

@@ -271,6 +271,14 @@ if CELERY_BROKER_TRANSPORT_OPTIONS["visibility_timeout"] <= AGENT_LEASE_SECONDS:
 SWEEP_GRACE_SECONDS = envint("SWEEP_GRACE_SECONDS", "60")
 if SWEEP_GRACE_SECONDS < 1:
     raise ImproperlyConfigured(f"SWEEP_GRACE_SECONDS must be a positive integer, got {SWEEP_GRACE_SECONDS}")
+# An approval event whose receiver failed (the ticket did not follow it) is tried again by the
+# sweep after this many seconds, doubled after each failure up to the maximum (approvals.followups).
+APPROVAL_FOLLOWUP_RETRY_SECONDS = envint("APPROVAL_FOLLOWUP_RETRY_SECONDS", "60")
+APPROVAL_FOLLOWUP_RETRY_MAX_SECONDS = envint("APPROVAL_FOLLOWUP_RETRY_MAX_SECONDS", "3600")
+if not 1 <= APPROVAL_FOLLOWUP_RETRY_SECONDS <= APPROVAL_FOLLOWUP_RETRY_MAX_SECONDS:
+    raise ImproperlyConfigured(
+        "APPROVAL_FOLLOWUP_RETRY_SECONDS must be positive and at most APPROVAL_FOLLOWUP_RETRY_MAX_SECONDS"
+    )
 
 # --- Approvals ----------------------------------------------------------------------------
 APPROVAL_EXPIRY = timedelta(hours=envint("APPROVAL_EXPIRY_HOURS", "72"))
@@ -298,6 +306,7 @@ SENTRY_DSN = os.getenv("SENTRY_DSN", "")
 HEALTH_WORKER_PING_TIMEOUT = float(envdecimal("HEALTH_WORKER_PING_TIMEOUT", "1.0"))
 HEALTH_QUEUED_TICKET_MAX_AGE = timedelta(seconds=envint("HEALTH_QUEUED_TICKET_MAX_AGE_SECONDS", "900"))
 HEALTH_APPROVED_UNEXECUTED_MAX_AGE = timedelta(seconds=envint("HEALTH_APPROVED_UNEXECUTED_MAX_AGE_SECONDS", "900"))
+HEALTH_FOLLOWUP_MAX_AGE = timedelta(seconds=envint("HEALTH_FOLLOWUP_MAX_AGE_SECONDS", "300"))
 # Beat is late when its task's last run is older than this many of its intervals.
 HEALTH_BEAT_LATE_INTERVALS = envint("HEALTH_BEAT_LATE_INTERVALS", "3")
 # The operator dashboard's daily model budget (USD); 0 hides the budget line.

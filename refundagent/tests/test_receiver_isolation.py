@@ -1,11 +1,13 @@
 """A failing listener cannot roll back finance's decision: each receiver of an approval event
 runs in its own savepoint (approvals.signals), while the ticket still moves in the same
-transaction as the decision when its receiver works."""
+transaction as the decision when its receiver works. The failed listener's event is kept for
+it (approvals.followups)."""
 
 import logging
 
 import pytest
 
+from approvals.models import ApprovalFollowUp
 from approvals.signals import approval_approved
 from refundagent.models import Ticket
 from refundagent.tests.test_receivers import decide, spans, ticket_with_request
@@ -41,3 +43,7 @@ def test_a_receiver_that_raises_does_not_undo_the_approval(user, django_capture_
     assert spans(ticket) == [("approval", "approve")]
     # and only the broken listener's own write was rolled back, and its error logged
     assert "broken_listener" in caplog.text and "a bug in a listener" in caplog.text
+    # and its event is kept for it (the sweep delivers it again), not dropped
+    [kept] = ApprovalFollowUp.objects.filter(request=request)
+    assert (kept.event, kept.attempts, kept.delivered_at) == ("approval_approved", 1, None)
+    assert kept.receiver.endswith("broken_listener") and "a bug in a listener" in kept.last_error

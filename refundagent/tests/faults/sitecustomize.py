@@ -9,6 +9,10 @@ With PAYOUT_CRASH_AFTER_PROVIDER_CALL_MARKER set to a path, the first payout in 
 marker does not exist yet creates the marker and SIGKILLs the whole worker (its process group:
 the main process too, so nothing requeues the message) after the provider answered and before
 the ledger recorded the answer.
+
+With TICKET_FOLLOW_VERIFIED_FAIL_ONCE_MARKER set to a path, the first call of
+`ticket_events.ticket_follow_verified` in a worker whose marker does not exist yet creates the
+marker and raises (a bug or a lock timeout in the ticket's follow-up, after the money moved).
 """
 
 import os
@@ -66,3 +70,27 @@ if os.environ.get(CRASH_AFTER_LEDGER_WRITE_ENV):
     from celery.signals import worker_process_init
 
     worker_process_init.connect(_connect, weak=False)
+
+
+FOLLOW_VERIFIED_FAIL_ONCE_ENV = "TICKET_FOLLOW_VERIFIED_FAIL_ONCE_MARKER"
+
+
+def _connect_follow_verified_failure(**kwargs):
+    from refundagent import ticket_events
+
+    follow = ticket_events.ticket_follow_verified
+
+    def fail_once(**follow_kwargs):
+        marker = Path(os.environ[FOLLOW_VERIFIED_FAIL_ONCE_ENV])
+        if not marker.exists():
+            marker.write_text(str(os.getpid()))
+            raise RuntimeError("ticket_follow_verified failed (fault injected once)")
+        return follow(**follow_kwargs)
+
+    ticket_events.ticket_follow_verified = fail_once
+
+
+if os.environ.get(FOLLOW_VERIFIED_FAIL_ONCE_ENV):
+    from celery.signals import worker_process_init
+
+    worker_process_init.connect(_connect_follow_verified_failure, weak=False)
