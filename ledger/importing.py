@@ -75,8 +75,8 @@ from django.utils.dateparse import parse_date, parse_datetime
 
 from .exceptions import DomainError, ImportRefused, InvalidInput
 from .models import Customer, Order, OrderItem, Payment, PaymentMethod, RefundEntry, Tenant
-from .money import money_check_currency
-from .services import ledger_refund_issue, money
+from .money import money_check_currency, money_parse
+from .services import ledger_refund_issue
 from .text import json_strings, text_problem
 
 MAX_ERRORS_SHOWN = 20
@@ -237,15 +237,11 @@ class _Reader:
         if isinstance(value, bool) or not isinstance(value, str | int):
             raise _Invalid(f"{key} must be a decimal string, got {value!r}")
         try:
-            amount = money(value)
-        except InvalidInput:
-            raise _Invalid(f"{key} is not an amount with at most two decimal places: {value!r}") from None
-        if amount < 0:
-            raise _Invalid(f"{key} must not be negative ({amount})")
+            amount = money_parse(value, field=key)
+        except InvalidInput as exc:
+            raise _Invalid(exc.message) from None
         if positive and amount == 0:
             raise _Invalid(f"{key} must be positive")
-        if amount >= Decimal("1e10"):
-            raise _Invalid(f"{key} is too large ({amount})")
         if currency is not None:
             # The API's rule (422 amount_precision): never more places than the currency has.
             try:
