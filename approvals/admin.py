@@ -9,7 +9,6 @@ amount, finance requests changes and the agent drafts a new request with its own
 
 import json
 from datetime import timedelta
-from decimal import Decimal
 
 from django import forms
 from django.contrib import admin, messages
@@ -34,7 +33,7 @@ from ledger.admin import (
     admin_tenant,
 )
 from ledger.exceptions import DomainError
-from ledger.money import MoneyFormField, StrictMoneyAdminMixin
+from ledger.money import CENT, MoneyFormField, StrictMoneyAdminMixin
 from ledger.selectors import order_ledger, order_refund_position, reconciliation_findings_unresolved
 
 from .decisions import DECISIONS, approval_decisions_open, approval_request_decide, user_can_decide
@@ -135,7 +134,7 @@ class DecisionForm(forms.Form):
     note = forms.CharField(widget=forms.Textarea(attrs={"rows": 4, "cols": 80}), required=False, max_length=4000)
     wanted_amount = MoneyFormField(
         required=False,
-        min_value=Decimal("0.01"),
+        min_value=CENT,
         help_text="Optional: the amount you would approve instead. The agent drafts a new request.",
     )
 

@@ -12,8 +12,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from ledger.exceptions import DomainError, InvalidInput, NotFound
-from ledger.money import money_check_currency
-from ledger.services import money
+from ledger.money import money_check_currency, money_parse
 from ledger.telemetry import traced
 from ledger.tenancy import tenant_for_user, user_require_role, user_roles
 
@@ -93,7 +92,7 @@ def approval_request_decide(
     if wanted_amount not in (None, ""):
         if decision != ApprovalVote.Decision.REQUEST_CHANGES:
             raise InvalidInput("A wanted amount goes only with request_changes.", code="wanted_amount_unexpected")
-        wanted = money(wanted_amount)
+        wanted = money_parse(wanted_amount, field="wanted_amount")
         if wanted <= 0:
             raise InvalidInput("The wanted amount must be positive.", code="amount_not_positive")
 

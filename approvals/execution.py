@@ -13,13 +13,13 @@ What the provider answers:
 """
 
 import logging
-from decimal import Decimal
 
 from django.db import transaction
 from django.utils import timezone
 
 from ledger.exceptions import DomainError, InvalidInput
 from ledger.models import RefundEntry, RefundStatus
+from ledger.money import money_parse
 from ledger.payouts import ledger_refund_payout
 from ledger.services import canonical_hash, ledger_refund_issue
 from ledger.telemetry import traced
@@ -56,7 +56,7 @@ def approval_execute(*, request_id: int) -> ApprovalRequest:
     try:
         if (
             canonical_hash(args) != request.args_hash
-            or Decimal(args["amount"]) != request.amount
+            or money_parse(args["amount"]) != request.amount
             or (args["currency"] != request.currency or args["order"] != request.order.external_id)
         ):
             raise InvalidInput("The stored args no longer match their hash or the request.", code="args_tampered")

@@ -11,9 +11,10 @@ from datetime import datetime
 from decimal import Decimal
 
 from ledger.compiled import CompiledQuery
+from ledger.exceptions import InvalidAmount
 from ledger.models import Order, PaymentMethod
-from ledger.money import amount_is_representable
-from ledger.selectors import ZERO, order_refund_position
+from ledger.money import ZERO, money_check_currency
+from ledger.selectors import order_refund_position
 from ledger.telemetry import traced
 
 from .models import RefundPolicy
@@ -260,7 +261,9 @@ def policy_gate_evaluate(
             verdict.reasons.append(f"The {label} {limit} was capped at the refundable {cap} {order.currency}.")
     if allowed <= ZERO:
         return stop(Outcome.DENIED, "nothing_refundable", "There is nothing to refund.")
-    if not amount_is_representable(allowed, order.currency):
+    try:
+        money_check_currency(amount=allowed, currency=order.currency)
+    except InvalidAmount:
         # A requested or drafted amount finer than the currency (JPY 120.50): no provider can pay
         # it, and rounding it is a person's call, not the runtime's.
         return stop(

@@ -21,9 +21,8 @@ from django.utils import timezone
 
 from ledger.exceptions import InvalidInput
 from ledger.models import Order, PaymentMethod
-from ledger.money import money_check_currency
+from ledger.money import money_check_currency, money_parse
 from ledger.selectors import order_refund_position
-from ledger.services import money
 from ledger.tenancy import user_require_role
 
 from .gate import Outcome, Proposal, policy_current, policy_gate_evaluate
@@ -62,7 +61,7 @@ def approval_proposal_create(
     exception without a reason, or a rule the policy does not let a person waive."""
     user_require_role(user, "support", "finance")
     now = now or timezone.now()
-    amount = money(amount)
+    amount = money_parse(amount)
     if amount <= 0:
         raise InvalidInput("The amount must be positive.", code="amount_not_positive")
     reason = (reason or "").strip()

@@ -12,8 +12,8 @@ from django.db.models import Q, Sum
 from django.utils import timezone
 
 from ledger.models import Order
-from ledger.money import amount_check_representable
-from ledger.selectors import ZERO, order_refunded_total
+from ledger.money import ZERO, money_check_currency
+from ledger.selectors import order_refunded_total
 from ledger.services import canonical_hash
 
 from .gate import GateVerdict, Outcome
@@ -73,7 +73,7 @@ def approval_request_create(
     if verdict.outcome != Outcome.APPROVAL_REQUIRED or verdict.allowed_amount is None:
         raise ValueError("Only an eligible verdict becomes an approval request.")
     # Never a request that no provider can pay (the gate and the proposal refuse it first).
-    amount_check_representable(verdict.allowed_amount, order.currency)
+    money_check_currency(amount=verdict.allowed_amount, currency=order.currency)
     # No look-up first: the unique key decides (a replay is the rare path, and the insert in a
     # savepoint costs the common path one query less).
     args = refund_args_canonical(order=order, verdict=verdict, ticket_ref=ticket_ref)

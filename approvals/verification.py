@@ -21,6 +21,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from ledger.models import Order, RefundEntry, RefundStatus
+from ledger.money import CENT
 from ledger.payouts import refund_entry_provider_record
 from ledger.selectors import order_refunded_total, refund_entries_with_effective_amount
 from ledger.services import canonical_hash
@@ -37,7 +38,7 @@ def _check(name: str, ok: bool, expected, actual) -> dict:
 
 def _plain(value):
     if isinstance(value, Decimal):
-        return str(value.quantize(Decimal("0.01")))
+        return str(value.quantize(CENT))
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value

@@ -22,9 +22,8 @@ from django.db.models import Sum
 
 from approvals.models import ApprovalRequest, RefundPolicy
 from ledger.models import Customer, Order, RefundEntry, RefundEntryItem, RefundRevision
+from ledger.money import ZERO, money_parse
 from ledger.services import canonical_hash
-
-ZERO = Decimal("0.00")
 
 # Independent of the policy gate's own list: phrases that commit the company to a payment before
 # finance approved one.
@@ -44,7 +43,7 @@ PAYMENT_PROMISES = re.compile(
 
 
 def _dec(value) -> Decimal | None:
-    return None if value in (None, "") else Decimal(str(value)).quantize(Decimal("0.01"))
+    return None if value in (None, "") else money_parse(value)
 
 
 # --- evidence ---------------------------------------------------------------------------------

@@ -1,10 +1,10 @@
 """The τ-bench retail shop as a tenant: a converter from its files to the order import format
-(API.md), the tenant policy that encodes its wiki.md refund rules, and the import itself.
+(ledger/import_format.py), the tenant policy that encodes its wiki.md refund rules, and the import itself.
 
 The converter is a plain function over the parsed JSON so tests can check it line by line.
-Amounts in the source are floats; every one is converted with `Decimal(str(x))`, which keeps
-the two decimal places written in the file (summing the floats would not: 209 of the 1,000
-orders have an item sum that differs from the paid total in binary floating point).
+Amounts in the source are JSON floats; every one is read by `dec` as the decimal written in the
+file (summing the floats would not: 209 of the 1,000 orders have an item sum that differs from
+the paid total in binary floating point).
 """
 
 import json
@@ -21,6 +21,7 @@ from django.utils import timezone
 from approvals.models import RefundPolicy
 from ledger.importing import orders_import
 from ledger.models import Tenant
+from ledger.money import ZERO, money_parse
 from ledger.tenancy import membership_ensure, roles_sync
 
 TAU_TENANT = "tau-retail"
@@ -43,12 +44,12 @@ TAU_POLICY_TEXT = """Refund policy tau-retail-policy-v1 (the τ-bench retail wik
 5. 'processed' and 'cancelled' orders can be neither cancelled nor returned: a person decides.
 6. A refund is never above what is still refundable on the order, and finance approves every refund."""
 
-CENT = Decimal("0.01")
-
 
 def dec(value) -> Decimal:
-    """A τ-bench float as the exact decimal written in the file."""
-    return Decimal(str(value)).quantize(CENT)
+    """A τ-bench amount (a JSON float) as the exact decimal written in the file: a float's repr
+    is the shortest text that reads back as it ("47.84"), which the money parser then takes like
+    any amount. A value with more places than cents is refused (a ValueError), never rounded."""
+    return money_parse(repr(value) if isinstance(value, float) else value)
 
 
 # The vendored copy (MIT, see its LICENSE and ORIGIN.md), found from this module, not the cwd.
@@ -128,7 +129,7 @@ def tau_order(order: dict, user: dict) -> dict:
     refunds = [h for h in order["payment_history"] if h["transaction_type"] == "refund"]
     if not payments:
         raise ValueError("it has no payment")
-    total = sum((dec(p["amount"]) for p in payments), Decimal("0.00"))
+    total = sum((dec(p["amount"]) for p in payments), ZERO)
     method_id = payments[0]["payment_method_id"]
     if method_id not in methods:
         raise ValueError(f"it was paid with {method_id}, not a method of {order['user_id']}")

@@ -19,6 +19,15 @@ class InvalidInput(DomainError):
     code = "invalid_input"
 
 
+class InvalidAmount(InvalidInput, ValueError):
+    """Not an amount (`ledger.money.money_parse`): a 422 to the API and the services, and a
+    ValueError so that a pydantic validator (API schemas, tool arguments, the importer) reports it
+    as the field's validation error. `details["problem"]` says which rule it broke (a form
+    words each its own way)."""
+
+    code = "bad_amount"
+
+
 class NotFound(DomainError):
     status_code = 404
     code = "not_found"

@@ -5,7 +5,8 @@ from typing import Annotated
 from ninja import Schema
 from pydantic import PlainSerializer
 
-CENT = Decimal("0.01")
+from .money import CENT
+
 # Money leaves the API as a decimal string with two places ("120.00"), never a float.
 Money = Annotated[Decimal, PlainSerializer(lambda d: str(Decimal(d).quantize(CENT)), return_type=str)]
 

@@ -20,15 +20,14 @@ from .models import (
     RefundRevision,
     Tenant,
 )
-
-ZERO = Decimal("0.00")
+from .money import CENT, ZERO
 
 
 class _MoneyField(DecimalField):
     """A 2-place decimal output field that also quantizes on SQLite, whose COALESCE drops the scale."""
 
     def from_db_value(self, value, expression, connection):
-        return None if value is None else Decimal(value).quantize(Decimal("0.01"))
+        return None if value is None else Decimal(value).quantize(CENT)
 
 
 MONEY_FIELD = _MoneyField(max_digits=12, decimal_places=2)
@@ -71,7 +70,7 @@ def order_refunded_total(order: Order) -> Decimal:
     total = refund_entries_with_effective_amount(RefundEntry.objects.filter(order=order).counting()).aggregate(
         s=Sum("effective_amount")
     )["s"]
-    return (total or ZERO).quantize(Decimal("0.01"))
+    return (total or ZERO).quantize(CENT)
 
 
 @dataclass(frozen=True)
@@ -189,7 +188,7 @@ def order_refund_position(order: Order) -> RefundPosition:
         total=order.total,
         currency=order.currency,
         # An order without lines has no row to carry the total: ask for it alone.
-        refunded_total=items[0]["order_refunded"].quantize(Decimal("0.01")) if items else order_refunded_total(order),
+        refunded_total=items[0]["order_refunded"].quantize(CENT) if items else order_refunded_total(order),
         lines=lines,
     )
 

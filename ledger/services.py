@@ -4,7 +4,7 @@ import hashlib
 import json
 import logging
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 from django.conf import settings
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
@@ -24,37 +24,12 @@ from .models import (
     RefundRevision,
     RefundStatus,
 )
-from .money import PLAIN_NUMBER, amount_check_representable
+from .money import CENT, ZERO, money_check_currency, money_parse
 from .selectors import order_refund_position
 from .signals import refund_entry_status_changed
 from .telemetry import money_log, traced
 
 logger = logging.getLogger(__name__)
-
-CENT = Decimal("0.01")
-ZERO = Decimal("0.00")
-
-
-def money(value) -> Decimal:
-    """Parse an amount (str, int or Decimal; never float) into a 2-place Decimal."""
-    if isinstance(value, float):
-        raise InvalidInput("Amounts must be decimal strings, not floats.", code="float_amount")
-    # Decimal() also reads "１２０", "1e2" and "1_000": text must be plain ASCII digits.
-    if isinstance(value, str) and not PLAIN_NUMBER.match(value.strip()):
-        raise InvalidInput(f"{value!r} is not an amount.", code="bad_amount")
-    try:
-        amount = Decimal(str(value))
-    except (InvalidOperation, ValueError):
-        raise InvalidInput(f"{value!r} is not an amount.", code="bad_amount") from None
-    if not amount.is_finite():
-        raise InvalidInput(f"{value!r} is not an amount.", code="bad_amount")
-    try:
-        quantized = amount.quantize(CENT)
-    except InvalidOperation:  # more digits than Decimal's 28 (1e30): no column holds it either
-        raise InvalidInput(f"{value} is too large to be an amount.", code="bad_amount") from None
-    if amount != quantized:
-        raise InvalidInput(f"{value} has more than two decimal places.", code="bad_amount")
-    return quantized
 
 
 def canonical_hash(args: dict) -> str:
@@ -107,8 +82,7 @@ def ledger_refund_issue(
     PostgreSQL runs the function of migration 0007 (`_issue_in_database`), SQLite the ORM
     (`_issue_with_orm`). What needs no database is checked here, once, for both.
     """
-    amount = money(amount)
-    amount_check_representable(amount, currency)
+    amount = money_parse(amount, currency=currency)
     item_ids = list(item_ids or [])
     if not idempotency_key:
         raise InvalidInput("An idempotency key is required.", code="idempotency_key_required")
@@ -363,7 +337,7 @@ def _issue_with_orm(refund: _NewRefund) -> RefundEntry:
             if r.grows_balance:
                 # Lock order: the order row is held; the gift card row second.
                 PaymentMethod.objects.filter(pk=r.destination.pk).update(
-                    balance=Coalesce(F("balance"), Value(Decimal("0.00"))) + r.amount
+                    balance=Coalesce(F("balance"), Value(ZERO)) + r.amount
                 )
             return entry
     except IntegrityError as error:
@@ -477,11 +451,9 @@ def _check_refund(
 
 def ledger_refund_correct(*, entry: RefundEntry, new_amount, reason: str, corrected_by=None) -> RefundRevision:
     """Correct a refund's amount by appending a revision; the old amount stays in the ledger."""
-    new_amount = money(new_amount)
+    new_amount = money_parse(new_amount, field="new_amount")  # refuses a negative amount
     if not reason.strip():
         raise InvalidInput("A correction needs a reason.", code="reason_required")
-    if new_amount < 0:
-        raise RefundRefused("A corrected amount cannot be negative.", code="refund_not_positive")
     with transaction.atomic():
         order = Order.objects.select_for_update().get(pk=entry.order_id)
         status = RefundEntry.objects.filter(pk=entry.pk).values_list("status", flat=True).get()
@@ -489,7 +461,7 @@ def ledger_refund_correct(*, entry: RefundEntry, new_amount, reason: str, correc
             raise RefundRefused(
                 f"Refund #{entry.pk} is {status}: there is nothing to correct.", code="entry_not_counting"
             )
-        amount_check_representable(new_amount, order.currency)
+        money_check_currency(amount=new_amount, currency=order.currency, field="new_amount")
         position = order_refund_position(order)
         last = entry.revisions.order_by("-id").first()
         old_amount = last.new_amount if last else entry.amount
@@ -644,8 +616,7 @@ def ledger_refund_record_external(
         if existing is not None:
             return existing
         try:
-            amount = money(amount)
-            amount_check_representable(amount, currency)
+            amount = money_parse(amount, currency=currency)
             _check_refund(locked, amount, currency, None, [])
         except InvalidInput as exc:
             logger.warning("external refund %s on order %s not recorded: %s", provider_ref, locked.pk, exc.message)
@@ -686,9 +657,3 @@ def ledger_refund_record_external(
             event_ref=event_ref,
         )
         return entry
-
-
-def currency_check(currency: str) -> str:
-    if currency not in settings.LEDGER_CURRENCIES:
-        raise InvalidInput(f"Unknown currency {currency!r}.", code="unknown_currency")
-    return currency

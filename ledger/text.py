@@ -32,3 +32,9 @@ def json_strings(value):
             stack.extend(item.values())
         elif isinstance(item, list):
             stack.extend(item)
+
+
+def text_shown(value) -> str:
+    """A refused value as a message quotes it: its repr (control characters escaped), cut short."""
+    shown = repr(value)
+    return shown if len(shown) <= 40 else shown[:37] + "..."

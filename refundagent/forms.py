@@ -1,12 +1,10 @@
 """Forms of the support web UI and the admin's proposal page. They only parse input;
 `refundagent.services` decides."""
 
-from decimal import Decimal
-
 from django import forms
 
 from ledger.exceptions import DomainError
-from ledger.money import MoneyFormField
+from ledger.money import CENT, MoneyFormField
 
 from .models import Ticket
 from .services import MAX_REPLY_LENGTH, ticket_refund_propose
@@ -143,7 +141,7 @@ class ProposalForm(_ItemsAndDestination, forms.Form):
 
     amount = MoneyFormField(
         label="Amount",
-        min_value=Decimal("0.01"),
+        min_value=CENT,
         widget=forms.TextInput(attrs={"placeholder": "50.00", "inputmode": "decimal"}),
     )
     items = forms.CharField(

@@ -13,9 +13,8 @@ from approvals.proposals import approval_proposal_create
 from approvals.withdrawal import approval_requests_withdraw
 from ledger.exceptions import InvalidInput
 from ledger.models import PaymentMethod
-from ledger.money import money_check_currency
+from ledger.money import money_check_currency, money_parse
 from ledger.selectors import customer_get, order_get
-from ledger.services import money
 from ledger.telemetry import current_trace_uuid, ticket_span_mark
 from ledger.tenancy import tenant_for_user, user_require_role
 
@@ -71,7 +70,7 @@ def ticket_create(
         raise InvalidInput(f"The message is longer than {MAX_MESSAGE_LENGTH} characters.", code="message_too_long")
     amount = None
     if requested_amount not in (None, ""):
-        amount = money(requested_amount)
+        amount = money_parse(requested_amount, field="requested_amount")
         if amount <= 0:
             raise InvalidInput("The requested amount must be positive.", code="amount_not_positive")
         if found_order is not None:

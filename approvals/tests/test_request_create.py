@@ -106,5 +106,5 @@ def test_no_request_is_made_for_an_amount_its_currency_cannot_pay(make_order, po
     with pytest.raises(InvalidInput) as refused:
         approval_request_create(order=order, policy=policy, verdict=verdict, idempotency_key="k-jpy")
     # then it is refused, and nothing is written
-    assert refused.value.code == "amount_not_representable"
+    assert refused.value.code == "amount_precision"
     assert not ApprovalRequest.objects.exists()

@@ -13,9 +13,9 @@ from collections import Counter
 from decimal import Decimal
 
 from evals.tau import TAU_POLICY_VERSION, TauData, dec, tau_convert, tau_load
+from ledger.money import ZERO
 
 REFUND_ACTIONS = ("cancel_pending_order", "return_delivered_order_items", "exchange_delivered_order_items")
-ZERO = Decimal("0.00")
 # The files the cases are built from (tau_load reads these from the data directory).
 TAU_DATA_FILES = ("users.json", "orders.json", "products.json", "tasks_train.json", "tasks_dev.json")
 

@@ -6,9 +6,10 @@ Money is Decimal(12, 2) with an ISO currency beside it.
 from django.db import models
 from django.db.models import Q
 
+from ..money import DECIMAL_PLACES, MAX_DIGITS
 from .tenancy import Tenant, TenantQuerySet
 
-MONEY = {"max_digits": 12, "decimal_places": 2}
+MONEY = {"max_digits": MAX_DIGITS, "decimal_places": DECIMAL_PLACES}
 
 
 class Customer(models.Model):

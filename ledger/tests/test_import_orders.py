@@ -292,6 +292,53 @@ def test_a_file_with_one_bad_row_is_refused_whole(good_file, tmp_path, kind):
     assert not Customer.objects.exists() and not Order.objects.exists() and not RefundEntry.objects.exists()
 
 
+# Shapes Python reads as a number (Decimal(), float(), int()), which an amount is not. The
+# message names the record and the field; nothing is rounded and nothing is written.
+NOT_AMOUNTS = {
+    "exponent": ({"total": "1e2"}, "total is not an amount: '1e2'"),
+    "fullwidth digits": ({"total": "１２０"}, "total is not an amount: '１２０'"),
+    "underscore": ({"total": "1_000"}, "total is not an amount: '1_000'"),
+    "boolean": ({"total": True}, "total must be a decimal string, got True"),
+    "float": ({"total": 1.5}, 'total must be a decimal string like "1.50", not the number 1.5'),
+    "NaN": ({"total": "NaN"}, "total is not an amount: 'NaN'"),
+    "Infinity": ({"total": "Infinity"}, "total is not an amount: 'Infinity'"),
+    "spaces": ({"total": " 12 "}, "total is not an amount: ' 12 '"),
+    "minus zero": ({"total": "-0"}, "total is not an amount: '-0'"),
+    "finer than a cent": ({"total": "0.004"}, "total is not an amount with at most two decimal places: '0.004'"),
+    "half a yen": ({"currency": "JPY", "total": "1.5"}, "total: JPY amounts have at most 0 decimal places, got 1.50"),
+    "above the column": ({"total": "10000000000.00"}, "total is too large (10000000000.00)"),
+    "float item price": ({"items": [{"id": "X", "price": 9.99}]}, "items[0]: price must be a decimal string like"),
+    "exponent refund": ({"refunds": [{"amount": "1e1"}]}, "refunds[0]: amount is not an amount: '1e1'"),
+}
+
+
+@pytest.mark.parametrize("kind", NOT_AMOUNTS)
+def test_an_amount_python_would_read_refuses_the_whole_file(good_file, tmp_path, kind):
+    # given a good file whose last order (orders[2], ORD-9003) has that amount
+    change, message = NOT_AMOUNTS[kind]
+    good_file["orders"][2].update(change)
+
+    # when it is imported with the command
+    with pytest.raises(CommandError) as refused:
+        call_command("import_orders", _write(tmp_path, good_file))
+
+    # then the refusal names the record and the field, and nothing at all was written
+    assert f"orders[2] (ORD-9003): {message}" in str(refused.value)
+    assert _snapshot() == {name: [] for name in _snapshot()}
+
+
+def test_a_payment_method_balance_is_read_by_the_money_parser_too(good_file):
+    good_file["customers"][0]["payment_methods"][1]["balance"] = 25.0
+
+    with pytest.raises(ImportRefused) as refused:
+        orders_import(data=good_file)
+
+    assert (
+        "customers[0] (CUST-3001): payment_methods[1]: balance must be a decimal string like" in refused.value.message
+    )
+    assert not Customer.objects.exists()
+
+
 @pytest.mark.parametrize(
     "spoil, message",
     [

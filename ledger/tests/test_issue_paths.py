@@ -264,7 +264,7 @@ def test_what_is_refused_before_the_cap(both, mode, tenant):
     trace = both(scenario, mode)
     assert [t[2] for t in trace if t[0] == "refused"] == [
         "refund_not_positive",
-        "refund_not_positive",
+        "bad_amount",  # "-5.00" is not an amount: the money parser refuses it
         "currency_mismatch",
         "foreign_destination",
         "refund_exceeds_refundable",

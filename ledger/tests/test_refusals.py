@@ -13,7 +13,7 @@ from ledger.services import ledger_refund_issue
     "amount, currency, code",
     [
         ("0.00", "USD", "refund_not_positive"),
-        ("-5.00", "USD", "refund_not_positive"),
+        ("-5.00", "USD", "bad_amount"),  # not an amount: refused before the ledger looks
         ("10.00", "EUR", "currency_mismatch"),
         ("100.01", "USD", "refund_exceeds_refundable"),
         (10.0, "USD", "float_amount"),

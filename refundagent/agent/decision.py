@@ -14,7 +14,6 @@ that dies while deciding resumes with this same proposal and no new model call.
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from decimal import Decimal
 
 from django.db import transaction
 from django.utils import timezone
@@ -24,6 +23,7 @@ from approvals.gate import Outcome
 from approvals.models import ApprovalRequest, RefundPolicy
 from approvals.requests import approval_request_create
 from ledger.models import Order
+from ledger.money import ZERO
 
 from ..exceptions import TicketStateConflict
 from ..models import AgentRun, RefundDraft, Ticket
@@ -206,7 +206,7 @@ def _verdict(
         verdict = gate.GateVerdict(
             outcome=Outcome.ESCALATED,
             currency=ticket.currency,
-            refundable=Decimal("0.00"),
+            refundable=ZERO,
             policy_version=policy.version if policy else None,
             codes=["order_not_named"],
             reasons=["The ticket names no order and the draft named none of the customer's orders: a person decides."],

@@ -60,6 +60,7 @@ from .tools import (
     capabilities_annotation,
     capabilities_load,
     capabilities_of,
+    draft_amount_check,
     result_text,
     ticket_cross_tenant,
     tool_args_validate,
@@ -365,34 +366,7 @@ class _Loop:
         capability = check.capability
         args, problems = tool_args_validate(capability=capability, arguments=call.input)
         if problems:
-            self.run.invalid_args_retries += 1
-            tries, allowed = self.run.invalid_args_retries, settings.AGENT_MAX_INVALID_ARGS_RETRIES
-            summary = "; ".join(f"{p['field']}: {p['problem']}" for p in problems)
-            self.trace(
-                span="tool",
-                status="error",
-                decision="invalid_args",
-                tool=capability,
-                reason=summary[:200],
-                data={"args": call.input, "problems": problems, "attempt": tries},
-            )
-            if tries > allowed:
-                raise _Stop(
-                    S.FAILED,
-                    R.FAILED,
-                    f"The model sent invalid arguments {tries} times (at most "
-                    f"{allowed} retries); last, to {call.name}: {summary}",
-                )
-            return self._result(
-                call,
-                {
-                    "error": "invalid_arguments",
-                    "tool": call.name,
-                    "problems": problems,
-                    "retries_left": allowed - tries + 1,
-                },
-                error=True,
-            )
+            return self.invalid_arguments(call, capability, problems)
         scope = tool_scope_authorize(ticket=self.ticket, args=args)
         if not scope.allowed:
             self.trace(
@@ -406,6 +380,11 @@ class _Loop:
             self.progress_check(call)
             return self._result(call, {"error": "denied", "reason": scope.reason, "message": scope.message}, error=True)
         if capability == CREATE_DRAFT:
+            # The amount's places are checked against the currency of the order it is about,
+            # known only now; the model is told, as for any invalid argument.
+            problems = draft_amount_check(args=args, order=scope.order)
+            if problems:
+                return self.invalid_arguments(call, capability, problems)
             self.decide(call, args, scope.order)  # always stops the run
         if self.progress_check(call):
             return self._result(
@@ -445,6 +424,37 @@ class _Loop:
             data={"args": call.input, "result": value},
         )
         return self._result(call, value)
+
+    def invalid_arguments(self, call: ToolCall, capability: str, problems: list[dict]) -> dict:
+        """Tell the model what is wrong with its arguments; fail the run past the retries allowed."""
+        self.run.invalid_args_retries += 1
+        tries, allowed = self.run.invalid_args_retries, settings.AGENT_MAX_INVALID_ARGS_RETRIES
+        summary = "; ".join(f"{p['field']}: {p['problem']}" for p in problems)
+        self.trace(
+            span="tool",
+            status="error",
+            decision="invalid_args",
+            tool=capability,
+            reason=summary[:200],
+            data={"args": call.input, "problems": problems, "attempt": tries},
+        )
+        if tries > allowed:
+            raise _Stop(
+                S.FAILED,
+                R.FAILED,
+                f"The model sent invalid arguments {tries} times (at most "
+                f"{allowed} retries); last, to {call.name}: {summary}",
+            )
+        return self._result(
+            call,
+            {
+                "error": "invalid_arguments",
+                "tool": call.name,
+                "problems": problems,
+                "retries_left": allowed - tries + 1,
+            },
+            error=True,
+        )
 
     def progress_check(self, call: ToolCall) -> bool:
         """True if this exact call was made before and nothing new was learned since."""

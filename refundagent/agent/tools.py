@@ -15,21 +15,23 @@ on such tickets, lists them), and the draft must name the one it is about.
 
 import functools
 import json
-import re
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
-from typing import Any, Literal
+from decimal import Decimal
+from typing import Annotated, Any, Literal
 
 from django.contrib.postgres.expressions import ArraySubquery
 from django.db import connection
 from django.db.models.functions import JSONObject
 from django.utils import timezone
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, ValidationInfo, WithJsonSchema
+from pydantic_core import PydanticCustomError
 
 from approvals import gate
 from approvals.models import Capability
 from ledger.compiled import CompiledQuery
+from ledger.exceptions import InvalidAmount
 from ledger.models import Order, Payment
+from ledger.money import CENT, MAX_AMOUNT, MONEY_PATTERN, money_check_currency, money_parse
 from ledger.selectors import order_refund_position
 
 from .providers.base import ToolCall, ToolSpec
@@ -42,8 +44,6 @@ CREATE_DRAFT = "refunds.create_draft"
 ISSUE_REFUND = "refunds.issue_refund"
 SEND_MESSAGE = "email.send_customer_message"
 
-CENT = Decimal("0.01")
-
 
 def api_name(capability: str) -> str:
     """The API-safe tool name (the Messages API allows no dots)."""
@@ -54,10 +54,27 @@ def api_name(capability: str) -> str:
 # The pydantic models are the one source of each tool's contract: the JSON schema offered to
 # the model is generated from them (tool_input_schema), so the two cannot disagree.
 
-MAX_AMOUNT = Decimal("9999999999.99")
-# A non-negative decimal written out plainly ("120", "120.00"); numbers are accepted as well.
-AMOUNT_PATTERN = r"^\s*\d+(\.\d+)?\s*$"
-AMOUNT_PROBLEM = "must be a decimal string such as '120.00'"
+
+def _tool_amount(value: Any, info: ValidationInfo) -> Decimal | None:
+    """The model's amount through the one money parser: a float or an amount finer than a cent
+    is an invalid argument the model is told about, never rounded. A JSON integer is exact."""
+    if value is None or value == "":
+        return None
+    try:
+        return money_parse(value, field=info.field_name or "amount")
+    except InvalidAmount as exc:
+        raise PydanticCustomError("amount", "{message}", {"message": exc.message}) from None
+
+
+# The model's JSON schema for an amount: a money string, or a whole number within the column.
+AMOUNT_JSON_SCHEMA = {
+    "anyOf": [
+        {"type": "string", "pattern": MONEY_PATTERN},
+        {"type": "integer", "minimum": 0, "maximum": int(MAX_AMOUNT)},
+        {"type": "null"},
+    ]
+}
+ToolAmount = Annotated[Decimal | None, PlainValidator(_tool_amount), WithJsonSchema(AMOUNT_JSON_SCHEMA)]
 
 
 class _Args(BaseModel):
@@ -77,21 +94,12 @@ class NoArgs(_Args):
     pass
 
 
-def _amount_string_pattern(schema: dict) -> None:
-    """JSON Schema cannot put a number's limits on a string: the string form gets the pattern."""
-    for branch in schema.get("anyOf", []):
-        if branch.get("type") == "string":
-            branch["pattern"] = AMOUNT_PATTERN
-
-
 class CreateDraftArgs(_Args):
     recommendation: Literal["refund", "escalate", "deny", "request_info"]
-    amount: Decimal | None = Field(
+    amount: ToolAmount = Field(
         default=None,
-        ge=0,
-        le=MAX_AMOUNT,
-        json_schema_extra=_amount_string_pattern,
-        description="Decimal string with two places, e.g. '120.00'. Required for 'refund'.",
+        description="Decimal string with at most the order currency's places, e.g. '120.00' (JPY: '120'). "
+        "Required for 'refund'.",
     )
     policy_version: str = Field(
         default="",
@@ -125,33 +133,11 @@ class CreateDraftArgs(_Args):
         "the ticket already names items.",
     )
 
-    @field_validator("amount", mode="before")
-    @classmethod
-    def _amount(cls, value: Any) -> Decimal | None:
-        if value is None or value == "":
-            return None
-        if isinstance(value, bool) or not isinstance(value, (str, int, float, Decimal)):
-            raise ValueError(AMOUNT_PROBLEM)
-        if isinstance(value, str) and not re.fullmatch(AMOUNT_PATTERN, value):
-            raise ValueError(AMOUNT_PROBLEM)
-        try:
-            amount = Decimal(str(value).strip())
-        except InvalidOperation:
-            raise ValueError(AMOUNT_PROBLEM) from None
-        if not amount.is_finite():
-            raise ValueError("must be a finite, non-negative amount")
-        return amount  # the limits (ge, le) are checked next, on the amount as given
-
-    @field_validator("amount")
-    @classmethod
-    def _cents(cls, value: Decimal | None) -> Decimal | None:
-        return None if value is None else value.quantize(CENT)
-
 
 class IssueRefundArgs(_Args):
     model_config = ConfigDict(extra="allow")
     order_id: str = ""
-    amount: str | int | float | None = None
+    amount: ToolAmount = None
 
 
 class SendMessageArgs(_Args):
@@ -377,6 +363,26 @@ def tool_args_validate(*, capability: str, arguments: dict) -> tuple[_Args | Non
             {"field": ".".join(str(p) for p in e["loc"]) or "(arguments)", "problem": e["msg"]}
             for e in exc.errors(include_url=False, include_context=False, include_input=False)
         ]
+
+
+def draft_amount_check(*, args: CreateDraftArgs, order) -> list[dict]:
+    """The draft's amount against the currency of the order it is about (known once the scope
+    is): [] or the problem, answered like any invalid argument. Never rounded: "1.50" yen is
+    the model's to say again, as "1" or "2"."""
+    if args.amount is None or order is None:
+        return []
+    try:
+        money_check_currency(amount=args.amount, currency=order.currency)
+    except InvalidAmount as exc:
+        places = exc.details["decimal_places"]
+        return [
+            {
+                "field": "amount",
+                "problem": f"order {order.external_id} is in {order.currency}, which has {places} decimal "
+                f"place(s): {args.amount} cannot be refunded exactly",
+            }
+        ]
+    return []
 
 
 def tool_scope_authorize(*, ticket, args: _Args) -> ToolAuthorization:

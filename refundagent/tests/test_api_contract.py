@@ -50,6 +50,13 @@ BAD_AMOUNTS = [
     "0x10",
     "",
     "12,00",
+    # more shapes Python reads as a number
+    "1e2",
+    "1_000",
+    " 12 ",
+    "-0",
+    "0.004",  # finer than a cent: refused, never rounded
+    "-Infinity",
 ]
 
 
@@ -320,11 +327,12 @@ def test_an_amount_finer_than_the_orders_currency_is_a_422(demo, api_client, dja
     Order.objects.filter(external_id="ORD-5001").update(currency="JPY")
     client = api_client("acme-support")
     before = written()
-    # when a ticket asks for 120.50 yen, then 422 naming the field and nothing written
-    response = post(client, {**BODY, "requested_amount": "120.50"})
-    assert response.status_code == 422
-    assert response.json()["code"] == "amount_precision" and "requested_amount" in response.json()["detail"]
-    assert written() == before
+    # when a ticket asks for 120.50 or 1.5 yen, then 422 naming the field and nothing written
+    for amount in ("120.50", "1.5"):
+        response = post(client, {**BODY, "requested_amount": amount})
+        assert response.status_code == 422
+        assert response.json()["code"] == "amount_precision" and "requested_amount" in response.json()["detail"]
+        assert written() == before
     # and whole yen are fine (written as "120.00" by the two-place column)
     with django_capture_on_commit_callbacks(execute=False):
         assert post(client, {**BODY, "requested_amount": "120"}).status_code == 201

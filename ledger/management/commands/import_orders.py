@@ -9,7 +9,7 @@ from ledger.importing import orders_import
 
 class Command(BaseCommand):
     help = (
-        "Load customers and orders from a JSON file into a tenant (format: API.md and ledger/importing.py). "
+        "Load customers and orders from a JSON file into a tenant (format: ledger/import_format.py). "
         "Safe to run twice; a bad file is refused whole and writes nothing."
     )
 

@@ -17,23 +17,24 @@ import json
 import re
 import time
 from datetime import datetime
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 
 from django.utils import timezone
 
+from ledger.exceptions import InvalidAmount
+from ledger.money import ZERO, money_parse
 from ledger.selectors import LinePosition, items_match
 
 from ..prompts import UNTRUSTED_CLOSE, UNTRUSTED_OPEN, facts_from_messages
 from ..tools import CREATE_DRAFT, LIST_CUSTOMER_ORDERS, LOOKUP_ORDER, PAYMENT_SUMMARY, POLICY_RETRIEVE
 from .base import ModelTurn, ToolCall, ToolSpec, Usage
 
-ZERO = Decimal("0.00")
-
 
 def _decimal(value) -> Decimal | None:
+    """An amount as a tool result shows it ("120.00"), else None: read like any other amount."""
     try:
-        return None if value in (None, "") else Decimal(str(value)).quantize(Decimal("0.01"))
-    except InvalidOperation:
+        return None if value in (None, "") else money_parse(value)
+    except InvalidAmount:
         return None
 
 

@@ -111,3 +111,26 @@ def test_the_check_would_catch_a_domain_module_importing_the_wiring(tmp_path):
     by_string.write_text('ROOT_URLCONF = "refundagent.config.urls"\n')
     for bad in (relative, parent, absolute, by_string):
         assert WIRING in referenced_apps(bad, tmp_path), bad.name
+
+
+def test_cent_and_zero_are_defined_once():
+    """Money's constants live in ledger.money with its one parser: no other product module defines
+    CENT or ZERO, or writes Decimal("0.01") / Decimal("0.00") of its own."""
+    money = ROOT / "ledger" / "money.py"
+    offenders = []
+    for layer in LAYERS:
+        for path in (ROOT / layer).rglob("*.py"):
+            if path == money or {"tests", "migrations"} & set(path.relative_to(ROOT).parts):
+                continue
+            for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+                defined = isinstance(node, ast.Assign) and any(
+                    isinstance(target, ast.Name) and target.id in ("CENT", "ZERO") for target in node.targets
+                )
+                literal = (
+                    isinstance(node, ast.Call)
+                    and getattr(node.func, "id", None) == "Decimal"
+                    and [getattr(arg, "value", None) for arg in node.args] in (["0.01"], ["0.00"])
+                )
+                if defined or literal:
+                    offenders.append(f"{path.relative_to(ROOT).as_posix()}:{node.lineno}")
+    assert offenders == []
