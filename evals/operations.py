@@ -125,8 +125,6 @@ def operations_overview(*, tenant, now: datetime | None = None) -> dict:
     runs = eval_runs_recent(limit=30)
     capabilities = list(Capability.objects.order_by("name").values("name", "side_effect", "enabled", "updated_at"))
 
-    # SQLite's SUM drops the decimal places of the ledger's 2-place amounts: put them back.
-    refunds = [{**row, "total": Decimal(row["total"] or 0).quantize(Decimal("0.01"))} for row in refunds]
     by_day = {row["day"]: row for row in usage}
     budget = settings.DASHBOARD_DAILY_MODEL_BUDGET_USD
     cost_per_day = [(day, Decimal(by_day[day]["cost"] or 0) if day in by_day else Decimal(0)) for day in days]

@@ -26,8 +26,6 @@ The entry columns come back in the model's field order (`ledger.services._ENTRY_
 a new entry only the values the database chose (the arguments are stored as given: Python
 has them).
 The deferred cap triggers of migrations 0002/0004 still re-check the result at commit.
-
-SQLite gets none of this (the ORM implementation runs there).
 """
 
 from django.db import migrations
@@ -253,13 +251,11 @@ DROP FUNCTION IF EXISTS ledger_refund_issue(
 
 
 def forward(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(FORWARD, params=None)
+    schema_editor.execute(FORWARD, params=None)
 
 
 def reverse(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(REVERSE, params=None)
+    schema_editor.execute(REVERSE, params=None)
 
 
 class Migration(migrations.Migration):

@@ -57,7 +57,6 @@ def test_the_same_key_on_another_order_is_refused(make_order):
     assert not RefundEntry.objects.filter(order=second).exists()
 
 
-@pytest.mark.postgres
 def test_the_database_refuses_a_duplicate_key_written_around_the_service(make_order):
     order = make_order("100.00")
     ledger_refund_issue(order=order, amount="10.00", currency="USD", idempotency_key="dup")
@@ -72,7 +71,6 @@ def test_the_database_refuses_a_duplicate_key_written_around_the_service(make_or
     assert RefundEntry.objects.filter(idempotency_key="dup").count() == 1
 
 
-@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_the_same_key_delivered_concurrently_writes_one_entry(make_order, run_concurrently):
     # given an order
@@ -91,7 +89,6 @@ def test_the_same_key_delivered_concurrently_writes_one_entry(make_order, run_co
     assert order_refunded_total(order) == Decimal("40.00")
 
 
-@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_the_same_key_concurrently_on_two_orders_writes_one_entry(make_order, run_concurrently):
     # given two orders (so the two order locks do not serialise the workers)

@@ -27,7 +27,6 @@ from ledger.models import (
 from ledger.selectors import order_refund_position
 from ledger.services import ledger_refund_correct, ledger_refund_issue, ledger_refund_record_outcome
 
-pytestmark = pytest.mark.postgres
 
 PATHS = ("orm", "database")
 MODES = [
