@@ -8,8 +8,11 @@ COPY requirements.txt .
 RUN pip install -r requirements.txt
 
 COPY . .
-# Static files are built into the image; the placeholder key exists only for this step.
-RUN DJANGO_SECRET_KEY=build-only DJANGO_DEBUG=0 python manage.py collectstatic --noinput
+# Static files are built into the image; the placeholder key exists only for this step, and the
+# placeholder DATABASE_URL (never connected to) keeps the settings from starting the embedded
+# PostgreSQL in the image. At run time docker-compose.yml names the real server.
+RUN DJANGO_SECRET_KEY=build-only DJANGO_DEBUG=0 DATABASE_URL=postgres://build-only@localhost/none \
+    python manage.py collectstatic --noinput
 
 RUN useradd --create-home app
 USER app

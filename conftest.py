@@ -1,6 +1,7 @@
 """Fixtures shared by every app's tests. Given/when/then tests build their data from these."""
 
 import os
+from urllib.parse import quote, urlencode
 
 import pytest
 from django.db import connection, connections
@@ -9,20 +10,16 @@ from ledger.tests.fake_stripe import FakeStripe
 
 
 def pytest_collection_modifyitems(config, items):
-    """Skip PostgreSQL- and worker-only tests where those servers are not configured, and fail
-    instead of skipping in CI, where the integration tests must really run."""
+    """Skip the tests that start a real Celery worker where no broker is configured, and fail
+    instead of skipping in CI, where they must really run. Every other test runs on PostgreSQL:
+    DATABASE_URL's, or the embedded server (refundagent/config/settings.py)."""
     in_ci = os.getenv("CI") == "true"
-    on_postgres = os.getenv("DATABASE_URL", "").startswith(("postgres://", "postgresql://"))
     with_broker = bool(os.getenv("CELERY_BROKER_URL"))
     for item in items:
-        if "postgres" in item.keywords and not on_postgres:
+        if "worker" in item.keywords and not with_broker:
             if in_ci:
-                raise pytest.UsageError("CI must run the PostgreSQL tests: set DATABASE_URL to PostgreSQL.")
-            item.add_marker(pytest.mark.skip(reason="needs DATABASE_URL=postgres://..."))
-        if "worker" in item.keywords and not (with_broker and on_postgres):
-            if in_ci:
-                raise pytest.UsageError("CI must run the worker tests: set CELERY_BROKER_URL and DATABASE_URL.")
-            item.add_marker(pytest.mark.skip(reason="needs CELERY_BROKER_URL and a PostgreSQL DATABASE_URL"))
+                raise pytest.UsageError("CI must run the worker tests: set CELERY_BROKER_URL.")
+            item.add_marker(pytest.mark.skip(reason="needs CELERY_BROKER_URL (a real Celery worker on Redis)"))
 
 
 @pytest.fixture(scope="session")
@@ -265,11 +262,6 @@ def fake_stripe(settings):
     server.stop()
 
 
-@pytest.fixture
-def is_postgres():
-    return connection.vendor == "postgresql"
-
-
 @pytest.fixture(autouse=True)
 def _celery_mode(request):
     """Tasks run eagerly in-process, except in tests marked `worker`, which use a real worker."""
@@ -351,15 +343,29 @@ class WorkerProcess:
                 self.kill()
 
 
+def database_url(settings_dict: dict) -> str:
+    """A postgres:// URL for the database of `settings_dict`, for a subprocess's DATABASE_URL: a
+    host name and port, or a Unix socket directory (the embedded server's) as the `host` query
+    parameter."""
+    options = settings_dict.get("OPTIONS", {})
+    host = settings_dict["HOST"] or options.get("host", "")
+    port = settings_dict["PORT"] or options.get("port", "")
+    credentials = quote(settings_dict["USER"] or "", safe="") + ":" + quote(settings_dict["PASSWORD"] or "", safe="")
+    name = quote(settings_dict["NAME"], safe="")
+    if host.startswith("/"):
+        query = urlencode({"host": host, **({"port": port} if port else {})})
+        return f"postgres://{credentials}@/{name}?{query}"
+    return f"postgres://{credentials}@{host or '127.0.0.1'}:{port or 5432}/{name}"
+
+
 @pytest.fixture
 def celery_worker_process(transactional_db):
-    """A real worker on Redis + the PostgreSQL test database. Mark the test `worker`."""
+    """A real worker on Redis + the test database (the embedded server's or DATABASE_URL's).
+    Mark the test `worker`."""
     from refundagent.config.celery import app
 
-    s = connection.settings_dict
-    url = f"postgres://{s['USER']}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
     app.control.purge()
-    worker = WorkerProcess(url)
+    worker = WorkerProcess(database_url(connection.settings_dict))
     yield worker
     worker.stop()
     app.control.purge()

@@ -17,7 +17,6 @@ from django.utils import timezone
 from approvals.followups import approval_followups_undelivered
 from approvals.models import ApprovalRequest, Capability
 from ledger.models import RefundEntry, RefundEntryEvent
-from ledger.money import CENT
 from refundagent.models import AgentRun, Ticket
 
 from .selectors import eval_runs_recent
@@ -150,8 +149,6 @@ def operations_overview(*, tenant, now: datetime | None = None) -> dict:
     runs = eval_runs_recent(limit=30)
     capabilities = list(Capability.objects.order_by("name").values("name", "side_effect", "enabled", "updated_at"))
 
-    # SQLite's SUM drops the decimal places of the ledger's 2-place amounts: put them back.
-    refunds = [{**row, "total": Decimal(row["total"] or 0).quantize(CENT)} for row in refunds]
     by_day = {row["day"]: row for row in usage}
     budget = settings.DASHBOARD_DAILY_MODEL_BUDGET_USD
     cost_per_day = [(day, Decimal(by_day[day]["cost"] or 0) if day in by_day else Decimal(0)) for day in days]

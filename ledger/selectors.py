@@ -22,15 +22,8 @@ from .models import (
 )
 from .money import CENT, ZERO
 
-
-class _MoneyField(DecimalField):
-    """A 2-place decimal output field that also quantizes on SQLite, whose COALESCE drops the scale."""
-
-    def from_db_value(self, value, expression, connection):
-        return None if value is None else Decimal(value).quantize(CENT)
-
-
-MONEY_FIELD = _MoneyField(max_digits=12, decimal_places=2)
+# The output field of an expression over 2-place amounts (PostgreSQL keeps their scale).
+MONEY_FIELD = DecimalField(max_digits=12, decimal_places=2)
 
 
 def customer_get(*, tenant: Tenant, external_id: str) -> Customer:

@@ -3,11 +3,10 @@
 import hashlib
 import json
 import logging
-from dataclasses import dataclass
 from decimal import Decimal
 
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -24,7 +23,7 @@ from .models import (
     RefundRevision,
     RefundStatus,
 )
-from .money import CENT, ZERO, money_check_currency, money_parse
+from .money import ZERO, money_check_currency, money_parse
 from .selectors import order_refund_position
 from .signals import refund_entry_status_changed
 from .telemetry import money_log, traced
@@ -78,14 +77,15 @@ def ledger_refund_issue(
       (except for imports: the shop's balance already holds that credit);
     - anything else (the `manual` gateway, imports, operator entries): `succeeded`, paid by hand.
 
-    Two implementations, one behaviour (ledger/tests/test_issue_paths.py holds them to it):
-    PostgreSQL runs the function of migration 0007 (`_issue_in_database`), SQLite the ORM
-    (`_issue_with_orm`). What needs no database is checked here, once, for both.
+    Refusals (RefundRefused) and replays write nothing. Inside a caller's transaction the write
+    is a savepoint, so a refusal leaves that transaction usable. The database backs every rule
+    up: the key is unique, and the triggers of migrations 0002/0004 re-check the cap at commit.
     """
     amount = money_parse(amount, currency=currency)
     item_ids = list(item_ids or [])
     if not idempotency_key:
         raise InvalidInput("An idempotency key is required.", code="idempotency_key_required")
+    source, approval_ref = str(source), str(approval_ref)
     request_hash = canonical_hash(
         {
             "order": order.pk,
@@ -94,265 +94,63 @@ def ledger_refund_issue(
             "destination": destination.pk if destination else None,
             "destination_kind": destination_kind,
             "items": sorted(item_ids),
-            "source": str(source),
-            "approval": str(approval_ref),
+            "source": source,
+            "approval": approval_ref,
         }
     )
-    gateway, status = _first_status(source=str(source), destination=destination, destination_kind=destination_kind)
-    refund = _NewRefund(
-        order=order,
-        amount=amount,
-        currency=currency,
-        idempotency_key=idempotency_key,
-        destination=destination,
-        destination_kind=destination_kind,
-        item_ids=item_ids,
-        source=str(source),
-        approval_ref=str(approval_ref),
-        reason=reason,
-        created_by=created_by,
-        request_hash=request_hash,
-        gateway=gateway,
-        status=status,
-    )
-    if connections[DEFAULT_DB_ALIAS].vendor == "postgresql" and _database_takes(refund):
-        return _issue_in_database(refund)
-    return _issue_with_orm(refund)
-
-
-@dataclass(frozen=True)
-class _NewRefund:
-    """A refund as `ledger_refund_issue` hands it to either implementation: its arguments
-    parsed, hashed, and its first gateway and status chosen."""
-
-    order: Order
-    amount: Decimal
-    currency: str
-    idempotency_key: str
-    destination: PaymentMethod | None
-    destination_kind: str
-    item_ids: list[str]
-    source: str
-    approval_ref: str
-    reason: str
-    created_by: object
-    request_hash: str
-    gateway: str
-    status: str
-
-    @property
-    def grows_balance(self) -> bool:
-        """Store credit grows the gift card's balance, except an import's (the shop's balance
-        already holds that credit)."""
-        return self.gateway == RefundEntry.Gateway.STORE_CREDIT and self.source != RefundEntry.Source.IMPORT
-
-
-# RefundEntry's fields in the order the database function returns them (a test holds the two
-# equal): the entry is built from its row as a queryset would build it.
-_ENTRY_FIELDS = (
-    "id",
-    "tenant_id",
-    "order_id",
-    "amount",
-    "currency",
-    "destination_id",
-    "destination_kind",
-    "idempotency_key",
-    "request_hash",
-    "source",
-    "approval_ref",
-    "reason",
-    "created_by_id",
-    "created_at",
-    "status",
-    "status_changed_at",
-    "gateway",
-    "provider_ref",
-    "needs_review",
-)
-# One constant statement: psycopg prepares it once per connection (DATABASE_PREPARED_STATEMENTS).
-_ISSUE_SQL = (
-    "SELECT * FROM ledger_refund_issue(%s::bigint, %s::numeric, %s::text, %s::text, %s::bigint, %s::bigint, "
-    "%s::text, %s::text[], %s::text, %s::text, %s::text, %s::integer, %s::text, %s::text, %s::text, %s::boolean)"
-)
-# Where the entry's columns start in that row (after the outcome and the refusals' numbers).
-_ENTRY_AT = 7
-_CREATED_AT = _ENTRY_AT + _ENTRY_FIELDS.index("created_at")
-# The columns the text arguments land in.
-_KEY_LENGTH, _KIND_LENGTH, _SOURCE_LENGTH, _APPROVAL_LENGTH = (
-    RefundEntry._meta.get_field(name).max_length
-    for name in ("idempotency_key", "destination_kind", "source", "approval_ref")
-)
-
-
-def _database_takes(refund: _NewRefund) -> bool:
-    """Whether the database function can take the refund's texts as they are. It cannot take a
-    NUL byte or text that is not UTF-8 (psycopg refuses the parameter) and would fail on text
-    longer than its column: those go the ORM way, which fails on them as it always has (a
-    DataError, after the refusals it checks first; item ids it matches in Python)."""
-    if (
-        len(refund.idempotency_key) > _KEY_LENGTH
-        or len(refund.destination_kind) > _KIND_LENGTH
-        or len(refund.source) > _SOURCE_LENGTH
-        or len(refund.approval_ref) > _APPROVAL_LENGTH
-    ):
-        return False
-    r = refund
-    text = "".join((r.currency, r.idempotency_key, r.destination_kind, r.source, r.approval_ref, r.reason, *r.item_ids))
-    return "\x00" not in text and (text.isascii() or _utf8(text))
-
-
-def _utf8(text: str) -> bool:
-    try:
-        text.encode()
-    except UnicodeEncodeError:  # a lone surrogate
-        return False
-    return True
-
-
-# Why hand-written SQL here, and only here: this is the one write that moves money, and its
-# throughput is the ledger's (issue 12). Through the ORM a refund was 7-8 round trips (BEGIN,
-# lock, key, position, two INSERTs, COMMIT) and ~3.5 ms of compiling querysets in Python: ~6.5
-# ms single-threaded, 0.04-0.07 of a raw INSERT+COMMIT's throughput. The function of migration
-# 0007 does the same under the same lock in one statement (~1 ms, 5-8x the throughput). In
-# autocommit that statement is its own transaction (its commit runs the deferred cap
-# triggers); inside an outer atomic block it runs in it, without a savepoint: a refusal comes
-# back as a row, so nothing was written and the transaction stays usable, and a key raced in by
-# another order's writer is an ON CONFLICT.
-def _issue_in_database(refund: _NewRefund) -> RefundEntry:
-    order, destination, created_by = refund.order, refund.destination, refund.created_by
-    destination_id = destination.pk if destination is not None else None
-    created_by_id = created_by.pk if created_by is not None else None
-    params = (
-        order.pk,
-        refund.amount,
-        refund.currency,
-        refund.idempotency_key,
-        destination_id,
-        destination.customer_id if destination is not None else None,
-        refund.destination_kind,
-        refund.item_ids,
-        refund.source,
-        refund.approval_ref,
-        refund.reason,
-        created_by_id,
-        refund.request_hash,
-        refund.gateway,
-        refund.status,
-        refund.grows_balance,
-    )
-    connection = connections[DEFAULT_DB_ALIAS]
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute(_ISSUE_SQL, params)
-            row = cursor.fetchone()
-    except IntegrityError as error:
-        # Only a deferred constraint or trigger at the statement's own commit can get here (the
-        # function checks what the immediate constraints would refuse, and a raced key is its ON
-        # CONFLICT); inside an outer atomic block the transaction is aborted: nothing to read.
-        if connection.in_atomic_block:
-            raise
-        return _replay_raced(refund, error)
-    outcome = row[0]
-    if outcome == "created":
-        # The database gave it its id, tenant (the locked order's) and time; the rest is stored as given.
-        entry_id, tenant_id, created_at = row[_ENTRY_AT], row[_ENTRY_AT + 1], row[_CREATED_AT]
-        values = (
-            entry_id,
-            tenant_id,
-            order.pk,
-            refund.amount,
-            refund.currency,
-            destination_id,
-            refund.destination_kind,
-            refund.idempotency_key,
-            refund.request_hash,
-            refund.source,
-            refund.approval_ref,
-            refund.reason,
-            created_by_id,
-            created_at,
-            refund.status,
-            created_at,
-            refund.gateway,
-            "",
-            False,
-        )
-        entry = RefundEntry.from_db(connection.alias, _ENTRY_FIELDS, values)
-        # As RefundEntry.objects.create leaves them: no query to read them back.
-        entry._state.fields_cache.update(order=order, destination=destination, created_by=created_by)
-        return entry
-    if outcome == "existing":
-        return _replay(RefundEntry.from_db(connection.alias, _ENTRY_FIELDS, row[_ENTRY_AT:]), refund.request_hash)
-    if outcome == "order_not_found":
-        raise Order.DoesNotExist("Order matching query does not exist.")
-    external_id, order_currency, total, refunded_total, items_value, unmatched = row[1:_ENTRY_AT]
-    raise _refusal(
-        outcome,
-        amount=refund.amount,
-        currency=refund.currency,
-        external_id=external_id,
-        order_currency=order_currency,
-        total=total,
-        refundable=None if refunded_total is None else max(total - refunded_total.quantize(CENT), ZERO),
-        unmatched=[refund.item_ids[position - 1] for position in unmatched or ()],
-        items_value=items_value,
-    )
-
-
-def _issue_with_orm(refund: _NewRefund) -> RefundEntry:
-    r = refund
+    gateway, status = _first_status(source=source, destination=destination, destination_kind=destination_kind)
     try:
         with transaction.atomic():
             # Lock order: the order row first, always (see docs/ledger.md).
-            locked = Order.objects.select_for_update().get(pk=r.order.pk)
-            existing = RefundEntry.objects.filter(idempotency_key=r.idempotency_key).first()
+            locked = Order.objects.select_for_update().get(pk=order.pk)
+            existing = RefundEntry.objects.filter(idempotency_key=idempotency_key).first()
             if existing is not None:
-                return _replay(existing, r.request_hash)
-            lines = _check_refund(locked, r.amount, r.currency, r.destination, r.item_ids)
+                return _replay(existing, request_hash)
+            lines = _check_refund(locked, amount, currency, destination, item_ids)
             entry = RefundEntry.objects.create(
                 tenant_id=locked.tenant_id,
                 order=locked,
-                amount=r.amount,
-                currency=r.currency,
-                destination=r.destination,
-                destination_kind=r.destination_kind,
-                idempotency_key=r.idempotency_key,
-                request_hash=r.request_hash,
-                source=r.source,
-                approval_ref=r.approval_ref,
-                reason=r.reason,
-                created_by=r.created_by,
-                gateway=r.gateway,
-                status=r.status,
+                amount=amount,
+                currency=currency,
+                destination=destination,
+                destination_kind=destination_kind,
+                idempotency_key=idempotency_key,
+                request_hash=request_hash,
+                source=source,
+                approval_ref=approval_ref,
+                reason=reason,
+                created_by=created_by,
+                gateway=gateway,
+                status=status,
                 status_changed_at=timezone.now(),
             )
             RefundEntryEvent.objects.create(
-                entry=entry, from_status="", to_status=r.status, source=RefundEntryEvent.Source.ISSUE
+                entry=entry, from_status="", to_status=status, source=RefundEntryEvent.Source.ISSUE
             )
             RefundEntryItem.objects.bulk_create(
                 RefundEntryItem(entry=entry, order_item_id=item_pk, quantity=quantity, amount=value)
                 for item_pk, (quantity, value) in lines.items()
             )
-            if r.grows_balance:
-                # Lock order: the order row is held; the gift card row second.
-                PaymentMethod.objects.filter(pk=r.destination.pk).update(
-                    balance=Coalesce(F("balance"), Value(ZERO)) + r.amount
+            # Store credit grows the gift card's balance, except an import's (the shop's balance
+            # already holds that credit). Lock order: the order row is held; the gift card second.
+            if gateway == RefundEntry.Gateway.STORE_CREDIT and source != RefundEntry.Source.IMPORT:
+                PaymentMethod.objects.filter(pk=destination.pk).update(
+                    balance=Coalesce(F("balance"), Value(ZERO)) + amount
                 )
             return entry
     except IntegrityError as error:
-        # Another transaction inserted the same key between our check and insert (possible
-        # only where the order lock is not held, e.g. a key reused across orders).
-        return _replay_raced(refund, error)
+        # Another transaction inserted the same key between our check and insert: possible only
+        # where the order lock does not serialise the two (the key reused on another order).
+        return _replay_raced(idempotency_key, request_hash, error)
 
 
-def _replay_raced(refund: _NewRefund, error: IntegrityError) -> RefundEntry:
+def _replay_raced(idempotency_key: str, request_hash: str, error: IntegrityError) -> RefundEntry:
     """After `error` on the write: the entry another writer stored under the key, replayed; when
     there is none, the error was something else and is raised."""
-    existing = RefundEntry.objects.filter(idempotency_key=refund.idempotency_key).first()
+    existing = RefundEntry.objects.filter(idempotency_key=idempotency_key).first()
     if existing is None:
         raise error
-    return _replay(existing, refund.request_hash)
+    return _replay(existing, request_hash)
 
 
 def _first_status(*, source: str, destination, destination_kind: str) -> tuple[str, str]:
@@ -386,7 +184,7 @@ def _refusal(
     unmatched: list[str] = (),
     items_value: Decimal | None = None,
 ) -> RefundRefused:
-    """Each refusal's one wording, for both implementations."""
+    """Each refusal's one wording."""
     if code == "refund_not_positive":
         return RefundRefused(f"A refund must be positive, got {amount}.", code=code)
     if code == "currency_mismatch":

@@ -162,7 +162,6 @@ def test_a_decision_replayed_with_its_key_decides_once(
     assert ApprovalVote.objects.filter(request=request).count() == 1
 
 
-@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_decisions_with_one_key_make_one_vote(approval_request_make, api_client):
     request = approval_request_make(order="ORD-5001")

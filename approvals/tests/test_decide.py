@@ -361,7 +361,6 @@ def test_unknown_request_is_not_found(people):
         approval_request_decide(request_id=999999, user=people["finance"], decision="approve", args_hash="x")
 
 
-@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_sixteen_concurrent_approvals_give_one_decision_and_one_entry(file_request, client_as):
     # given one pending request and 16 clients ready to approve it at the same moment
@@ -377,7 +376,6 @@ def test_sixteen_concurrent_approvals_give_one_decision_and_one_entry(file_reque
     assert ApprovalRequest.objects.get(pk=request.pk).status == "executed"
 
 
-@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_two_approvers_at_once_above_the_threshold_execute_once(file_request, client_as):
     # given a 750.00 request that needs two approvers, and both approve at the same moment

@@ -162,7 +162,6 @@ def test_the_sweep_is_a_periodic_task_operators_can_edit(db):
     assert (task.interval.every, task.interval.period) == (5, "minutes")
 
 
-@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_two_executions_at_once_write_one_entry(file_request, people):
     # given an approved request whose execution has not run (built directly: on a transactional

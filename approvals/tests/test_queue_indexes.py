@@ -7,7 +7,7 @@ from django.db import connection, transaction
 from approvals.models import ApprovalRequest
 from approvals.selectors import approvals_refused_by_provider
 
-pytestmark = [pytest.mark.django_db, pytest.mark.postgres]
+pytestmark = pytest.mark.django_db
 
 
 def _plan(queryset) -> str:

@@ -41,7 +41,6 @@ def test_a_failed_scheduled_gate_is_logged_at_error(monkeypatch, caplog):
 
 
 @pytest.mark.worker
-@pytest.mark.postgres
 def test_the_scheduled_task_through_a_real_worker_stores_the_run(celery_worker_process):
     from evals.tasks import eval_run_scheduled_task
 

@@ -10,8 +10,6 @@
    order row lock first, the same lock order as `ledger_refund_issue`, so two writers that
    bypass the service still cannot both squeeze under the cap.
 3. Lowering an order's total below what is already refunded is refused the same way.
-
-SQLite gets none of this (the service and the ORM guards still hold there).
 """
 
 from django.db import migrations
@@ -159,13 +157,11 @@ DROP FUNCTION IF EXISTS ledger_refuse_change();
 
 
 def forward(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(FORWARD, params=None)
+    schema_editor.execute(FORWARD, params=None)
 
 
 def reverse(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(REVERSE, params=None)
+    schema_editor.execute(REVERSE, params=None)
 
 
 class Migration(migrations.Migration):

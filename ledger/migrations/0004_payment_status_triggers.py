@@ -11,8 +11,6 @@
    a newest-event subquery per entry, and the trigger keeps the column equal to the history.
 4. The cap trigger counts only entries whose money is (or may be) out: pending, succeeded,
    external. A failed or canceled refund stops counting, for the total and for item units.
-
-SQLite gets none of this (the service and the ORM guards still hold there).
 """
 
 from django.db import migrations
@@ -146,13 +144,11 @@ def backfill_events(apps, schema_editor):
 
 def forward(apps, schema_editor):
     backfill_events(apps, schema_editor)
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(FORWARD, params=None)
+    schema_editor.execute(FORWARD, params=None)
 
 
 def reverse(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(REVERSE, params=None)
+    schema_editor.execute(REVERSE, params=None)
 
 
 class Migration(migrations.Migration):

@@ -1,8 +1,9 @@
-"""`ledger_refund_issue` as one PL/pgSQL function: the refund write in one round trip (issue 12).
+"""`ledger_refund_issue` as one PL/pgSQL function: the refund write in one round trip.
 
-`ledger.services.ledger_refund_issue` calls it on PostgreSQL (`_issue_in_database`); SQLite
-keeps the ORM implementation (`_issue_with_orm`), and the two must agree on every result and
-every refusal (ledger/tests/test_issue_paths.py runs the same scenarios through both).
+Superseded: migration 0009 drops the function again. The refund write is one implementation,
+the ORM under the order's row lock in `ledger.services.ledger_refund_issue`, with the triggers
+of 0002/0004 as its backstop; two implementations of the rule that moves money had to be kept
+in step. The SQL stays here for the history, and 0009's reverse recreates it from FORWARD.
 
 In one call, the function:
 1. locks the order row (`FOR UPDATE`; the lock order is the order row first, then a gift card);
@@ -22,12 +23,9 @@ Every statement of a PL/pgSQL function takes a fresh snapshot under READ COMMITT
 everything after the lock sees what the previous holder of the lock committed: a single
 statement (one CTE) would read with a snapshot taken before the lock was granted.
 
-The entry columns come back in the model's field order (`ledger.services._ENTRY_FIELDS`); for
-a new entry only the values the database chose (the arguments are stored as given: Python
-has them).
-The deferred cap triggers of migrations 0002/0004 still re-check the result at commit.
-
-SQLite gets none of this (the ORM implementation runs there).
+The entry columns came back in the model's field order; for a new entry only the values the
+database chose (the arguments were stored as given: Python had them).
+The deferred cap triggers of migrations 0002/0004 still re-checked the result at commit.
 """
 
 from django.db import migrations
@@ -253,13 +251,11 @@ DROP FUNCTION IF EXISTS ledger_refund_issue(
 
 
 def forward(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(FORWARD, params=None)
+    schema_editor.execute(FORWARD, params=None)
 
 
 def reverse(apps, schema_editor):
-    if schema_editor.connection.vendor == "postgresql":
-        schema_editor.execute(REVERSE, params=None)
+    schema_editor.execute(REVERSE, params=None)
 
 
 class Migration(migrations.Migration):

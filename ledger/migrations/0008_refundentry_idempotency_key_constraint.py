@@ -8,7 +8,6 @@ about 5% of the ledger's write (docs/performance.md, section 7).
 The model now declares the same unique constraint, by the same name, as a UniqueConstraint, for
 which Django makes no `_like` index. In the database only the `_like` index goes: the constraint
 that already exists is the one the state now names, so nothing is rebuilt or locked for long.
-SQLite has no `_like` index (its UNIQUE stays as the table was made).
 """
 
 from django.db import migrations, models

@@ -10,7 +10,7 @@ from ledger.models import RefundEntry
 from ledger.selectors import order_refund_position
 from ledger.services import ledger_refund_issue
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 THREADS = 12
 
@@ -62,3 +62,25 @@ def test_concurrent_refunds_of_the_same_item_refund_it_once(make_order, run_conc
     assert sum(isinstance(r, RefundEntry) for r in results) == 1
     assert all(isinstance(r, RefundEntry | RefundRefused) for r in results)
     assert order_refund_position(order).refunded_total == Decimal("47.84")
+
+
+def test_two_refunds_racing_past_the_total_one_wins_and_the_other_is_refused_on_what_is_left(
+    make_order, run_concurrently
+):
+    # given orders of 100.00, and for each two workers wanting 60.00 and 50.00 at the same moment
+    orders = [make_order("100.00") for _ in range(4)]
+
+    def refund(order, amount, key):
+        return ledger_refund_issue(order=order, amount=amount, currency="USD", idempotency_key=key)
+
+    for n, order in enumerate(orders):
+        results = run_concurrently(refund, [(order, "60.00", f"{n}-a"), (order, "50.00", f"{n}-b")])
+
+        # then exactly one was written, the other refused on what was left after it
+        won = [r for r in results if isinstance(r, RefundEntry)]
+        lost = [r for r in results if isinstance(r, RefundRefused)]
+        assert len(won) == 1 and len(lost) == 1, results
+        assert lost[0].code == "refund_exceeds_refundable"
+        assert lost[0].details == {"refundable": str(Decimal("100.00") - won[0].amount)}
+        assert order_refund_position(order).refunded_total == won[0].amount
+        assert list(RefundEntry.objects.filter(order=order).values_list("pk", flat=True)) == [won[0].pk]

@@ -14,8 +14,6 @@ from ledger.models import RefundEntry, RefundEntryItem, RefundRevision
 from ledger.selectors import order_refunded_total
 from ledger.services import ledger_refund_correct, ledger_refund_issue
 
-pytestmark = pytest.mark.postgres
-
 
 def _insert_entry(order, amount, key, currency=None):
     with connection.cursor() as cursor:

@@ -1,5 +1,7 @@
 """One idempotency key, one entry: replays return it, a different request under the key is refused."""
 
+import threading
+import time
 from decimal import Decimal
 
 import pytest
@@ -57,7 +59,6 @@ def test_the_same_key_on_another_order_is_refused(make_order):
     assert not RefundEntry.objects.filter(order=second).exists()
 
 
-@pytest.mark.postgres
 def test_the_database_refuses_a_duplicate_key_written_around_the_service(make_order):
     order = make_order("100.00")
     ledger_refund_issue(order=order, amount="10.00", currency="USD", idempotency_key="dup")
@@ -72,7 +73,6 @@ def test_the_database_refuses_a_duplicate_key_written_around_the_service(make_or
     assert RefundEntry.objects.filter(idempotency_key="dup").count() == 1
 
 
-@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_the_same_key_delivered_concurrently_writes_one_entry(make_order, run_concurrently):
     # given an order
@@ -91,7 +91,6 @@ def test_the_same_key_delivered_concurrently_writes_one_entry(make_order, run_co
     assert order_refunded_total(order) == Decimal("40.00")
 
 
-@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_the_same_key_concurrently_on_two_orders_writes_one_entry(make_order, run_concurrently):
     # given two orders (so the two order locks do not serialise the workers)
@@ -108,3 +107,38 @@ def test_the_same_key_concurrently_on_two_orders_writes_one_entry(make_order, ru
     winner = RefundEntry.objects.get(idempotency_key="shared")
     for r in results:
         assert (isinstance(r, RefundEntry) and r.pk == winner.pk) or isinstance(r, IdempotencyConflict), r
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_key_raced_in_from_another_order_is_replayed_as_a_conflict_not_an_error(make_order):
+    # given a refund under key K on one order, written but not yet committed
+    first, second = make_order("100.00"), make_order("100.00")
+    started, result = threading.Event(), {}
+
+    def other_order():
+        started.wait(10)
+        begun = time.monotonic()
+        try:
+            result["value"] = ledger_refund_issue(order=second, amount="10.00", currency="USD", idempotency_key="K")
+        except Exception as exc:  # noqa: BLE001 - the test inspects it
+            result["value"] = exc
+        finally:
+            result["waited"] = time.monotonic() - begun
+            connection.close()
+
+    worker = threading.Thread(target=other_order)
+    worker.start()
+    with transaction.atomic():
+        mine = ledger_refund_issue(order=first, amount="10.00", currency="USD", idempotency_key="K")
+        # when another order's writer (not held up by this order's lock) uses K before the commit
+        started.set()
+        time.sleep(0.5)
+    worker.join(30)
+
+    # then its insert waited for this transaction on the key's unique index, and the
+    # IntegrityError it got was replayed against the stored entry: a conflict naming it, no error
+    assert result["waited"] >= 0.3
+    assert isinstance(result["value"], IdempotencyConflict), result["value"]
+    assert result["value"].details == {"refund_id": mine.pk}
+    assert list(RefundEntry.objects.filter(idempotency_key="K").values_list("order_id", flat=True)) == [first.pk]
+    assert not RefundEntry.objects.filter(order=second).exists()

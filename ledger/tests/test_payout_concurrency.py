@@ -13,7 +13,7 @@ from ledger.payouts import ledger_refund_payout
 from ledger.selectors import order_refund_position
 from ledger.services import ledger_refund_issue
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 THREADS = 16
 

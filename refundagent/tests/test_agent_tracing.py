@@ -36,7 +36,6 @@ def test_events_get_the_next_seq_and_come_back_as_stored(django_assert_num_queri
     assert TraceEvent.objects.get(pk=second.pk).data == {"n": None}
 
 
-@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_writers_never_share_a_seq():
     ticket = _ticket()

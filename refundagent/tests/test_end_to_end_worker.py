@@ -20,7 +20,6 @@ def wait_for_status(ticket_id, *statuses, timeout=90.0):
     return Ticket.objects.filter(pk=ticket_id).values_list("status", flat=True).first()
 
 
-@pytest.mark.postgres
 @pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
 def test_file_over_the_api_approve_over_the_api_refunded_by_the_worker(celery_worker_process, api_client):

@@ -46,7 +46,6 @@ def four_calls(ticket) -> list[dict]:
     ]
 
 
-@pytest.mark.postgres
 def test_every_trace_event_of_a_run_is_written_by_the_persist_of_its_step(file_ticket):
     # given a filed ticket and a model making the four calls
     ticket = file_ticket()

@@ -25,7 +25,7 @@ from refundagent.models import Ticket
 from refundagent.sweep import outbox_sweep_task
 from refundagent.tests.payments_support import ticket_awaiting_approval
 
-pytestmark = [pytest.mark.postgres, pytest.mark.worker, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
 FAULTS = Path(__file__).parent / "faults"
 PAYOUT_CRASH_ENV = "PAYOUT_CRASH_AFTER_PROVIDER_CALL_MARKER"

@@ -14,7 +14,7 @@ from ledger.selectors import order_refund_position
 from ledger.tests.fake_stripe import FakeStripe
 from refundagent.tests.payments_support import approve, ticket_awaiting_approval
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture

@@ -150,7 +150,6 @@ def test_the_migration_backfills_the_clock_from_the_trace(people, make_ticket):
     assert waiting_since(waiting) is None
 
 
-@pytest.mark.postgres
 def test_the_queue_is_read_in_order_from_its_index(tenant):
     # given the queue's query, as the support app pages it, with a reason filter too
     for queryset in (ticket_queue(tenant=tenant)[:20], ticket_queue(tenant=tenant, reason=S.FAILED)[:20]):

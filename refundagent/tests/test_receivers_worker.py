@@ -26,7 +26,6 @@ def wait_for(predicate, timeout=90.0):
     return False
 
 
-@pytest.mark.postgres
 @pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
 def test_worker_killed_after_the_ledger_write_still_one_entry(celery_worker_process, user, tmp_path):
@@ -55,7 +54,6 @@ def test_worker_killed_after_the_ledger_write_still_one_entry(celery_worker_proc
     ]
 
 
-@pytest.mark.postgres
 @pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
 def test_worker_executes_and_verifies(celery_worker_process, user):

@@ -146,7 +146,6 @@ def test_every_status_has_a_row_and_a_stop_reason():
     assert {to for to, sources in TRANSITIONS.items() if sources & SETTLED} == {S.FAILED}
 
 
-@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("round_", range(3))
 def test_of_two_racing_transitions_exactly_one_wins(round_):

@@ -105,7 +105,6 @@ def _race(*actions):
     return outcomes
 
 
-@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("move", ["close", "escalate"])
 def test_close_or_escalate_racing_an_approval_never_both_win(user, move):
@@ -134,7 +133,6 @@ def test_close_or_escalate_racing_an_approval_never_both_win(user, move):
             assert ticket.status == (Ticket.Status.CLOSED if move == "close" else Ticket.Status.ESCALATED)
 
 
-@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("move", ["close", "escalate"])
 def test_close_or_escalate_racing_finance_filing_a_refused_payment_again_leaves_no_request_behind(

@@ -43,7 +43,6 @@ def test_a_batch_that_raises_writes_nothing(ticket):
     assert TraceEvent.objects.filter(ticket=ticket, decision="after").exists()
 
 
-@pytest.mark.postgres
 @pytest.mark.django_db(transaction=True)
 def test_a_batch_racing_single_writers_loses_no_event_and_no_seq_twice(user):
     ticket = ticket_create(user=user("acme-support"), order="ORD-5003", customer="CUST-1001", message="refund please")
@@ -98,13 +97,12 @@ def test_filing_writes_the_ticket_and_its_first_event_in_one_statement(user, dja
         connection.execute_wrapper(lambda execute, sql, *rest: statements.append(sql) or execute(sql, *rest)),
     ):
         ticket = ticket_create(user=support, order="ORD-5001", customer="CUST-1001", message="refund please")
-    if connection.vendor == "postgresql":
-        # (the filer's role and tenant, the order with its customer are read, then) ONE write holds
-        # the ticket and its event: no BEGIN, no second INSERT, no COMMIT of its own
-        writes = [s for s in statements if "refundagent_" in s]
-        assert len(writes) == 1
-        assert writes[0].startswith('WITH t AS (INSERT INTO "refundagent_ticket"')
-        assert 'INSERT INTO "refundagent_traceevent"' in writes[0]
+    # (the filer's role and tenant, the order with its customer are read, then) ONE write holds
+    # the ticket and its event: no BEGIN, no second INSERT, no COMMIT of its own
+    writes = [s for s in statements if "refundagent_" in s]
+    assert len(writes) == 1
+    assert writes[0].startswith('WITH t AS (INSERT INTO "refundagent_ticket"')
+    assert 'INSERT INTO "refundagent_traceevent"' in writes[0]
     event = TraceEvent.objects.get(ticket=ticket)
     assert (event.seq, event.span, event.status, event.decision) == (1, "run", "queued", "filed")
     assert event.reason == "Filed by acme-support."

@@ -30,7 +30,6 @@ def wait_for(predicate, timeout: float, what: str):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-@pytest.mark.postgres
 @pytest.mark.worker
 def test_a_worker_killed_mid_run_resumes_and_the_ticket_stops_exactly_once(celery_worker_process):
     from django.contrib.auth import get_user_model

@@ -49,6 +49,8 @@ def _run(code: str, **env) -> subprocess.CompletedProcess:
         DJANGO_DEBUG="0",
         DJANGO_SECRET_KEY="test-" + "x" * 60,
         DJANGO_ALLOWED_HOSTS="localhost",
+        # production names its database; these processes never connect to it
+        DATABASE_URL="postgres://refundagent@db.example.com:5432/refundagent",
         **env,
     )
     script = "import django\ndjango.setup()\n" + textwrap.dedent(code)

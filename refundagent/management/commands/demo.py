@@ -3,11 +3,9 @@ the agent, approve as finance, execute, verify, print the ledger, and run the re
 (so the operators' page /evals/ has a run to show)."""
 
 import logging
-import os
 import re
 import time
 from io import StringIO
-from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -40,22 +38,20 @@ TICKETS = [
 
 
 class Command(BaseCommand):
-    help = "Run the whole product end to end on the configured database (embedded SQLite by default)."
+    help = "Run the whole product end to end on the configured database (the embedded PostgreSQL by default)."
 
     def handle(self, *args, **options):
-        self.embedded = connection.vendor == "sqlite" and not os.getenv("DATABASE_URL")
         self.step("1. Database")
-        if self.embedded:
-            # The embedded demo database is a scratch file: every run starts from the same state.
-            connection.close()
-            Path(settings.DATABASES["default"]["NAME"]).unlink(missing_ok=True)
+        if settings.DATABASE_EMBEDDED:
+            # The embedded demo database is scratch: every run starts from the same state. A
+            # database named by DATABASE_URL is never emptied.
+            with connection.cursor() as cursor:
+                cursor.execute("DROP SCHEMA public CASCADE")
+                cursor.execute("CREATE SCHEMA public")
         call_command("migrate", verbosity=0)
-        if self.embedded:
-            self.say("embedded SQLite, fresh demo database; Celery eager; provider " + settings.AGENT_PROVIDER)
-        else:
-            self.say(
-                f"{connection.vendor} database; {'Celery eager' if settings.CELERY_TASK_ALWAYS_EAGER else 'Celery workers'}"
-            )
+        database = "embedded PostgreSQL, fresh demo database" if settings.DATABASE_EMBEDDED else "PostgreSQL"
+        celery = "Celery eager" if settings.CELERY_TASK_ALWAYS_EAGER else "Celery workers"
+        self.say(f"{database}; {celery}; provider {settings.AGENT_PROVIDER}")
 
         self.step("2. Demo data")
         try:
