@@ -19,8 +19,6 @@ from approvals.followups import approval_followups_deliver
 from approvals.models import ApprovalFollowUp, ApprovalRequest, ApprovalVote
 from ledger.models import RefundEntry
 
-pytestmark = pytest.mark.postgres
-
 
 @contextmanager
 def at(moment):

@@ -27,7 +27,7 @@ from refundagent.sweep import outbox_sweep, outbox_sweep_task
 from refundagent.tests.payments_support import approve, ticket_awaiting_approval
 from refundagent.tests.test_receivers import decide, spans, ticket_with_request
 
-pytestmark = [pytest.mark.postgres, pytest.mark.django_db]
+pytestmark = pytest.mark.django_db
 
 
 class Fault:

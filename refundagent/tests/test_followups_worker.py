@@ -29,7 +29,6 @@ def wait_for(predicate, timeout=90.0):
     return False
 
 
-@pytest.mark.postgres
 @pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_whose_verified_follow_up_fails_once_refunds_the_ticket_at_the_next_sweep(
