@@ -27,6 +27,7 @@ a stop; `step` makes one model call, `act` answers its tool calls through `handl
 ends the run in `decide`; every other stop ends it in `finish`. Plumbing comes last.
 """
 
+import functools
 import json
 import time
 import uuid
@@ -40,7 +41,6 @@ from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
-from ledger.compiled import CompiledModelQuery
 
 from ..combined_writes import update_then_insert
 from ..exceptions import TicketStateConflict
@@ -78,18 +78,15 @@ last_approval_status = Subquery(
     ApprovalRequest.objects.filter(ticket_ref=OuterRef("pk")).order_by("-id").values("status")[:1]
 )
 
-# The run's one read of its ticket: its order, customer, tenant and filer, finance's last word,
-# the values to redact and the capability registry, in one query compiled once per process.
-_TICKET_FOR_RUN = CompiledModelQuery(
-    lambda ticket_id: (
-        Ticket.objects.select_related("tenant", "order__tenant", "order__customer", "customer", "created_by")
-        .annotate(
-            last_approval_status=last_approval_status, **sensitive_values_annotations(), **capabilities_annotation()
-        )
-        .filter(pk=ticket_id)
-    ),
-    ticket_id=int,
-)
+
+@functools.cache
+def _tickets_for_run():
+    """The run's one read of its ticket: its order, customer, tenant and filer, finance's last
+    word, the values to redact and the capability registry, in one query. Built once per
+    process and filtered per run: building its subqueries costs more than running them."""
+    return Ticket.objects.select_related(
+        "tenant", "order__tenant", "order__customer", "customer", "created_by"
+    ).annotate(last_approval_status=last_approval_status, **sensitive_values_annotations(), **capabilities_annotation())
 
 
 @dataclass
@@ -177,7 +174,7 @@ class _Loop:
         self.run = run
         self.provider = provider
         self.task_id = task_id
-        self.ticket = _TICKET_FOR_RUN.get(ticket_id=run.ticket_id)
+        self.ticket = _tickets_for_run().get(pk=run.ticket_id)
         run.ticket = self.ticket
         self.order = self.ticket.order  # None on a customer-level ticket until the decision
         self.sensitive = sensitive_values_for_ticket(self.ticket)

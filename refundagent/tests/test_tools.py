@@ -4,11 +4,10 @@ import json
 from decimal import Decimal
 
 import pytest
-from django.db import connection
 
 from approvals.models import Capability, RefundPolicy
 from ledger.models import Order
-from refundagent.agent.loop import _TICKET_FOR_RUN
+from refundagent.agent.loop import _tickets_for_run
 from refundagent.agent.providers.base import ToolCall
 from refundagent.agent.tools import (
     AMOUNT_PATTERN,
@@ -253,10 +252,8 @@ def _as_compared(capabilities: dict[str, Capability]) -> dict:
 
 def test_the_registry_read_with_the_runs_ticket_is_the_registry_as_it_is_then(ticket, django_assert_num_queries):
     Capability.objects.filter(name="payments.get_summary").update(enabled=False, timeout_seconds=3)
-    loaded = _TICKET_FOR_RUN.get(ticket_id=ticket.pk)
-    on_postgres = connection.vendor == "postgresql"
-    assert hasattr(loaded, "capabilities_loaded") is on_postgres  # SQLite reads them on their own
-    with django_assert_num_queries(0 if on_postgres else 1):
+    loaded = _tickets_for_run().get(pk=ticket.pk)
+    with django_assert_num_queries(0):
         read_with_the_ticket = capabilities_of(loaded)
     assert _as_compared(read_with_the_ticket) == _as_compared(capabilities_load())
     assert read_with_the_ticket["payments.get_summary"].enabled is False
