@@ -6,9 +6,10 @@ with the step's trace events, in one statement, before the next model call. The 
 state: a resumed run looks at its last message and carries on from there.
 
 Exactly once, whatever is redelivered:
-- the run is claimed by compare-and-set (ticket queued -> running, one open run per ticket);
-  the claim holds the Celery task id, so a redelivered message (same id) takes its run over
-  at once, while another task may only once the lease expired;
+- the run is claimed by compare-and-set (ticket queued -> running, one open run per ticket), in
+  one transaction with the run it starts; the claim holds the Celery task id, so a redelivered
+  message (same id) takes its run over at once, while another task may only once the lease
+  expired;
 - every persist is a compare-and-set on that claim: a worker that lost it stops writing;
 - the only write the agent can make, refunds.create_draft, is decided by `agent.decision` in
   one transaction with the ticket's stop and the run's: the draft (one per run), the gate's
@@ -19,8 +20,7 @@ No on_commit and no second connection: the loop also runs inside a caller's tran
 A model that ends its turn without a draft is nudged once, then the ticket is escalated.
 Budget and no-progress stops send the ticket to the human queue (status escalated, stop
 reason budget_exhausted / no_progress); invalid arguments past the retries and provider
-errors stop it failed. Every move of the ticket goes through `ticket_state` (`ticket_transition`;
-the claim writes its `ticket_move` in one statement with the run it starts).
+errors stop it failed. Every move of the ticket goes through `ticket_state` (`ticket_transition`).
 
 Read top-down: `agent_run_ticket` claims the run and hands it to `_Loop.go`, which steps until
 a stop; `step` makes one model call, `act` answers its tool calls through `handle`, and a draft
@@ -42,11 +42,10 @@ from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 
-from ..combined_writes import update_then_insert
 from ..exceptions import TicketStateConflict
 from ..models import AgentRun, Ticket
 from ..redaction import sensitive_values_annotations, sensitive_values_for_ticket
-from ..ticket_state import ticket_move, ticket_transition
+from ..ticket_state import ticket_transition
 from ..tracing import trace_batch, trace_record, trace_write_with_update
 from .decision import DraftDecision, agent_draft_decide
 from .prompts import NUDGE, SYSTEM_PROMPT, ticket_first_message
@@ -138,21 +137,21 @@ def agent_run_claim(*, ticket_id: int, task_id: str, provider: Provider) -> tupl
     taken over by the same task id (a redelivery) or once its lease expired. Else None."""
     now = timezone.now()
     # The claim needs only the ticket's id; the loop loads the ticket once it holds the run. The
-    # ticket's move and the run's row are one statement: the run exists only if the move matched.
-    move = ticket_move(ticket=Ticket(pk=ticket_id), to=S.RUNNING, detail="", updated_at=now)
-    run = AgentRun(
-        ticket_id=ticket_id,
-        status=AgentRun.Status.RUNNING,
-        provider=provider.name,
-        model=getattr(provider, "model", "") or "",
-        claimed_by=task_id,
-        claimed_at=now,
-        lease_expires_at=now + _lease(),
-        started_at=now,
-    )
-    if update_then_insert(move.rows, move.values, run):
-        move.applied()
-        return run, "claimed"
+    # ticket's move and the run's row commit together: the run exists only if the move matched,
+    # and a run that cannot be inserted leaves the ticket queued.
+    with transaction.atomic():
+        if ticket_transition(ticket=Ticket(pk=ticket_id), to=S.RUNNING, detail="", updated_at=now):
+            run = AgentRun.objects.create(
+                ticket_id=ticket_id,
+                status=AgentRun.Status.RUNNING,
+                provider=provider.name,
+                model=getattr(provider, "model", "") or "",
+                claimed_by=task_id,
+                claimed_at=now,
+                lease_expires_at=now + _lease(),
+                started_at=now,
+            )
+            return run, "claimed"
     taken = (
         AgentRun.objects.filter(ticket_id=ticket_id, status=AgentRun.Status.RUNNING, ticket__status=S.RUNNING)
         .filter(Q(claimed_by=task_id) | Q(lease_expires_at__lt=now))
