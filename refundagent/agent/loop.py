@@ -2,8 +2,9 @@
 
 One iteration = budget check -> one model call -> each tool call through the gate (and, for a
 valid read, executed tenant-scoped) -> the turn and its results persisted on the AgentRun,
-with the step's trace events, in one statement, before the next model call. The transcript on AgentRun.messages is the loop's
-state: a resumed run looks at its last message and carries on from there.
+with the step's trace events, in one transaction, before the next model call. The transcript on
+AgentRun.messages is the loop's state: a resumed run looks at its last message and carries on
+from there.
 
 Exactly once, whatever is redelivered:
 - the run is claimed by compare-and-set (ticket queued -> running, one open run per ticket), in
@@ -43,10 +44,10 @@ from django.utils import timezone
 from approvals.models import ApprovalRequest
 
 from ..exceptions import TicketStateConflict
-from ..models import AgentRun, Ticket
+from ..models import AgentRun, Ticket, TraceEvent
 from ..redaction import sensitive_values_annotations, sensitive_values_for_ticket
 from ..ticket_state import ticket_transition
-from ..tracing import trace_batch, trace_record, trace_write_with_update
+from ..tracing import trace_event_build, trace_events_write
 from .decision import DraftDecision, agent_draft_decide
 from .prompts import NUDGE, SYSTEM_PROMPT, ticket_first_message
 from .providers.base import ModelTurn, Provider, ProviderError, ToolCall
@@ -122,13 +123,11 @@ def agent_run_ticket(
         return AgentRun.objects.filter(ticket_id=ticket_id).order_by("-created_at", "-id").first()
     run, how = claimed
     try:
-        # The run's trace events wait in a batch and are written by the persist that follows
-        # them, in the same statement: a step and its trace commit together.
         loop = _Loop(run=run, provider=provider, task_id=task_id)
-        with trace_batch(), agent_run_span(ticket=loop.ticket, run=run, how=how):
+        with agent_run_span(ticket=loop.ticket, run=run, how=how):
             loop.go(how)
     except LostClaim:
-        pass  # the events of the lost steps were dropped with the batch
+        pass  # the lost steps and their trace events were never written
     return run
 
 
@@ -188,6 +187,8 @@ class _Loop:
         }
         self.capabilities = None
         self.offered: set[str] = set()
+        # The trace events recorded since the last persist: it writes them with the step.
+        self.pending: list[TraceEvent] = []
         # The run's row while this task holds it: every persist is a compare-and-set on it.
         self.held = AgentRun.objects.filter(pk=run.pk, claimed_by=task_id, status=AgentRun.Status.RUNNING)
 
@@ -477,6 +478,7 @@ class _Loop:
 
     def decide(self, call: ToolCall, args, order):
         """The runtime's decision on the draft (agent.decision). Always stops the run."""
+        recorded = len(self.pending)
         try:
             agent_draft_decide(
                 run=self.run,
@@ -485,10 +487,13 @@ class _Loop:
                 raw_args=call.input,
                 order=order,
                 sensitive=self.sensitive,
+                trace=self.trace,
                 stop_run=lambda decision: self.stop_decided(call, decision),
             )
         except TicketStateConflict:
-            # A person changed the ticket meanwhile: the decision rolled back, the run stops here.
+            # A person changed the ticket meanwhile: the decision rolled back, its events are
+            # dropped, the run stops here.
+            del self.pending[recorded:]
             raise _Stop(S.ESCALATED, R.ESCALATED, "The ticket was changed by a person while the agent ran.") from None
         raise _Done()
 
@@ -541,11 +546,13 @@ class _Loop:
     # --- plumbing ---------------------------------------------------------------------
 
     def trace(self, **kwargs):
-        return trace_record(ticket=self.ticket, run=self.run, sensitive=self.sensitive, **kwargs)
+        """Record a trace event; the next persist writes it with its step."""
+        self.pending.append(trace_event_build(ticket=self.ticket, run=self.run, sensitive=self.sensitive, **kwargs))
 
     def persist(self, **extra):
         """Write the loop's state to the run, by compare-and-set on this task's claim, with the
-        trace events recorded since the last persist in the same statement."""
+        trace events recorded since the last persist, in one transaction (the caller's, if any):
+        a worker that lost its claim writes neither."""
         run = self.run
         fields = {
             "messages": self.messages,
@@ -561,9 +568,16 @@ class _Loop:
             "lease_expires_at": timezone.now() + _lease(),
             **extra,
         }
-        updated = trace_write_with_update(self.held, fields)
-        if updated != 1:
+        with transaction.atomic(savepoint=False):
+            held = self.held.update(**fields) == 1
+            if held:
+                # The compare-and-set locked the run's row: the lock its ticket's trace is
+                # numbered under while it runs (refundagent.tracing).
+                trace_events_write(self.pending, locked=True)
+        if not held:
+            # Nothing was written: a caller's transaction goes on unharmed.
             raise LostClaim(f"run {run.pk} is no longer held by {self.task_id}")
+        self.pending = []
         for key, value in fields.items():
             setattr(run, key, value)
 
