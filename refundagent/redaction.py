@@ -16,7 +16,8 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.postgres.expressions import ArraySubquery
-from django.db.models import F, OuterRef
+from django.contrib.postgres.fields import ArrayField
+from django.db.models import Case, JSONField, OuterRef, When
 from django.db.models.functions import Coalesce, JSONObject
 
 from ledger.models import Payment, PaymentMethod
@@ -199,21 +200,23 @@ def sensitive_values_annotations() -> dict:
     """Annotations for a Ticket queryset that read the ticket's payment values (what
     `_payment_values` reads) with the ticket: the agent's run loads its ticket and these in one
     query."""
-    # Whose values: an order ticket's are its order's (as in sensitive_values_for_order), its
-    # order's customer's methods; a customer-level ticket's, every order of its customer's.
-    customer = Coalesce(OuterRef("order__customer_id"), OuterRef("customer_id"))
-    payments = Payment.objects.filter(
-        order__customer_id=customer, order_id=Coalesce(OuterRef("order_id"), F("order_id"))
+
+    def pairs(queryset, value: str, last4: str):
+        return ArraySubquery(queryset.order_by("pk").values(row=JSONObject(value=value, last4=last4)))
+
+    # An order ticket's payments are its order's (each branch finds its rows by an index); its
+    # methods are its order's customer's (as in sensitive_values_for_order).
+    payments = Case(
+        When(order_id__isnull=False, then=pairs(Payment.objects.filter(order_id=OuterRef("order_id")), *_PAYMENT)),
+        default=pairs(Payment.objects.filter(order__customer_id=OuterRef("customer_id")), *_PAYMENT),
+        output_field=ArrayField(JSONField()),
     )
-    methods = PaymentMethod.objects.filter(customer_id=customer)
-    return {
-        "payment_values_loaded": ArraySubquery(
-            payments.order_by("pk").values(row=JSONObject(value="payment_ref", last4="card_last4"))
-        ),
-        "method_values_loaded": ArraySubquery(
-            methods.order_by("pk").values(row=JSONObject(value="external_id", last4="last4"))
-        ),
-    }
+    customer = Coalesce(OuterRef("order__customer_id"), OuterRef("customer_id"))
+    methods = pairs(PaymentMethod.objects.filter(customer_id=customer), "external_id", "last4")
+    return {"payment_values_loaded": payments, "method_values_loaded": methods}
+
+
+_PAYMENT = ("payment_ref", "card_last4")
 
 
 def _payment_values(payments, customer_id):
