@@ -10,7 +10,6 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from decimal import Decimal
 
-from ledger.compiled import CompiledQuery
 from ledger.exceptions import InvalidAmount
 from ledger.models import Order, PaymentMethod
 from ledger.money import ZERO, money_check_currency
@@ -64,50 +63,22 @@ class GateVerdict:
         return data
 
 
-# Read at every policy lookup of the agent and again at its decision: compiled once.
-_POLICY_CURRENT = CompiledQuery(
-    lambda tenant_id: RefundPolicy.objects.current(tenant_id).values(
-        *(f.attname for f in RefundPolicy._meta.concrete_fields)
-    ),
-    tenant_id=int,
-)
-
-
 def policy_current(tenant) -> RefundPolicy | None:
     """The tenant's current policy (RefundPolicy.objects.current), or None."""
-    found = _POLICY_CURRENT.instances(RefundPolicy, tenant_id=tenant.pk)
-    return found[0] if found else None
-
-
-# Read at every decision: compiled once.
-_ORIGINAL_METHOD = CompiledQuery(
-    lambda order_id: (
-        PaymentMethod.objects.filter(payments__order_id=order_id)
-        .order_by("payments__id")
-        .values(*(f.attname for f in PaymentMethod._meta.concrete_fields))[:1]
-    ),
-    order_id=int,
-)
+    return RefundPolicy.objects.current_for(tenant)
 
 
 def order_original_method(order: Order) -> PaymentMethod | None:
     """The payment method the order was paid with (its first recorded payment's), or None when
     the shop recorded none."""
-    found = _ORIGINAL_METHOD.instances(PaymentMethod, order_id=order.pk)
-    return found[0] if found else None
+    return PaymentMethod.objects.filter(payments__order=order).order_by("payments__id").first()
 
 
 def decision_facts(*, tenant, order: Order) -> tuple[RefundPolicy | None, PaymentMethod | None]:
-    """The tenant's current policy and the order's original payment method, read together in one
-    query: what a decision on a draft reads besides the order's position (the agent's decision
-    passes both to `policy_gate_evaluate`)."""
-    policy, method = CompiledQuery.first_rows(
-        (_POLICY_CURRENT, {"tenant_id": tenant.pk}), (_ORIGINAL_METHOD, {"order_id": order.pk})
-    )
-    return (
-        None if policy is None else CompiledQuery.instance(RefundPolicy, policy),
-        None if method is None else CompiledQuery.instance(PaymentMethod, method),
-    )
+    """The tenant's current policy and the order's original payment method: what a decision on a
+    draft reads besides the order's position (the agent's decision passes both to
+    `policy_gate_evaluate`)."""
+    return policy_current(tenant), order_original_method(order)
 
 
 # `original` not given: read it.

@@ -2,7 +2,6 @@
 
 from django.db.models import Prefetch, QuerySet
 
-from ledger.compiled import CompiledModelQuery
 from ledger.exceptions import NotFound
 from ledger.tenancy import tenant_for_user, user_require_role
 
@@ -32,21 +31,10 @@ def approval_get(*, user, request_id: int) -> ApprovalRequest:
         raise NotFound(f"Approval request {request_id} not found.") from None
 
 
-# Every ticket page and API answer reads it: compiled once.
-_LATEST_FOR_TICKET = CompiledModelQuery(
-    lambda tenant_id, ticket_ref: (
-        approvals_for_tenant(tenant_id).filter(ticket_ref=ticket_ref).order_by("-created_at", "-id")[:1]
-    ),
-    tenant_id=int,
-    ticket_ref=int,
-)
-
-
 def approval_latest_for_ticket(*, tenant, ticket_ref: int) -> ApprovalRequest | None:
     """The newest approval request made for a ticket (`ticket_ref` is opaque here: the caller
     names the tenant, so another tenant's request is never returned)."""
-    tenant_id = tenant if isinstance(tenant, int) else tenant.pk
-    return _LATEST_FOR_TICKET.first(tenant_id=tenant_id, ticket_ref=ticket_ref)
+    return approvals_for_tenant(tenant).filter(ticket_ref=ticket_ref).order_by("-created_at", "-id").first()
 
 
 def approvals_refused_by_provider(queryset: QuerySet) -> QuerySet:

@@ -14,14 +14,7 @@ from django.contrib import admin
 from django.contrib.admin import helpers
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.views.main import ChangeList
-from django.core.exceptions import (
-    BadRequest,
-    EmptyResultSet,
-    FullResultSet,
-    ImproperlyConfigured,
-    SuspiciousOperation,
-    ValidationError,
-)
+from django.core.exceptions import BadRequest, ValidationError
 from django.db import DataError, transaction
 from django.db.models import Q
 from django.db.models.constants import LOOKUP_SEP
@@ -61,10 +54,11 @@ REFUSED_LOOKUPS = frozenset({"regex", "iregex", "range"})
 
 class CheckedChangeList(ChangeList):
     """The admin's changelist, where a querystring value that passes the admin's lookup checks
-    but fails later gets the admin's answer to bad filters, the `?e=1` redirect: when the SQL is
-    compiled (`created_at__year=0`, `expires_at__iso_year=99999999999999999999`), in the date
-    hierarchy (a year datetime cannot hold), or when the count runs it (a value the database or
-    its driver refuses: an int too big for a small column, text for a binary one)."""
+    but fails later gets the admin's answer to bad filters, the `?e=1` redirect: in the date
+    hierarchy (a year datetime cannot hold), or when the count first runs the filtered query,
+    whether its SQL cannot be written (`created_at__year=0`,
+    `expires_at__iso_year=99999999999999999999`) or the database or its driver refuses a value
+    (an int too big for a small column, text for a binary one)."""
 
     def get_filters(self, request):
         try:
@@ -72,27 +66,13 @@ class CheckedChangeList(ChangeList):
         except (ValueError, OverflowError) as exc:  # e.g. placed_at__year=99999999999999999999, or 9999
             raise IncorrectLookupParameters(exc) from exc
 
-    def get_queryset(self, request, exclude_parameters=None):
-        queryset = super().get_queryset(request, exclude_parameters)
-        if not self.get_filters_params():  # nothing from the querystring to fail: no extra compile
-            return queryset
-        try:
-            queryset.query.get_compiler(queryset.db).as_sql()  # no query: SQL text only
-        except (EmptyResultSet, FullResultSet):
-            pass
-        except (SuspiciousOperation, ImproperlyConfigured):
-            raise
-        except Exception as exc:  # what Django's own lookup check catches: ValueError, IndexError, ...
-            raise IncorrectLookupParameters(exc) from exc
-        return queryset
-
     def get_results(self, request):
         if not self.get_filters_params():  # nothing from the querystring to fail: no savepoint
             return super().get_results(request)
         try:
             with transaction.atomic(using=self.root_queryset.db):  # a failed statement ends only this
                 super().get_results(request)
-        except (DataError, OverflowError, TypeError) as exc:
+        except (DataError, OverflowError, TypeError, ValueError, IndexError) as exc:
             raise IncorrectLookupParameters(exc) from exc
 
 

@@ -1,13 +1,13 @@
 """Tenant-scoped reads of the ledger. Views, tools and services start here, never from
 `Model.objects` with a hand-written tenant filter."""
 
+import functools
 from dataclasses import dataclass, field
 from decimal import Decimal
 
 from django.db.models import DecimalField, OuterRef, Subquery, Sum
 from django.db.models.functions import Coalesce
 
-from .compiled import CompiledModelQuery, CompiledQuery
 from .exceptions import NotFound
 from .models import (
     COUNTING_STATUSES,
@@ -33,19 +33,10 @@ def customer_get(*, tenant: Tenant, external_id: str) -> Customer:
         raise NotFound(f"Customer {external_id} not found.") from None
 
 
-# Every filing reads its order: compiled once.
-_ORDER_WITH_CUSTOMER = CompiledModelQuery(
-    lambda tenant_id, external_id: (
-        Order.objects.for_tenant(tenant_id).select_related("customer").filter(external_id=external_id)
-    ),
-    tenant_id=int,
-    external_id=str,
-)
-
-
 def order_get(*, tenant: Tenant, external_id: str) -> Order:
+    """One order of the tenant, with its customer (every filing reads both)."""
     try:
-        return _ORDER_WITH_CUSTOMER.get(tenant_id=tenant.pk, external_id=external_id)
+        return Order.objects.for_tenant(tenant).select_related("customer").get(external_id=external_id)
     except Order.DoesNotExist:
         raise NotFound(f"Order {external_id} not found.") from None
 
@@ -132,9 +123,12 @@ def items_match(lines: list[LinePosition], item_ids: list[str]) -> ItemsMatch:
     )
 
 
-def _order_position_rows(order_id: int):
-    # Each line with the units already refunded and the order's refunded total, in one query.
-    # Only entries that count (pending, succeeded, external) are counted.
+@functools.cache
+def _order_position_rows():
+    """Each line with the units already refunded and the order's refunded total, in one query.
+    Only entries that count (pending, succeeded, external) are counted. Built once per process
+    and filtered per order: the agent reads a position at every order lookup and again at its
+    decision, and building the subqueries costs more than running them."""
     refunded_units = (
         RefundEntryItem.objects.filter(order_item=OuterRef("pk"), entry__status__in=COUNTING_STATUSES)
         .values("order_item")
@@ -148,8 +142,7 @@ def _order_position_rows(order_id: int):
         .values("s")
     )
     return (
-        OrderItem.objects.filter(order_id=order_id)
-        .annotate(
+        OrderItem.objects.annotate(
             refunded_units=Coalesce(Subquery(refunded_units), 0),
             order_refunded=Coalesce(Subquery(refunded_total), ZERO, output_field=MONEY_FIELD),
         )
@@ -158,12 +151,8 @@ def _order_position_rows(order_id: int):
     )
 
 
-# The agent reads the position at every order lookup and again at its decision: compiled once.
-_ORDER_POSITION = CompiledQuery(_order_position_rows, order_id=int)
-
-
 def order_refund_position(order: Order) -> RefundPosition:
-    items = _ORDER_POSITION.rows(order_id=order.pk)
+    items = list(_order_position_rows().filter(order_id=order.pk))
     lines = [
         LinePosition(
             line_no=item["line_no"],

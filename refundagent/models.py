@@ -5,6 +5,7 @@ import uuid
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django.utils import timezone
 
 from ledger.models import MONEY, Customer, Order, PaymentMethod, Tenant, TenantQuerySet
 
@@ -221,7 +222,8 @@ class TraceEvent(models.Model):
     input_tokens = models.PositiveIntegerField(null=True, blank=True)
     output_tokens = models.PositiveIntegerField(null=True, blank=True)
     data = models.JSONField(default=dict, blank=True)
-    at = models.DateTimeField(auto_now_add=True)
+    # When the event happened: set as it is recorded, not when the step that carries it is written.
+    at = models.DateTimeField(default=timezone.now, editable=False)
 
     class Meta:
         ordering = ["ticket", "seq"]

@@ -17,10 +17,9 @@ from typing import Any
 from django.conf import settings
 from django.contrib.postgres.expressions import ArraySubquery
 from django.contrib.postgres.fields import ArrayField
-from django.db import connection
-from django.db.models import Case, CharField, OuterRef, When
+from django.db.models import Case, JSONField, OuterRef, When
+from django.db.models.functions import Coalesce, JSONObject
 
-from ledger.compiled import CompiledQuery
 from ledger.models import Payment, PaymentMethod
 
 REDACTED = "[redacted]"
@@ -176,9 +175,7 @@ def sensitive_values_for_order(order) -> list[str]:
     order: callers with a customer-level ticket use sensitive_values_for_ticket)."""
     if order is None:
         return []
-    return _customer_values(
-        order.customer, _ORDER_PAYMENT_VALUES.rows(order_id=order.pk, customer_id=order.customer_id)
-    )
+    return _customer_values(order.customer, _payment_values(Payment.objects.filter(order=order), order.customer_id))
 
 
 def sensitive_values_for_ticket(ticket) -> list[str]:
@@ -188,81 +185,51 @@ def sensitive_values_for_ticket(ticket) -> list[str]:
     `sensitive_values_annotations()` brought its payment values along: no query."""
     loaded = [getattr(ticket, name, None) for name in _LOADED]
     if None not in loaded:
-        refs, cards, methods, method_cards = loaded
         customer = ticket.order.customer if ticket.order_id else ticket.customer
-        return _customer_values(customer, [*zip(refs, cards, strict=True), *zip(methods, method_cards, strict=True)])
+        return _customer_values(customer, [(row["value"], row["last4"]) for rows in loaded for row in rows])
     if ticket.order_id:
         return sensitive_values_for_order(ticket.order)
-    return _customer_values(ticket.customer, _CUSTOMER_PAYMENT_VALUES.rows(customer_id=ticket.customer_id))
+    payments = Payment.objects.filter(order__customer_id=ticket.customer_id)
+    return _customer_values(ticket.customer, _payment_values(payments, ticket.customer_id))
 
 
-_LOADED = ("payment_refs_loaded", "payment_cards_loaded", "method_ids_loaded", "method_cards_loaded")
+_LOADED = ("payment_values_loaded", "method_values_loaded")
 
 
 def sensitive_values_annotations() -> dict:
-    """On PostgreSQL, annotations for a Ticket queryset that read the ticket's payment values
-    (what `_payment_values` reads) with the ticket: the agent's run loads its ticket and these
-    in one query. Elsewhere none: SQLite answers the second query in-process."""
-    if connection.vendor != "postgresql":
-        return {}
+    """Annotations for a Ticket queryset that read the ticket's payment values (what
+    `_payment_values` reads) with the ticket: the agent's run loads its ticket and these in one
+    query."""
 
-    def by_ticket(model, column, *, with_order: dict, without_order: dict):
-        def values(**lookup):
-            return ArraySubquery(model.objects.filter(**lookup).order_by("pk").values(column))
+    def pairs(queryset, value: str, last4: str):
+        return ArraySubquery(queryset.order_by("pk").values(row=JSONObject(value=value, last4=last4)))
 
-        return Case(
-            When(order_id__isnull=False, then=values(**with_order)),
-            default=values(**without_order),
-            output_field=ArrayField(CharField()),
-        )
-
-    payments = {
-        "with_order": {"order_id": OuterRef("order_id")},
-        "without_order": {"order__customer_id": OuterRef("customer_id")},
-    }
-    # An order ticket's customer is its order's (as in sensitive_values_for_order).
-    methods = {
-        "with_order": {"customer__orders": OuterRef("order_id")},
-        "without_order": {"customer_id": OuterRef("customer_id")},
-    }
-    return dict(
-        zip(
-            _LOADED,
-            (
-                by_ticket(Payment, "payment_ref", **payments),
-                by_ticket(Payment, "card_last4", **payments),
-                by_ticket(PaymentMethod, "external_id", **methods),
-                by_ticket(PaymentMethod, "last4", **methods),
-            ),
-            strict=True,
-        )
+    # An order ticket's payments are its order's (each branch finds its rows by an index); its
+    # methods are its order's customer's (as in sensitive_values_for_order).
+    payments = Case(
+        When(order_id__isnull=False, then=pairs(Payment.objects.filter(order_id=OuterRef("order_id")), *_PAYMENT)),
+        default=pairs(Payment.objects.filter(order__customer_id=OuterRef("customer_id")), *_PAYMENT),
+        output_field=ArrayField(JSONField()),
     )
+    customer = Coalesce(OuterRef("order__customer_id"), OuterRef("customer_id"))
+    methods = pairs(PaymentMethod.objects.filter(customer_id=customer), "external_id", "last4")
+    return {"payment_values_loaded": payments, "method_values_loaded": methods}
+
+
+_PAYMENT = ("payment_ref", "card_last4")
 
 
 def _payment_values(payments, customer_id):
-    # The payments' references and card last4, and the customer's method ids and last4, in one
-    # query (read at filing and at every run, hence compiled once).
+    # The payments' references and card last4, and the customer's method ids and last4, in one query.
     methods = PaymentMethod.objects.filter(customer_id=customer_id).values_list("external_id", "last4")
     return payments.values_list("payment_ref", "card_last4").union(methods, all=True)
 
 
-_ORDER_PAYMENT_VALUES = CompiledQuery(
-    lambda order_id, customer_id: _payment_values(Payment.objects.filter(order_id=order_id), customer_id),
-    order_id=int,
-    customer_id=int,
-)
-_CUSTOMER_PAYMENT_VALUES = CompiledQuery(
-    lambda customer_id: _payment_values(Payment.objects.filter(order__customer_id=customer_id), customer_id),
-    customer_id=int,
-)
-
-
-def _customer_values(customer, payment_rows: list) -> list[str]:
-    """`payment_rows`: the reference and last4 of each relevant payment and payment method (as
-    dicts or pairs)."""
+def _customer_values(customer, payment_rows) -> list[str]:
+    """`payment_rows`: the reference and last4 of each relevant payment and payment method (pairs)."""
     values = [customer.email, customer.name]
     if customer.name:
         values.extend(_name_words(customer.name))
     for row in payment_rows:
-        values.extend(row.values() if isinstance(row, dict) else row)
+        values.extend(row)
     return list(dict.fromkeys(v for v in values if v))

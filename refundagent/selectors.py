@@ -5,7 +5,6 @@ from django.db.models import QuerySet
 from approvals.models import ApprovalRequest
 from approvals.schemas import approval_serialize
 from approvals.selectors import approval_latest_for_ticket
-from ledger.compiled import CompiledModelQuery
 from ledger.exceptions import NotFound
 
 from .models import QUEUE_STATUSES, RefundDraft, Ticket
@@ -21,22 +20,11 @@ def ticket_list(*, tenant, status: str | None = None) -> QuerySet:
     return queryset
 
 
-# Every ticket page and API answer reads it: compiled once.
-_TICKET = CompiledModelQuery(
-    lambda tenant_id, ticket_id: (
-        Ticket.objects.for_tenant(tenant_id)
-        .select_related("order", "customer", "created_by", "refund_to", "owner")
-        .filter(pk=ticket_id)
-    ),
-    tenant_id=int,
-    ticket_id=int,
-)
-
-
 def ticket_get(*, tenant, ticket_id: int) -> Ticket:
     """One ticket of the tenant; another tenant's answers NotFound, as if it did not exist."""
+    tickets = Ticket.objects.for_tenant(tenant).select_related("order", "customer", "created_by", "refund_to", "owner")
     try:
-        return _TICKET.get(tenant_id=tenant.pk, ticket_id=ticket_id)
+        return tickets.get(pk=ticket_id)
     except Ticket.DoesNotExist:
         raise NotFound(f"Ticket {ticket_id} not found.") from None
 
@@ -61,14 +49,8 @@ def ticket_queue(*, tenant, reason: str | None = None, owner=None, unowned: bool
     return queryset
 
 
-_DRAFT_LATEST = CompiledModelQuery(
-    lambda ticket_id: RefundDraft.objects.filter(ticket_id=ticket_id).order_by("-created_at", "-id")[:1],
-    ticket_id=int,
-)
-
-
 def ticket_draft_latest(ticket: Ticket) -> RefundDraft | None:
-    return _DRAFT_LATEST.first(ticket_id=ticket.pk)
+    return RefundDraft.objects.filter(ticket=ticket).order_by("-created_at", "-id").first()
 
 
 def ticket_approval_latest(ticket: Ticket) -> ApprovalRequest | None:

@@ -23,7 +23,7 @@ from .models import QUEUE_STATUSES, Ticket
 from .outbox import ticket_run_publish
 from .redaction import sensitive_values_for_ticket
 from .ticket_state import ticket_transition, ticket_transition_allowed
-from .tracing import trace_batch, trace_record, trace_write_with_insert
+from .tracing import trace_event_build, trace_events_write, trace_record
 
 MAX_MESSAGE_LENGTH = 20_000
 MAX_ITEMS = 100
@@ -107,10 +107,12 @@ def ticket_create(
         created_by=user,
         trace_id=_trace_id_new(),
     )
-    with trace_batch():
+    with transaction.atomic():
+        ticket.save(force_insert=True)
         # The filed event names only the filer (no customer data to redact by value; the
-        # patterns still apply): no read of the customer's payment values at filing.
-        trace_record(
+        # patterns still apply): no read of the customer's payment values at filing. Nobody
+        # else can see the ticket before this commits: no lock to take for its first number.
+        filed = trace_event_build(
             ticket=ticket,
             sensitive=[],
             span="run",
@@ -118,8 +120,7 @@ def ticket_create(
             decision="filed",
             reason=f"Filed by {user.get_username()}.",
         )
-        # The ticket and its first event: one statement, its own transaction (or the caller's).
-        trace_write_with_insert(ticket)
+        trace_events_write([filed], locked=True)
     ticket_span_mark(ticket)
     # The queued row is the agent-run instruction (refundagent.outbox): a broker that is down
     # when this commits never fails the filing; the sweep enqueues it later. Outside a caller's

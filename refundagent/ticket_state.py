@@ -1,9 +1,8 @@
 """The one owner of a ticket's state: which transitions are allowed, and how one is applied.
 
-Every write of `Ticket.status` goes through `ticket_transition` (the loop, the agent's decision
-on a draft, the ticket services, the receivers of approval events), or, where the move is
-written in one statement with another row (the agent's claim and the run it starts), through
-the `TicketMove` that `ticket_move` builds. A move is a compare-and-set: the row is updated
+Every write of `Ticket.status` goes through `ticket_transition` (the agent's claim, the loop, the
+agent's decision on a draft, the ticket services, the receivers of approval events). A move is a
+compare-and-set: the row is updated
 only while its status is one the table allows to move to the target, so two writers racing on
 one ticket never both win, and a settled ticket is never moved back by a late event. The views
 ask the same table what a person may do (`ticket_transition_allowed`) instead of keeping their
@@ -21,9 +20,7 @@ ticket escalated by hand has waited since it failed), cleared when it leaves (a 
 refund, the agent runs again, it is closed).
 """
 
-from dataclasses import dataclass
-
-from django.db.models import Case, DateTimeField, F, QuerySet, Value, When
+from django.db.models import Case, DateTimeField, F, Value, When
 from django.utils import timezone
 
 from .models import QUEUE_STATUSES, Ticket
@@ -102,27 +99,6 @@ def ticket_transition_allowed(*, ticket: Ticket, to: str) -> bool:
     return ticket.status in TRANSITIONS[to]
 
 
-@dataclass
-class TicketMove:
-    """A compare-and-set move of one ticket, built but not yet written: `rows.update(**values)`
-    moves it. `ticket_transition` writes it alone; the agent's claim writes it in the same
-    statement as the run it starts (refundagent.combined_writes)."""
-
-    ticket: Ticket
-    rows: QuerySet
-    values: dict
-    within_queue: bool
-
-    def applied(self) -> None:
-        """After the UPDATE matched: the instance takes the values written."""
-        for name, value in self.values.items():
-            setattr(self.ticket, name, value)
-        if self.within_queue:
-            self.ticket.awaiting_person_since = (
-                Ticket.objects.filter(pk=self.ticket.pk).values_list("awaiting_person_since", flat=True).get()
-            )
-
-
 def ticket_transition(
     *, ticket: Ticket, to: str, detail: str | None = None, stop_reason=_UNSET, only_from=None, **fields
 ) -> bool:
@@ -138,18 +114,6 @@ def ticket_transition(
     The customer reply follows the outcome in the same UPDATE (refundagent.replies), unless
     `customer_reply` is given (a person's closing reply); so does `awaiting_person_since`.
     """
-    move = ticket_move(ticket=ticket, to=to, detail=detail, stop_reason=stop_reason, only_from=only_from, **fields)
-    moved = move.rows.update(**move.values) == 1
-    if moved:
-        move.applied()
-    return moved
-
-
-def ticket_move(
-    *, ticket: Ticket, to: str, detail: str | None = None, stop_reason=_UNSET, only_from=None, **fields
-) -> TicketMove:
-    """The move `ticket_transition` makes (same arguments), for a caller that writes it together
-    with another row; it must call `move.applied()` when the UPDATE matched."""
     allowed = TRANSITIONS[to]
     if only_from is not None:
         allowed = allowed & frozenset(only_from)
@@ -175,12 +139,15 @@ def ticket_move(
         values["awaiting_person_since"] = _awaiting_kept_or(values["updated_at"])
     else:
         values["awaiting_person_since"] = values["updated_at"]
-    return TicketMove(
-        ticket=ticket,
-        rows=Ticket.objects.filter(pk=ticket.pk, status__in=allowed),
-        values=values,
-        within_queue=within_queue,
-    )
+    if Ticket.objects.filter(pk=ticket.pk, status__in=allowed).update(**values) != 1:
+        return False
+    for name, value in values.items():
+        setattr(ticket, name, value)
+    if within_queue:
+        ticket.awaiting_person_since = (
+            Ticket.objects.filter(pk=ticket.pk).values_list("awaiting_person_since", flat=True).get()
+        )
+    return True
 
 
 def _awaiting_kept_or(now):

@@ -4,8 +4,8 @@ The model proposes with refunds.create_draft; the runtime decides here, from the
 current policy (approvals.gate), never from the model's numbers. One transaction holds the
 draft row, the gate's verdict, the approval request when the refund is eligible, the ticket's
 move (by compare-and-set, from `running` only) and the caller's stop of its run, so a resumed
-run finds the ticket stopped and does nothing more. Their trace events are written together at
-the end of that transaction, and dropped with it if it fails.
+run finds the ticket stopped and does nothing more. Their trace events are written in that
+transaction after every other lock it takes, and dropped with it if it fails.
 
 The agent loop calls this as a step of its own: it persists the model's call first, so a worker
 that dies while deciding resumes with this same proposal and no new model call.
@@ -29,7 +29,7 @@ from ..exceptions import TicketStateConflict
 from ..models import AgentRun, RefundDraft, Ticket
 from ..redaction import sensitive_values_for_ticket
 from ..ticket_state import STOP_REASON_FOR_STATUS, ticket_transition
-from ..tracing import trace_batch, trace_record
+from ..tracing import trace_event_build, trace_events_write
 from .tools import CREATE_DRAFT, CreateDraftArgs
 
 S = Ticket.Status
@@ -58,6 +58,7 @@ def agent_draft_decide(
     order: Order | None,
     stop_run: Callable[[DraftDecision], None],
     sensitive: list[str] | None = None,
+    trace: Callable[..., None] | None = None,
 ) -> DraftDecision:
     """Decide the agent's draft and stop the ticket with the outcome; returns the decision.
 
@@ -71,7 +72,12 @@ def agent_draft_decide(
     `stop_run(decision)` runs inside the transaction once the ticket moved: the caller answers
     the tool call and stops its run there, so the run's stop commits or rolls back with the
     decision. Raises TicketStateConflict, with nothing written, if the ticket is no longer
-    `running` (a person changed it meanwhile)."""
+    `running` (a person changed it meanwhile).
+
+    `trace(**event)` records the decision's trace events where the caller keeps its own (the
+    loop: its stop writes them with the run's, in order); a caller that records what `trace`
+    received must drop it if this raises. Without it, the events are written here, after
+    `stop_run`."""
     if sensitive is None:
         sensitive = sensitive_values_for_ticket(ticket)
     now = timezone.now()
@@ -84,10 +90,13 @@ def agent_draft_decide(
     )
     status = _status_for(verdict, policy)
 
-    def trace(**kwargs):
-        trace_record(ticket=ticket, run=run, sensitive=sensitive, **kwargs)
+    events = []
+    if trace is None:
 
-    with transaction.atomic(), trace_batch():
+        def trace(**kwargs):
+            events.append(trace_event_build(ticket=ticket, run=run, sensitive=sensitive, **kwargs))
+
+    with transaction.atomic():
         draft = RefundDraft.objects.create(
             run=run,
             ticket=ticket,
@@ -152,6 +161,7 @@ def agent_draft_decide(
             decided_at=now,
         )
         stop_run(decision)
+        trace_events_write(events)
     return decision
 
 

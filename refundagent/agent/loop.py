@@ -2,13 +2,15 @@
 
 One iteration = budget check -> one model call -> each tool call through the gate (and, for a
 valid read, executed tenant-scoped) -> the turn and its results persisted on the AgentRun,
-with the step's trace events, in one statement, before the next model call. The transcript on AgentRun.messages is the loop's
-state: a resumed run looks at its last message and carries on from there.
+with the step's trace events, in one transaction, before the next model call. The transcript on
+AgentRun.messages is the loop's state: a resumed run looks at its last message and carries on
+from there.
 
 Exactly once, whatever is redelivered:
-- the run is claimed by compare-and-set (ticket queued -> running, one open run per ticket);
-  the claim holds the Celery task id, so a redelivered message (same id) takes its run over
-  at once, while another task may only once the lease expired;
+- the run is claimed by compare-and-set (ticket queued -> running, one open run per ticket), in
+  one transaction with the run it starts; the claim holds the Celery task id, so a redelivered
+  message (same id) takes its run over at once, while another task may only once the lease
+  expired;
 - every persist is a compare-and-set on that claim: a worker that lost it stops writing;
 - the only write the agent can make, refunds.create_draft, is decided by `agent.decision` in
   one transaction with the ticket's stop and the run's: the draft (one per run), the gate's
@@ -19,14 +21,14 @@ No on_commit and no second connection: the loop also runs inside a caller's tran
 A model that ends its turn without a draft is nudged once, then the ticket is escalated.
 Budget and no-progress stops send the ticket to the human queue (status escalated, stop
 reason budget_exhausted / no_progress); invalid arguments past the retries and provider
-errors stop it failed. Every move of the ticket goes through `ticket_state` (`ticket_transition`;
-the claim writes its `ticket_move` in one statement with the run it starts).
+errors stop it failed. Every move of the ticket goes through `ticket_state` (`ticket_transition`).
 
 Read top-down: `agent_run_ticket` claims the run and hands it to `_Loop.go`, which steps until
 a stop; `step` makes one model call, `act` answers its tool calls through `handle`, and a draft
 ends the run in `decide`; every other stop ends it in `finish`. Plumbing comes last.
 """
 
+import functools
 import json
 import time
 import uuid
@@ -40,14 +42,12 @@ from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
-from ledger.compiled import CompiledModelQuery
 
-from ..combined_writes import update_then_insert
 from ..exceptions import TicketStateConflict
-from ..models import AgentRun, Ticket
+from ..models import AgentRun, Ticket, TraceEvent
 from ..redaction import sensitive_values_annotations, sensitive_values_for_ticket
-from ..ticket_state import ticket_move, ticket_transition
-from ..tracing import trace_batch, trace_record, trace_write_with_update
+from ..ticket_state import ticket_transition
+from ..tracing import trace_event_build, trace_events_write
 from .decision import DraftDecision, agent_draft_decide
 from .prompts import NUDGE, SYSTEM_PROMPT, ticket_first_message
 from .providers.base import ModelTurn, Provider, ProviderError, ToolCall
@@ -79,18 +79,15 @@ last_approval_status = Subquery(
     ApprovalRequest.objects.filter(ticket_ref=OuterRef("pk")).order_by("-id").values("status")[:1]
 )
 
-# The run's one read of its ticket: its order, customer, tenant and filer, finance's last word,
-# the values to redact and the capability registry, in one query compiled once per process.
-_TICKET_FOR_RUN = CompiledModelQuery(
-    lambda ticket_id: (
-        Ticket.objects.select_related("tenant", "order__tenant", "order__customer", "customer", "created_by")
-        .annotate(
-            last_approval_status=last_approval_status, **sensitive_values_annotations(), **capabilities_annotation()
-        )
-        .filter(pk=ticket_id)
-    ),
-    ticket_id=int,
-)
+
+@functools.cache
+def _tickets_for_run():
+    """The run's one read of its ticket: its order, customer, tenant and filer, finance's last
+    word, the values to redact and the capability registry, in one query. Built once per
+    process and filtered per run: building its subqueries costs more than running them."""
+    return Ticket.objects.select_related(
+        "tenant", "order__tenant", "order__customer", "customer", "created_by"
+    ).annotate(last_approval_status=last_approval_status, **sensitive_values_annotations(), **capabilities_annotation())
 
 
 @dataclass
@@ -127,13 +124,11 @@ def agent_run_ticket(
         return AgentRun.objects.filter(ticket_id=ticket_id).order_by("-created_at", "-id").first()
     run, how = claimed
     try:
-        # The run's trace events wait in a batch and are written by the persist that follows
-        # them, in the same statement: a step and its trace commit together.
         loop = _Loop(run=run, provider=provider, task_id=task_id)
-        with trace_batch(), agent_run_span(ticket=loop.ticket, run=run, how=how):
+        with agent_run_span(ticket=loop.ticket, run=run, how=how):
             loop.go(how)
     except LostClaim:
-        pass  # the events of the lost steps were dropped with the batch
+        pass  # the lost steps and their trace events were never written
     return run
 
 
@@ -142,21 +137,21 @@ def agent_run_claim(*, ticket_id: int, task_id: str, provider: Provider) -> tupl
     taken over by the same task id (a redelivery) or once its lease expired. Else None."""
     now = timezone.now()
     # The claim needs only the ticket's id; the loop loads the ticket once it holds the run. The
-    # ticket's move and the run's row are one statement: the run exists only if the move matched.
-    move = ticket_move(ticket=Ticket(pk=ticket_id), to=S.RUNNING, detail="", updated_at=now)
-    run = AgentRun(
-        ticket_id=ticket_id,
-        status=AgentRun.Status.RUNNING,
-        provider=provider.name,
-        model=getattr(provider, "model", "") or "",
-        claimed_by=task_id,
-        claimed_at=now,
-        lease_expires_at=now + _lease(),
-        started_at=now,
-    )
-    if update_then_insert(move.rows, move.values, run):
-        move.applied()
-        return run, "claimed"
+    # ticket's move and the run's row commit together: the run exists only if the move matched,
+    # and a run that cannot be inserted leaves the ticket queued.
+    with transaction.atomic():
+        if ticket_transition(ticket=Ticket(pk=ticket_id), to=S.RUNNING, detail="", updated_at=now):
+            run = AgentRun.objects.create(
+                ticket_id=ticket_id,
+                status=AgentRun.Status.RUNNING,
+                provider=provider.name,
+                model=getattr(provider, "model", "") or "",
+                claimed_by=task_id,
+                claimed_at=now,
+                lease_expires_at=now + _lease(),
+                started_at=now,
+            )
+            return run, "claimed"
     taken = (
         AgentRun.objects.filter(ticket_id=ticket_id, status=AgentRun.Status.RUNNING, ticket__status=S.RUNNING)
         .filter(Q(claimed_by=task_id) | Q(lease_expires_at__lt=now))
@@ -178,7 +173,7 @@ class _Loop:
         self.run = run
         self.provider = provider
         self.task_id = task_id
-        self.ticket = _TICKET_FOR_RUN.get(ticket_id=run.ticket_id)
+        self.ticket = _tickets_for_run().get(pk=run.ticket_id)
         run.ticket = self.ticket
         self.order = self.ticket.order  # None on a customer-level ticket until the decision
         self.sensitive = sensitive_values_for_ticket(self.ticket)
@@ -193,6 +188,8 @@ class _Loop:
         }
         self.capabilities = None
         self.offered: set[str] = set()
+        # The trace events recorded since the last persist: it writes them with the step.
+        self.pending: list[TraceEvent] = []
         # The run's row while this task holds it: every persist is a compare-and-set on it.
         self.held = AgentRun.objects.filter(pk=run.pk, claimed_by=task_id, status=AgentRun.Status.RUNNING)
 
@@ -491,6 +488,7 @@ class _Loop:
 
     def decide(self, call: ToolCall, args, order):
         """The runtime's decision on the draft (agent.decision). Always stops the run."""
+        recorded = len(self.pending)
         try:
             agent_draft_decide(
                 run=self.run,
@@ -499,10 +497,13 @@ class _Loop:
                 raw_args=call.input,
                 order=order,
                 sensitive=self.sensitive,
+                trace=self.trace,
                 stop_run=lambda decision: self.stop_decided(call, decision),
             )
         except TicketStateConflict:
-            # A person changed the ticket meanwhile: the decision rolled back, the run stops here.
+            # A person changed the ticket meanwhile: the decision rolled back, its events are
+            # dropped, the run stops here.
+            del self.pending[recorded:]
             raise _Stop(S.ESCALATED, R.ESCALATED, "The ticket was changed by a person while the agent ran.") from None
         raise _Done()
 
@@ -555,11 +556,13 @@ class _Loop:
     # --- plumbing ---------------------------------------------------------------------
 
     def trace(self, **kwargs):
-        return trace_record(ticket=self.ticket, run=self.run, sensitive=self.sensitive, **kwargs)
+        """Record a trace event; the next persist writes it with its step."""
+        self.pending.append(trace_event_build(ticket=self.ticket, run=self.run, sensitive=self.sensitive, **kwargs))
 
     def persist(self, **extra):
         """Write the loop's state to the run, by compare-and-set on this task's claim, with the
-        trace events recorded since the last persist in the same statement."""
+        trace events recorded since the last persist, in one transaction (the caller's, if any):
+        a worker that lost its claim writes neither."""
         run = self.run
         fields = {
             "messages": self.messages,
@@ -575,9 +578,16 @@ class _Loop:
             "lease_expires_at": timezone.now() + _lease(),
             **extra,
         }
-        updated = trace_write_with_update(self.held, fields)
-        if updated != 1:
+        with transaction.atomic(savepoint=False):
+            held = self.held.update(**fields) == 1
+            if held:
+                # The compare-and-set locked the run's row: the lock its ticket's trace is
+                # numbered under while it runs (refundagent.tracing).
+                trace_events_write(self.pending, locked=True)
+        if not held:
+            # Nothing was written: a caller's transaction goes on unharmed.
             raise LostClaim(f"run {run.pk} is no longer held by {self.task_id}")
+        self.pending = []
         for key, value in fields.items():
             setattr(run, key, value)
 

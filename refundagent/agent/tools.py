@@ -20,7 +20,6 @@ from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from django.contrib.postgres.expressions import ArraySubquery
-from django.db import connection
 from django.db.models.functions import JSONObject
 from django.utils import timezone
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, ValidationInfo, WithJsonSchema
@@ -28,7 +27,6 @@ from pydantic_core import PydanticCustomError
 
 from approvals import gate
 from approvals.models import Capability
-from ledger.compiled import CompiledQuery
 from ledger.exceptions import InvalidAmount
 from ledger.models import Order, Payment
 from ledger.money import CENT, MAX_AMOUNT, MONEY_PATTERN, money_check_currency, money_parse
@@ -243,17 +241,9 @@ TOOL_DEFS: dict[str, ToolDef] = {
 BY_API_NAME = {d.name: d for d in TOOL_DEFS.values()}
 
 
-# Read at the start of every run and again before its decision: compiled once.
-_CAPABILITIES = CompiledQuery(
-    lambda: Capability.objects.filter(name__in=list(TOOL_DEFS)).values(
-        *(f.attname for f in Capability._meta.concrete_fields)
-    )
-)
-
-
 def capabilities_load() -> dict[str, Capability]:
     """The registry as it is now (one query): operators flip `enabled` without a deploy."""
-    return {c.name: c for c in _CAPABILITIES.instances(Capability)}
+    return {c.name: c for c in Capability.objects.filter(name__in=list(TOOL_DEFS))}
 
 
 # The fields read with the ticket: all but updated_at (a datetime would come back as JSON text).
@@ -261,10 +251,8 @@ _LOADED_FIELDS = tuple(f.attname for f in Capability._meta.concrete_fields if f.
 
 
 def capabilities_annotation() -> dict:
-    """On PostgreSQL, an annotation for a Ticket queryset that reads the registry with the ticket:
-    a run's first look at its capabilities costs no query of its own (issue 12). Elsewhere none."""
-    if connection.vendor != "postgresql":
-        return {}
+    """An annotation for a Ticket queryset that reads the registry with the ticket: a run's first
+    look at its capabilities costs no query of its own."""
     rows = (
         Capability.objects.filter(name__in=list(TOOL_DEFS))
         .order_by()
@@ -473,21 +461,13 @@ def order_lookup(*, ticket, order=None) -> dict:
     return result
 
 
-# Brand and kind only: the card's last four stay in the ledger (issue 10, item 6). Every ticket
-# asks for it: compiled once.
-_PAYMENTS = CompiledQuery(
-    lambda order_id: (
-        Payment.objects.filter(order_id=order_id).order_by("id").values("method", "card_brand", "amount", "currency")
-    ),
-    order_id=int,
-)
-
-
 def payment_summary(*, ticket, order=None) -> dict:
     order = order or ticket.order
+    # Brand and kind only: the card's last four are customer data and stay in the ledger.
+    rows = Payment.objects.filter(order=order).order_by("id").values("method", "card_brand", "amount", "currency")
     payments = [
         {"method": p["method"], "brand": p["card_brand"], "amount": _money(p["amount"]), "currency": p["currency"]}
-        for p in _PAYMENTS.rows(order_id=order.pk)
+        for p in rows
     ]
     return {"order": order.external_id, "payments": payments}
 

@@ -1,5 +1,5 @@
-"""trace_record: one statement per event, seq in order, safe inside a caller's transaction and
-under concurrent writers."""
+"""trace_record: the ticket's row lock (and its open run's) and one INSERT per event, seq in
+order, safe inside a caller's transaction and under concurrent writers."""
 
 import threading
 
@@ -22,18 +22,17 @@ def _ticket():
 
 
 @pytest.mark.django_db
-def test_events_get_the_next_seq_and_come_back_as_stored(django_assert_num_queries):
+def test_events_get_the_next_seq_and_are_stored_redacted(django_assert_num_queries):
     ticket = _ticket()
 
-    with django_assert_num_queries(1):
-        event = trace_record(ticket=ticket, span="tool", reason="jane.doe@example.com", sensitive=[])
-    with transaction.atomic():
-        second = trace_record(ticket=ticket, span="stop", data={"n": None}, duration_ms=None, sensitive=[])
+    with transaction.atomic(), django_assert_num_queries(3):  # the ticket's and its open run's rows, the INSERT
+        trace_record(ticket=ticket, span="tool", reason="jane.doe@example.com", sensitive=[])
+    trace_record(ticket=ticket, span="stop", data={"n": None}, duration_ms=None, sensitive=[])
 
+    event, second = TraceEvent.objects.filter(ticket=ticket).exclude(span="run").order_by("seq")
     assert (event.seq, second.seq) == (2, 3)  # 1 is the filing event
-    stored = TraceEvent.objects.get(pk=event.pk)
-    assert stored.seq == 2 and stored.reason == "[email]" and stored.trace_id == ticket.trace_id
-    assert TraceEvent.objects.get(pk=second.pk).data == {"n": None}
+    assert event.span == "tool" and event.reason == "[email]" and event.trace_id == ticket.trace_id
+    assert second.span == "stop" and second.data == {"n": None} and second.duration_ms is None
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,16 +1,14 @@
-"""The agent's claim: the ticket's move to running and the run it starts are one write (one
-statement on PostgreSQL). The run exists only if the move matched; of two claims racing on one
-ticket exactly one starts a run."""
+"""The agent's claim: the ticket's move to running and the run it starts commit together. The
+run exists only if the move matched, the move stands only if the run was written, and of two
+claims racing on one ticket exactly one starts a run."""
 
 import threading
 
 import pytest
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
+from django.db import IntegrityError, connection
 
 from refundagent.agent.loop import agent_run_claim
 from refundagent.agent.providers.scripted import ScriptedProvider
-from refundagent.combined_writes import update_then_insert
 from refundagent.models import AgentRun, Ticket
 
 S = Ticket.Status
@@ -34,21 +32,40 @@ def _queued_ticket():
 
 
 @pytest.mark.django_db
-def test_a_claim_moves_the_ticket_and_starts_its_run_in_one_write(demo):
+def test_a_claim_moves_the_ticket_and_starts_its_run_in_one_transaction(demo):
     # given a queued ticket
     ticket = _queued_ticket()
 
     # when a task claims it
-    with CaptureQueriesContext(connection) as queries:
+    statements = []
+    with connection.execute_wrapper(lambda execute, sql, *rest: statements.append(sql) or execute(sql, *rest)):
         claimed = agent_run_claim(ticket_id=ticket.pk, task_id="task-1", provider=ScriptedProvider([]))
 
-    # then the ticket runs, the run is held by the task, and that was one statement
+    # then the ticket runs and the run is held by the task
     run, how = claimed
     assert how == "claimed"
     assert AgentRun.objects.get(pk=run.pk).claimed_by == "task-1"
     assert Ticket.objects.get(pk=ticket.pk).status == S.RUNNING
-    assert len(queries) == 1, [q["sql"] for q in queries]
-    assert "INSERT" in queries[0]["sql"] and "UPDATE" in queries[0]["sql"]
+    # and the move and the run were written between one savepoint and its release (the test's
+    # transaction stands for the claim's own): they commit together
+    kinds = [sql.split()[0] for sql in statements]
+    assert kinds == ["SAVEPOINT", "UPDATE", "INSERT", "RELEASE"], statements
+    assert "refundagent_ticket" in statements[1] and "refundagent_agentrun" in statements[2]
+
+
+@pytest.mark.django_db
+def test_a_run_that_cannot_be_written_leaves_the_ticket_queued(demo):
+    # given a queued ticket that still has an open run (one the database refuses to double)
+    ticket = _queued_ticket()
+    AgentRun.objects.create(ticket=ticket, status=AgentRun.Status.RUNNING, provider="scripted", claimed_by="old")
+
+    # when a task claims it, the run's insert fails
+    with pytest.raises(IntegrityError):
+        agent_run_claim(ticket_id=ticket.pk, task_id="task-1", provider=ScriptedProvider([]))
+
+    # then the ticket's move rolled back with it: still queued, with its one old run
+    assert Ticket.objects.get(pk=ticket.pk).status == S.QUEUED
+    assert list(AgentRun.objects.filter(ticket=ticket).values_list("claimed_by", flat=True)) == ["old"]
 
 
 @pytest.mark.django_db
@@ -65,18 +82,6 @@ def test_a_ticket_that_is_not_queued_starts_no_run(demo, status):
     assert claimed is None
     assert not AgentRun.objects.filter(ticket_id=ticket.pk).exists()
     assert Ticket.objects.get(pk=ticket.pk).status == status
-
-
-@pytest.mark.django_db
-def test_update_then_insert_inserts_nothing_when_the_update_matches_nothing(demo):
-    ticket = _queued_ticket()
-    run = AgentRun(ticket_id=ticket.pk, status=AgentRun.Status.RUNNING, provider="scripted")
-
-    inserted = update_then_insert(Ticket.objects.filter(pk=ticket.pk, status=S.CLOSED), {"status": S.RUNNING}, run)
-
-    assert inserted is False and run.pk is None
-    assert not AgentRun.objects.filter(ticket_id=ticket.pk).exists()
-    assert Ticket.objects.get(pk=ticket.pk).status == S.QUEUED
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,21 +1,22 @@
-"""The loop's persist: a step and its trace events are one statement, a lost claim writes
+"""The loop's persist: a step and its trace events are one transaction, a lost claim writes
 neither, the capabilities are read once per run and again at the decision, and a run's query
-count is bounded (issue 12)."""
+count is bounded."""
 
 import pytest
 from django.db import connection
-from django.test.utils import CaptureQueriesContext
 
 from approvals.models import Capability, RefundPolicy
 from refundagent.agent.loop import agent_run_ticket
 from refundagent.agent.providers.scripted import ScriptedProvider
 from refundagent.models import AgentRun, RefundDraft, Ticket, TraceEvent
 
-# The agent's run after filing, measured on PostgreSQL with the four calls below (savepoints
-# not counted): the claim (2), the ticket (1), its sensitive values (1), the capabilities (1),
-# three reads with their persists (6), the persisted proposal (1), and the decision (8:
-# capabilities, policy, order position, payments, draft, approval, ticket, stop).
-RUN_QUERIES_MAX = 20
+# The agent's run after filing, with the four calls below (savepoints not counted): the claim
+# (2), the ticket with its values to redact and the capabilities (1), three reads (3), four
+# persists, each the run's compare-and-set and its step's events (8), and the decision (9:
+# capabilities, policy, original payment method, order position, draft, approval, ticket, and
+# the stop's run and events). With the filing's three statements the whole ticket is 26, within
+# the 30 the benchmark allows (benchmarks/side_by_side.py).
+RUN_QUERIES_MAX = 23
 
 
 @pytest.fixture
@@ -46,20 +47,30 @@ def four_calls(ticket) -> list[dict]:
     ]
 
 
-def test_every_trace_event_of_a_run_is_written_by_the_persist_of_its_step(file_ticket):
+def test_every_trace_event_of_a_run_is_written_with_the_persist_of_its_step(file_ticket):
     # given a filed ticket and a model making the four calls
     ticket = file_ticket()
     provider = ScriptedProvider(four_calls(ticket))
 
-    # when the agent runs
-    with CaptureQueriesContext(connection) as queries:
+    # when the agent runs, each statement noted with how many atomic blocks it ran in
+    statements = []
+
+    def record(execute, sql, params, many, context):
+        statements.append((sql.lstrip(), len(context["connection"].atomic_blocks)))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
         agent_run_ticket(ticket_id=ticket.pk, provider=provider)
 
-    # then no trace event was inserted on its own: each went in with its step's persist
-    statements = [q["sql"].lstrip() for q in queries.captured_queries]
-    assert not [s for s in statements if s.startswith('INSERT INTO "refundagent_traceevent"')]
-    persists = [s for s in statements if s.startswith('WITH r AS (UPDATE "refundagent_agentrun"')]
+    # then no trace event was inserted on its own: each INSERT went in right after its step's
+    # compare-and-set on the run, inside a transaction of the loop's own (the run's reads, such
+    # as its ticket's, ran outside any: the test's transaction stands for the outermost)
+    outside = next(depth for sql, depth in statements if sql.startswith('SELECT "refundagent_ticket"."id"'))
+    persists = [n for n, (sql, _) in enumerate(statements) if sql.startswith('UPDATE "refundagent_agentrun"')]
+    inserts = [n for n, (sql, _) in enumerate(statements) if sql.startswith('INSERT INTO "refundagent_traceevent"')]
     assert len(persists) == 5  # three reads, the proposal, the decision's stop
+    assert inserts == [n + 1 for n in persists]
+    assert all(statements[n][1] > outside and statements[n + 1][1] > outside for n in persists)
     # and the trace is whole and in order
     spans = list(TraceEvent.objects.filter(ticket=ticket).order_by("seq").values_list("seq", "span"))
     assert [s for s, _ in spans] == list(range(1, len(spans) + 1))
@@ -78,7 +89,7 @@ def test_every_trace_event_of_a_run_is_written_by_the_persist_of_its_step(file_t
         "approval",
         "stop",
     ]
-    counted = [s for s in statements if "SAVEPOINT" not in s]
+    counted = [sql for sql, _ in statements if "SAVEPOINT" not in sql]
     assert len(counted) <= RUN_QUERIES_MAX, "\n".join(s[:90] for s in counted)
 
 

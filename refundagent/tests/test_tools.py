@@ -8,7 +8,7 @@ import pytest
 from approvals.models import Capability, RefundPolicy
 from ledger.models import Order
 from ledger.money import MONEY_PATTERN
-from refundagent.agent.loop import _TICKET_FOR_RUN
+from refundagent.agent.loop import _tickets_for_run
 from refundagent.agent.providers.base import ToolCall
 from refundagent.agent.tools import (
     CREATE_DRAFT,
@@ -253,8 +253,7 @@ def _as_compared(capabilities: dict[str, Capability]) -> dict:
 
 def test_the_registry_read_with_the_runs_ticket_is_the_registry_as_it_is_then(ticket, django_assert_num_queries):
     Capability.objects.filter(name="payments.get_summary").update(enabled=False, timeout_seconds=3)
-    loaded = _TICKET_FOR_RUN.get(ticket_id=ticket.pk)
-    assert hasattr(loaded, "capabilities_loaded")
+    loaded = _tickets_for_run().get(pk=ticket.pk)
     with django_assert_num_queries(0):
         read_with_the_ticket = capabilities_of(loaded)
     assert _as_compared(read_with_the_ticket) == _as_compared(capabilities_load())
