@@ -78,7 +78,7 @@ def _capability_registry(request):
 
 @pytest.fixture
 def demo(db):
-    """The demo data of API.md (tenants acme and globex, their users, orders, policies)."""
+    """The demo data of docs/api.md (tenants acme and globex, their users, orders, policies)."""
     from refundagent.demo import demo_seed
 
     return demo_seed()

@@ -1,4 +1,4 @@
-"""The approvals endpoints (API.md). Thin: parse, call one selector or service, serialise."""
+"""The approvals endpoints (docs/api.md). Thin: parse, call one selector or service, serialise."""
 
 from typing import Literal
 

@@ -1,4 +1,4 @@
-"""The structural payment-promise rule (issue 10, item 4), and the outcome sentence the runtime
+"""The structural payment-promise rule, and the outcome sentence the runtime
 adds once finance has decided.
 
 Before finance approves, a draft reply to the customer may not:

@@ -13,7 +13,7 @@ class VoteOut(Schema):
 
 
 class ApprovalOut(Schema):
-    """API.md: GET /api/approvals/{id}. Tickets embed the same object."""
+    """docs/api.md: GET /api/approvals/{id}. Tickets embed the same object."""
 
     id: int
     status: str

@@ -26,7 +26,7 @@ def order_ledger_serialize(order) -> dict:
                 "amount": entry.effective_amount,
                 "original_amount": entry.amount,
                 "currency": entry.currency,
-                # API.md (Payments): pending, succeeded, failed, canceled or external.
+                # docs/api.md (Payments): pending, succeeded, failed, canceled or external.
                 "status": entry.status,
                 "corrected": bool(revisions),
                 "provider_ref": entry.provider_ref or None,

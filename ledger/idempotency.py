@@ -1,4 +1,4 @@
-"""Idempotency-Key on API requests (Stripe's convention; API.md "Conventions added later").
+"""Idempotency-Key on API requests (Stripe's convention; docs/api.md "Conventions added later").
 
 A key belongs to one user (so to one tenant): the same key from another user is another key.
 The first request with a key inserts its row and holds it until it has answered; the response

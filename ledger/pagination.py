@@ -25,7 +25,7 @@ class SerializedQuerySet:
         return [self.serialize(row) for row in self.queryset[item]]
 
 
-# API.md: a page is at most 100 rows. An offset is bounded too: a larger one (say 10^20) does
+# docs/api.md: a page is at most 100 rows. An offset is bounded too: a larger one (say 10^20) does
 # not fit the database's integer and would fail inside the query instead of answering 422.
 MAX_PAGE_SIZE = 100
 MAX_OFFSET = 2**31 - 1

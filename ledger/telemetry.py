@@ -207,7 +207,7 @@ def traced(name: str, *, result: Callable[[Any], dict] | None = None) -> Callabl
         def wrapper(*args, **kwargs):
             if spans_off():
                 # A no-op span still costs three context managers: a measurable share of the
-                # ledger write (issue 12).
+                # ledger write, which runs on every refund.
                 return function(*args, **kwargs)
             with span(name) as current:
                 value = function(*args, **kwargs)

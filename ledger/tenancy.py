@@ -22,7 +22,7 @@ from django.utils import timezone
 from .exceptions import Conflict, Forbidden
 from .models import ApiToken, Membership, Tenant
 
-# The roles the API checks (API.md). `operator` exists too, for the admin only.
+# The roles the API checks (docs/api.md). `operator` exists too, for the admin only.
 ROLES = ("support", "finance")
 
 

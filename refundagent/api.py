@@ -1,4 +1,4 @@
-"""The ticket endpoints (API.md), mounted at /api/tickets by the wiring. Thin: parse, call one service or
+"""The ticket endpoints (docs/api.md), mounted at /api/tickets by the wiring. Thin: parse, call one service or
 selector, serialise."""
 
 from ninja import Query, Router, Status

@@ -1,4 +1,4 @@
-"""The demo data of API.md: tenants acme and globex, their users, orders and refund-policy-v4.
+"""The demo data of docs/api.md: tenants acme and globex, their users, orders and refund-policy-v4.
 
 Idempotent: what exists is left as it is (an order's age is fixed when it is first created),
 so running it twice gives the same data.

@@ -2,13 +2,13 @@
 before it is stored. Known values (the ticket's customer, the order's payment references)
 are replaced exactly; patterns catch the rest (emails, card-like numbers, processor refs).
 
-Redaction cannot be turned against the audit trail (issue 10, item 5): the structured decision
+Redaction cannot be turned against the audit trail: the structured decision
 fields of an event (amounts, currency, policy version, decision, codes, hashes; STRUCTURED_KEYS)
 are never altered, and customer data is matched as whole values (the full name, the email, a
 payment reference) or, for the words of the name, as whole words that are not the runtime's own
 vocabulary (currency codes, decisions): a customer named "Mallory refund-policy-v4 USD 12.00
 approve" loses "Mallory" and the full name, never the amount, currency, version or decision.
-A card's last four digits are customer data too (item 6): traces keep brand and kind only."""
+A card's last four digits are customer data too: traces keep brand and kind only."""
 
 import functools
 import re

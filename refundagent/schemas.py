@@ -1,4 +1,4 @@
-"""JSON shapes of the ticket endpoints (API.md). Money leaves as a two-place decimal string."""
+"""JSON shapes of the ticket endpoints (docs/api.md). Money leaves as a two-place decimal string."""
 
 from datetime import datetime
 from typing import Literal

@@ -75,7 +75,7 @@ def ticket_summary_serialize(ticket: Ticket) -> dict:
 
 
 def ticket_detail_serialize(ticket: Ticket) -> dict:
-    """API.md: GET /api/tickets/{id}."""
+    """docs/api.md: GET /api/tickets/{id}."""
     draft = ticket_draft_latest(ticket)
     approval = ticket_approval_latest(ticket)
     return {

@@ -1,5 +1,5 @@
 """The periodic outbox sweep: one service per job, one thin task (`outbox_sweep_task` below,
-registered with django-celery-beat by migration 0007, every minute by default, editable in the
+registered with django-celery-beat by migration 0006, every minute by default, editable in the
 admin; the app's ready() imports this module so every worker knows the task). This is the top layer, so it runs the jobs of every layer:
 
 - approvals: approved requests not executed within the grace (approvals.outbox), and approval

@@ -1,4 +1,4 @@
-"""Issue 10, items 7, 8, 10 and 11 on decisions: strict money in the API and the admin forms,
+"""Decisions: strict money in the API and the admin forms,
 control characters, the admin's decision URL with a non-numeric id, and Idempotency-Key."""
 
 import json
@@ -142,7 +142,7 @@ def test_the_policy_admin_form_takes_only_strict_money(demo, user, amount, valid
             field.clean(amount)
 
 
-# --- Idempotency-Key on decisions (item 11) -----------------------------------------------------------
+# --- Idempotency-Key on decisions -----------------------------------------------------------
 
 
 def test_a_decision_replayed_with_its_key_decides_once(

@@ -1,4 +1,4 @@
-"""Issue 10, items 1 and 2: dual control that cannot be split across requests, and decisions and
+"""Dual control that cannot be split across requests, and decisions and
 executions that re-run the gate's checks on the request's exact args against current facts."""
 
 from decimal import Decimal

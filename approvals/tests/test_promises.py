@@ -1,4 +1,4 @@
-"""Issue 10, item 4: the structural payment-promise check, measured on a corpus of promising and
+"""The structural payment-promise check, measured on a corpus of promising and
 legitimate draft replies (paraphrases, other languages, amounts written out)."""
 
 from decimal import Decimal

@@ -1,4 +1,4 @@
-"""The release-gate suite: every case DESIGN.md names, plus adversarial ones.
+"""The release-gate suite: every case docs/architecture.md names, plus adversarial ones.
 
 Each case carries its own shop (a customer or two and the orders it needs, in the order import
 format with `placed_days_ago` instead of a date), the policy situation, the ticket to file, for
@@ -159,7 +159,7 @@ PROMISE = "Your refund has been processed and you will receive $120.00 on your c
 
 def release_gate_cases() -> list[dict]:
     cases = [
-        # ---- the cases DESIGN.md names --------------------------------------------------------
+        # ---- the cases docs/architecture.md names --------------------------------------------------------
         dict(
             name="in_window_over_request_capped",
             tags=["blocking"],

@@ -1,4 +1,4 @@
-"""The operator dashboard (issue 13) in a real browser: an operator at 1280x800 sees every panel
+"""The operator dashboard in a real browser: an operator at 1280x800 sees every panel
 without scrolling sideways, on data like the demo's (tickets, an executed refund, a refund the
 provider declined, agent runs, eval runs, a switched-off capability). Playwright drives Debian's
 chromium (launch settings shared with refundagent/tests/test_browser.py) against the live

@@ -1,4 +1,4 @@
-"""The refund's idempotency key stays unique, without the index nothing uses (issue 12).
+"""The refund's idempotency key stays unique, without the index nothing uses.
 
 `unique=True` on a CharField makes Django create two indexes on PostgreSQL: the unique
 constraint `ledger_refundentry_idempotency_key_key` and a `..._like` index (varchar_pattern_ops)

@@ -54,7 +54,7 @@ class TenantQuerySet(models.QuerySet):
 
 
 class IdempotencyKey(models.Model):
-    """One `Idempotency-Key` of one user (Stripe's convention, API.md). The unique constraint on
+    """One `Idempotency-Key` of one user (Stripe's convention, docs/api.md). The unique constraint on
     (user, key) lets one request hold the key: the first insert wins, the others find its row.
     `status_code` is null while that first request runs; then the response is kept to replay.
     Keys expire (`expires_at`, IDEMPOTENCY_KEY_TTL_HOURS); an expired row is replaced."""

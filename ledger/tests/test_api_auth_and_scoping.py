@@ -29,7 +29,7 @@ def test_a_user_reads_their_own_tenants_order_ledger(api_client, demo):
         "45.00",
     )
     [row] = body["entries"]
-    # (the entry's status is its payment state, API.md Payments; the correction is its own flag)
+    # (the entry's status is its payment state, docs/api.md Payments; the correction is its own flag)
     assert (row["refund_id"], row["amount"], row["status"], row["corrected"]) == (entry.pk, "45.00", "succeeded", True)
     assert row["revisions"][0]["old_amount"] == "50.00" and row["revisions"][0]["new_amount"] == "45.00"
 

@@ -112,7 +112,7 @@ class ApiProblemMiddleware:
 # client fixes the cause and retries with the same key (Stripe does the same).
 NOT_KEPT = {401, 403, 429}
 
-# The two POSTs that honour Idempotency-Key (API.md).
+# The two POSTs that honour Idempotency-Key (docs/api.md).
 IDEMPOTENT_PATHS = (re.compile(r"^/api/tickets/?$"), re.compile(r"^/api/approvals/\d+/decision/?$"))
 
 

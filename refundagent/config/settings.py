@@ -213,7 +213,7 @@ if CACHE_URL:
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache", "LOCATION": "refundagent"}}
 
-# --- The API's contract (API.md "Conventions added later") ----------------------------------
+# --- The API's contract (docs/api.md "Conventions added later") ----------------------------------
 # Requests per Bearer token (or session user) and period: "N/s", "N/min", "N/hour", "N/day".
 API_THROTTLE_RATE = os.getenv("API_THROTTLE_RATE", "1200/min")
 # An Idempotency-Key is remembered this long, then a new request may reuse it.
@@ -364,8 +364,7 @@ LOGGING = {
     "loggers": {"money": {"level": os.getenv("LOG_LEVEL_MONEY", "INFO")}},
 }
 
-# --- Payments (ledger gateways, issue 9; see docs/payments.md) -----------------------------
-# Kept together at the end so the settings move (refundagent/config/settings.py) can lift it whole.
+# --- Payments (ledger gateways; see docs/payments.md) -----------------------------------------
 PAYMENT_GATEWAY = os.getenv("PAYMENT_GATEWAY", "manual").strip().lower()
 if PAYMENT_GATEWAY not in {"manual", "stripe"}:
     raise ImproperlyConfigured(f"PAYMENT_GATEWAY must be 'manual' or 'stripe', got {PAYMENT_GATEWAY!r}")

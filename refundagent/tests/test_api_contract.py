@@ -1,4 +1,4 @@
-"""Issue 10, items 7-9 and 11 on the ticket endpoints and the web form: strict money, control
+"""The ticket endpoints and the web form: strict money, control
 characters, bounded pages and Idempotency-Key. Every refusal writes nothing."""
 
 import json
@@ -106,7 +106,7 @@ def test_the_web_form_refuses_a_bad_amount(client, user, amount):
     assert written() == before
 
 
-# --- control characters (item 8): one middleware, every entry point ----------------------------
+# --- control characters: one middleware, every entry point ----------------------------
 
 
 @pytest.mark.parametrize("field", ["message", "order", "customer", "refund_to"])
@@ -194,7 +194,7 @@ def test_a_nul_in_an_admin_list_filter_is_a_400(client, user):
     assert response.status_code == 400
 
 
-# --- pages (item 9) -------------------------------------------------------------------------------
+# --- pages -------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -222,7 +222,7 @@ def test_a_page_of_100_is_fine(api_client):
     assert api_client("acme-lead").get("/api/tickets?limit=100&offset=5").status_code == 200
 
 
-# --- Idempotency-Key (item 11) ------------------------------------------------------------------------
+# --- Idempotency-Key ------------------------------------------------------------------------
 
 
 def test_the_same_key_and_body_replays_the_first_response(api_client, django_capture_on_commit_callbacks):

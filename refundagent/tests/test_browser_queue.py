@@ -1,4 +1,4 @@
-"""The escalation queue in a real browser (issue 11): support takes an escalated ticket from the
+"""The escalation queue in a real browser: support takes an escalated ticket from the
 queue, hands it back, takes it again and proposes a policy exception from the ticket page; another
 ticket is closed with a reply. Playwright drives Debian's chromium at 1280x800 against the live
 server. Screenshots go to artifacts/browser/."""

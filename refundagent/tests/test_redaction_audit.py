@@ -1,4 +1,4 @@
-"""Issue 10, items 5 and 6: redaction cannot be turned against the audit trail (a customer's name
+"""Redaction cannot be turned against the audit trail (a customer's name
 made of decision words), and a card's last four digits are never stored in a trace."""
 
 import json

@@ -1,4 +1,4 @@
-"""`manage.py seed_demo`: the demo data of API.md, the same however often it runs."""
+"""`manage.py seed_demo`: the demo data of docs/api.md, the same however often it runs."""
 
 from datetime import timedelta
 from decimal import Decimal

@@ -1,4 +1,4 @@
-"""Issue 10, item 3: closing or escalating a ticket withdraws its pending approval request in the
+"""Closing or escalating a ticket withdraws its pending approval request in the
 same transaction; finance approving it afterwards is a 409 and moves nothing."""
 
 import threading

@@ -1,4 +1,4 @@
-"""The ticket endpoints of API.md."""
+"""The ticket endpoints of docs/api.md."""
 
 import pytest
 

@@ -127,7 +127,7 @@ def test_order_ids_must_be_strings():
 
 
 def test_payment_summary_shows_brand_and_kind_only(ticket):
-    # (issue 10, item 6: the card's last four are no longer given to the model nor traced)
+    # (the card's last four are no longer given to the model nor traced)
     summary = payment_summary(ticket=ticket)
 
     assert summary["payments"] == [{"method": "card", "brand": "visa", "amount": "120.00", "currency": "USD"}]

@@ -1,4 +1,4 @@
-"""manage.py import_tau_bench [DIR]: the τ-bench retail shop as tenant tau-retail (API.md); without DIR,
+"""manage.py import_tau_bench [DIR]: the τ-bench retail shop as tenant tau-retail (docs/api.md); without DIR,
 the copy vendored in evals/data/tau_bench_retail."""
 
 from django.core.management.base import BaseCommand, CommandError

@@ -1,4 +1,4 @@
-"""Issue 10, items 12 and 13: one error shape (RFC 9457) under /api/, an OpenAPI document that
+"""One error shape (RFC 9457) under /api/, an OpenAPI document that
 matches behaviour, and a rate limit per token in the shared cache."""
 
 import os

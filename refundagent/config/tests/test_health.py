@@ -96,7 +96,7 @@ def test_health_with_an_unreachable_broker_says_so(db, broker):
     assert body["broker"].startswith("error")
 
 
-# --- the checks added for issue 13 ---------------------------------------------------------------
+# --- worker, beat, migrations and backlog checks -----------------------------------------------------
 
 
 def _beat_ran(ago=timedelta(0)):

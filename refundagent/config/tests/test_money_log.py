@@ -1,4 +1,4 @@
-"""The money log's payout lines (issue 13, "Logs"): the result of paying a refund out at the
+"""The money log's payout lines (docs/operations.md, "Logs"): the result of paying a refund out at the
 provider, and every later change the provider reports, one JSON line each, with the ticket."""
 
 import json

@@ -1,4 +1,4 @@
-"""OpenTelemetry spans, the log context and the redaction of what is exported (issue 13)."""
+"""OpenTelemetry spans, the log context and the redaction of what is exported."""
 
 import json
 

@@ -1,4 +1,4 @@
-"""The observability switches as an operator sets them (issue 13): OpenTelemetry by the standard
+"""The observability switches as an operator sets them: OpenTelemetry by the standard
 variables and off without them, JSON logs by default in production, Sentry by SENTRY_DSN with
 the Django and Celery integrations and customer data scrubbed. Each process is a real one
 (a subprocess with its own environment): the setup is once per process and global."""

@@ -5,7 +5,7 @@ from refundagent.demo import demo_seed
 
 
 class Command(BaseCommand):
-    help = "Create the demo tenants, users, orders and policies of API.md (safe to run twice)."
+    help = "Create the demo tenants, users, orders and policies of docs/api.md (safe to run twice)."
 
     def handle(self, *args, **options):
         try:
