@@ -43,18 +43,17 @@ from .policies import refund_policy_publish
 from .review import review_sections
 from .selectors import approvals_refused_by_provider
 
-S = ApprovalRequest.Status
 BADGE_COLOURS = {
-    S.PENDING: "#205067",
-    S.APPROVED: "#447e9b",
-    S.EXECUTED: "#2e7d32",
-    S.FAILED: "#ba2121",
-    S.DENIED: "#6b6b6b",
-    S.CHANGES_REQUESTED: "#8a6d3b",
-    S.ESCALATED: "#8a6d3b",
-    S.EXPIRED: "#6b6b6b",
-    S.INVALIDATED: "#6b6b6b",
-    S.PAYMENT_FAILED: "#ba2121",
+    ApprovalRequest.Status.PENDING: "#205067",
+    ApprovalRequest.Status.APPROVED: "#447e9b",
+    ApprovalRequest.Status.EXECUTED: "#2e7d32",
+    ApprovalRequest.Status.FAILED: "#ba2121",
+    ApprovalRequest.Status.DENIED: "#6b6b6b",
+    ApprovalRequest.Status.CHANGES_REQUESTED: "#8a6d3b",
+    ApprovalRequest.Status.ESCALATED: "#8a6d3b",
+    ApprovalRequest.Status.EXPIRED: "#6b6b6b",
+    ApprovalRequest.Status.INVALIDATED: "#6b6b6b",
+    ApprovalRequest.Status.PAYMENT_FAILED: "#ba2121",
 }
 DECISION_LABELS = {
     "approve": "Approve",
@@ -66,7 +65,7 @@ DECISION_LABELS = {
 
 def status_badge_html(request: ApprovalRequest):
     colour = BADGE_COLOURS.get(request.status, "#6b6b6b")
-    label = "FAILED" if request.status == S.FAILED else request.get_status_display()
+    label = "FAILED" if request.status == ApprovalRequest.Status.FAILED else request.get_status_display()
     return format_html(
         '<span class="ra-badge ra-badge-{}" style="background:{};color:#fff;padding:2px 7px;border-radius:9px;'
         'font-weight:600;white-space:nowrap">{}</span>',
@@ -246,7 +245,7 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
 
     @admin.display(description="time to expiry", ordering="expires_at")
     def time_to_expiry(self, obj):
-        if obj.status != S.PENDING:
+        if obj.status != ApprovalRequest.Status.PENDING:
             return "—"
         if obj.expires_at <= timezone.now():
             return mark_safe('<span style="color:#ba2121;font-weight:600">expired</span>')
@@ -259,7 +258,7 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
     @admin.display(description="payment")
     def payment_problem(self, obj):
         """The provider's reason when it refused the payout (finance files it again)."""
-        if obj.status != S.PAYMENT_FAILED:
+        if obj.status != ApprovalRequest.Status.PAYMENT_FAILED:
             return "—"
         return format_html('<span style="color:#ba2121">{}</span>', (obj.verification or {}).get("detail", ""))
 

@@ -18,8 +18,6 @@ from approvals.selectors import approval_latest_for_ticket
 
 from .models import Ticket
 
-S = Ticket.Status
-
 REPLIES: dict[str, str] = {
     "approval_required": (
         "Hello, thank you for your patience. Your refund request{about} has been passed to our team for review. "
@@ -67,18 +65,18 @@ def ticket_reply_compose(*, ticket: Ticket, to: str) -> str | None:
     """The reply for `ticket` moving (from its current status) to `to`, or None to keep the one it
     has (the agent is still working, or a person closes without a new reply)."""
     about = _about(ticket)
-    if to in (S.APPROVAL_REQUIRED, S.DRAFT_READY):
+    if to in (Ticket.Status.APPROVAL_REQUIRED, Ticket.Status.DRAFT_READY):
         return _waiting_for_finance(ticket, about)
-    if to == S.DENIED:
+    if to == Ticket.Status.DENIED:
         return REPLIES["denied"].format(about=about)
-    if to in (S.ESCALATED, S.FAILED):
+    if to in (Ticket.Status.ESCALATED, Ticket.Status.FAILED):
         return REPLIES["with_a_person"].format(about=about)
-    if to in (S.APPROVED, S.REFUNDED, S.PAYMENT_FAILED, S.QUEUED):
+    if to in (Ticket.Status.APPROVED, Ticket.Status.REFUNDED, Ticket.Status.PAYMENT_FAILED, Ticket.Status.QUEUED):
         request = approval_latest_for_ticket(tenant=ticket.tenant_id, ticket_ref=ticket.pk) if ticket.pk else None
-        if to == S.QUEUED:
+        if to == Ticket.Status.QUEUED:
             # Only finance's "request changes" puts a waiting ticket back in the queue.
             if (
-                ticket.status != S.APPROVAL_REQUIRED
+                ticket.status != Ticket.Status.APPROVAL_REQUIRED
                 or request is None
                 or (request.status != ApprovalRequest.Status.CHANGES_REQUESTED)
             ):
@@ -90,9 +88,9 @@ def ticket_reply_compose(*, ticket: Ticket, to: str) -> str | None:
             )
         if request is None:
             return None
-        if to == S.PAYMENT_FAILED:
+        if to == Ticket.Status.PAYMENT_FAILED:
             return REPLIES["payment_failed"].format(about=about)
-        if to == S.APPROVED:
+        if to == Ticket.Status.APPROVED:
             return REPLIES["approved"].format(about=about, amount=request.amount, currency=request.currency)
         entry = request.ledger_entry
         amount = entry.amount if entry is not None else request.amount

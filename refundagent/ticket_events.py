@@ -21,8 +21,6 @@ from .services import ticket_run_enqueue
 from .ticket_state import ticket_transition
 from .tracing import trace_record
 
-S = Ticket.Status
-
 
 def ticket_of_request(request: ApprovalRequest) -> Ticket | None:
     """The ticket an approval request was made for (ticket_ref is opaque to approvals, so the
@@ -88,7 +86,9 @@ def ticket_follow_approved(*, request: ApprovalRequest, actor) -> None:
         return
     who, money = _who(actor), _money(request)
     data = _decision_data(request, decision="approve", actor=actor)
-    ticket_transition(ticket=ticket, to=S.APPROVED, detail=f"Approved by {who}: refund of {money} is being executed.")
+    ticket_transition(
+        ticket=ticket, to=Ticket.Status.APPROVED, detail=f"Approved by {who}: refund of {money} is being executed."
+    )
     trace_record(
         ticket=ticket,
         span="approval",
@@ -107,7 +107,9 @@ def ticket_follow_denied(*, request: ApprovalRequest, actor) -> None:
     who, note = _who(actor), request.decision_note
     data = _decision_data(request, decision="deny", actor=actor)
     ticket_transition(
-        ticket=ticket, to=S.DENIED, detail=_with_note(f"Finance ({who}) denied the refund of {_money(request)}", note)
+        ticket=ticket,
+        to=Ticket.Status.DENIED,
+        detail=_with_note(f"Finance ({who}) denied the refund of {_money(request)}", note),
     )
     trace_record(
         ticket=ticket,
@@ -127,7 +129,7 @@ def ticket_follow_escalated(*, request: ApprovalRequest, actor) -> None:
     data = _decision_data(request, decision="escalate", actor=actor)
     ticket_transition(
         ticket=ticket,
-        to=S.ESCALATED,
+        to=Ticket.Status.ESCALATED,
         detail=_with_note(f"Finance ({who}) escalated the refund of {_money(request)}", note),
     )
     trace_record(
@@ -157,7 +159,7 @@ def ticket_follow_changes_requested(*, request: ApprovalRequest, actor) -> None:
         + (f"; wanted amount {wanted} {request.currency}" if wanted is not None else ""),
         note,
     )
-    if not ticket_transition(ticket=ticket, to=S.QUEUED, detail=detail, requested_amount=requested):
+    if not ticket_transition(ticket=ticket, to=Ticket.Status.QUEUED, detail=detail, requested_amount=requested):
         return
     data.update(
         wanted_amount=str(wanted) if wanted is not None else None,
@@ -179,7 +181,7 @@ def ticket_follow_expired(*, request: ApprovalRequest) -> None:
         f"Approval request #{request.pk} ({_money(request)}) expired at {request.expires_at:%Y-%m-%d %H:%M} "
         "UTC before finance decided: a person must pick this up."
     )
-    ticket_transition(ticket=ticket, to=S.ESCALATED, detail=detail)
+    ticket_transition(ticket=ticket, to=Ticket.Status.ESCALATED, detail=detail)
     trace_record(ticket=ticket, span="approval", status="expired", decision="expire", reason=detail, data=data)
 
 
@@ -202,7 +204,7 @@ def ticket_follow_invalidated(*, request: ApprovalRequest, actor, reason: str, v
         gate_reason = " ".join((verdict or {}).get("reasons") or [])
         ticket_transition(
             ticket=ticket,
-            to=S.ESCALATED,
+            to=Ticket.Status.ESCALATED,
             detail=f"Approval request #{request.pk} was invalidated ({reason}) and the refund is "
             f"no longer eligible: {gate_reason}",
         )
@@ -214,7 +216,7 @@ def ticket_follow_replaced(*, request: ApprovalRequest, old: ApprovalRequest) ->
         return
     ticket_transition(
         ticket=ticket,
-        to=S.APPROVAL_REQUIRED,
+        to=Ticket.Status.APPROVAL_REQUIRED,
         detail=f"The facts changed, so approval request #{old.pk} was replaced by #{request.pk} for "
         f"{request.amount} {request.currency}: finance must decide the new request.",
     )
@@ -235,7 +237,7 @@ def ticket_refile_check(*, request: ApprovalRequest) -> None:
     escalate withdraw pending requests); they propose a refund on it if one is still due. The
     caller holds the order lock, which close and escalate take first too."""
     ticket = ticket_of_request(request)
-    if ticket is not None and ticket.status != S.PAYMENT_FAILED:
+    if ticket is not None and ticket.status != Ticket.Status.PAYMENT_FAILED:
         raise TicketStateConflict(
             f"Ticket #{ticket.pk} is {ticket.get_status_display()}: a person has it, so request #{request.pk} "
             "is not filed again (they can propose a refund on the ticket)."
@@ -267,7 +269,7 @@ def ticket_follow_verified(*, request: ApprovalRequest, verdict: dict) -> None:
     if verdict.get("ok"):
         ticket_transition(
             ticket=ticket,
-            to=S.REFUNDED,
+            to=Ticket.Status.REFUNDED,
             detail=f"Refunded {request.amount} {request.currency}: ledger entry #{verdict.get('entry')}, "
             "verified by the evaluator.",
         )
@@ -284,7 +286,7 @@ def ticket_follow_verified(*, request: ApprovalRequest, verdict: dict) -> None:
     evidence = json.dumps(failed, default=str)
     ticket_transition(
         ticket=ticket,
-        to=S.FAILED,
+        to=Ticket.Status.FAILED,
         detail=f"Verification of request #{request.pk} failed ({verdict.get('stage', 'verify')}): "
         f"{', '.join(c['name'] for c in failed)}. Evidence: {evidence}",
     )
@@ -309,10 +311,13 @@ def ticket_follow_payment_failed(*, request: ApprovalRequest, entry, reason: str
         f"The payment provider refused the refund of {_money(request)} (request #{request.pk}, ledger entry "
         f"#{entry.pk} {entry.status}): {reason}. Nothing was paid; the amount is refundable again."
     )
-    if not ticket_transition(ticket=ticket, to=S.PAYMENT_FAILED, detail=detail) and ticket.status == S.REFUNDED:
+    if (
+        not ticket_transition(ticket=ticket, to=Ticket.Status.PAYMENT_FAILED, detail=detail)
+        and ticket.status == Ticket.Status.REFUNDED
+    ):
         # The provider reported the refund succeeded, then failed it: a settled ticket moves
         # only by the alert.
-        ticket_transition(ticket=ticket, to=S.FAILED, detail=detail)
+        ticket_transition(ticket=ticket, to=Ticket.Status.FAILED, detail=detail)
     trace_record(
         ticket=ticket,
         span="ledger",

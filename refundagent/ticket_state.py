@@ -8,7 +8,7 @@ one ticket never both win, and a settled ticket is never moved back by a late ev
 ask the same table what a person may do (`ticket_transition_allowed`) instead of keeping their
 own lists.
 
-`draft_ready` (status and stop reason) is part of the API (API.md) but no code path assigns it:
+`draft_ready` (status and stop reason) is part of the API (docs/api.md) but no code path assigns it:
 the runtime decides a draft in the same transaction that stores it, so a ticket never rests
 between "draft stored" and "decided". No transition leads to it (its row below is empty); it
 is kept as a source of escalate and close only so a row that somehow holds it can still be
@@ -26,42 +26,52 @@ from django.utils import timezone
 from .models import QUEUE_STATUSES, Ticket
 from .replies import ticket_reply_compose
 
-S = Ticket.Status
-R = Ticket.StopReason
-
 # A ticket in one of these is done: nothing but the verification alert moves it again.
-SETTLED: frozenset[str] = frozenset({S.REFUNDED, S.CLOSED})
+SETTLED: frozenset[str] = frozenset({Ticket.Status.REFUNDED, Ticket.Status.CLOSED})
 
-_EVERY: frozenset[str] = frozenset(S)
+_EVERY: frozenset[str] = frozenset(Ticket.Status)
 
 # target status -> the statuses a ticket may be in to move there.
 TRANSITIONS: dict[str, frozenset[str]] = {
     # The agent takes a queued ticket; "request changes" and a re-run put one back in the queue.
-    S.QUEUED: frozenset({S.APPROVAL_REQUIRED, S.ESCALATED, S.FAILED, S.PAYMENT_FAILED}),
-    S.RUNNING: frozenset({S.QUEUED}),
+    Ticket.Status.QUEUED: frozenset(
+        {Ticket.Status.APPROVAL_REQUIRED, Ticket.Status.ESCALATED, Ticket.Status.FAILED, Ticket.Status.PAYMENT_FAILED}
+    ),
+    Ticket.Status.RUNNING: frozenset({Ticket.Status.QUEUED}),
     # Never assigned (see the module docstring): nothing moves a ticket here.
-    S.DRAFT_READY: frozenset(),
-    S.APPROVAL_REQUIRED: frozenset(
+    Ticket.Status.DRAFT_READY: frozenset(),
+    Ticket.Status.APPROVAL_REQUIRED: frozenset(
         # the agent's draft; a replacement request (at the decision, or at the execution of an
         # approved one whose facts changed); a person's proposal on an escalated, failed or
         # payment-failed ticket.
-        {S.RUNNING, S.APPROVAL_REQUIRED, S.APPROVED, S.ESCALATED, S.FAILED, S.PAYMENT_FAILED}
+        {
+            Ticket.Status.RUNNING,
+            Ticket.Status.APPROVAL_REQUIRED,
+            Ticket.Status.APPROVED,
+            Ticket.Status.ESCALATED,
+            Ticket.Status.FAILED,
+            Ticket.Status.PAYMENT_FAILED,
+        }
     ),
-    S.DENIED: frozenset({S.RUNNING, S.APPROVAL_REQUIRED}),
+    Ticket.Status.DENIED: frozenset({Ticket.Status.RUNNING, Ticket.Status.APPROVAL_REQUIRED}),
     # Finance approved; the execution follows.
-    S.APPROVED: frozenset({S.APPROVAL_REQUIRED}),
+    Ticket.Status.APPROVED: frozenset({Ticket.Status.APPROVAL_REQUIRED}),
     # Only the evaluator's verdict on an executed refund settles a ticket as refunded.
-    S.REFUNDED: frozenset({S.APPROVED}),
+    Ticket.Status.REFUNDED: frozenset({Ticket.Status.APPROVED}),
     # The provider refused the payout: back with finance.
-    S.PAYMENT_FAILED: frozenset({S.APPROVED}),
+    Ticket.Status.PAYMENT_FAILED: frozenset({Ticket.Status.APPROVED}),
     # A person (or finance, or an expiry) can hand any unsettled ticket to the human queue.
-    S.ESCALATED: _EVERY - SETTLED,
+    Ticket.Status.ESCALATED: _EVERY - SETTLED,
     # A run that failed, or an execution whose verification failed (the alert moves even a
     # refunded ticket: the ledger disagrees with what was approved).
-    S.FAILED: frozenset({S.QUEUED, S.RUNNING, S.APPROVED, S.REFUNDED}),
+    Ticket.Status.FAILED: frozenset(
+        {Ticket.Status.QUEUED, Ticket.Status.RUNNING, Ticket.Status.APPROVED, Ticket.Status.REFUNDED}
+    ),
     # Never from under the agent while it runs, nor from under finance while it decides or the
     # refund executes: decide the approval first.
-    S.CLOSED: _EVERY - SETTLED - {S.RUNNING, S.APPROVAL_REQUIRED, S.APPROVED},
+    Ticket.Status.CLOSED: _EVERY
+    - SETTLED
+    - {Ticket.Status.RUNNING, Ticket.Status.APPROVAL_REQUIRED, Ticket.Status.APPROVED},
 }
 
 
@@ -76,18 +86,18 @@ KEEP = _Keep()
 # The stop reason a person sees for a status the runtime stopped at. Statuses and stop reasons
 # are separate enums; this mapping is where one meets the other, spelled out.
 STOP_REASON_FOR_STATUS: dict[str, str | None | _Keep] = {
-    S.QUEUED: None,
-    S.RUNNING: None,
-    S.DRAFT_READY: R.DRAFT_READY,
-    S.APPROVAL_REQUIRED: R.APPROVAL_REQUIRED,
+    Ticket.Status.QUEUED: None,
+    Ticket.Status.RUNNING: None,
+    Ticket.Status.DRAFT_READY: Ticket.StopReason.DRAFT_READY,
+    Ticket.Status.APPROVAL_REQUIRED: Ticket.StopReason.APPROVAL_REQUIRED,
     # Past finance's approval the ticket no longer waits for anything: no stop reason.
-    S.APPROVED: None,
-    S.REFUNDED: None,
-    S.PAYMENT_FAILED: R.FAILED,
-    S.ESCALATED: R.ESCALATED,
-    S.DENIED: R.DENIED,
-    S.FAILED: R.FAILED,
-    S.CLOSED: KEEP,
+    Ticket.Status.APPROVED: None,
+    Ticket.Status.REFUNDED: None,
+    Ticket.Status.PAYMENT_FAILED: Ticket.StopReason.FAILED,
+    Ticket.Status.ESCALATED: Ticket.StopReason.ESCALATED,
+    Ticket.Status.DENIED: Ticket.StopReason.DENIED,
+    Ticket.Status.FAILED: Ticket.StopReason.FAILED,
+    Ticket.Status.CLOSED: KEEP,
 }
 
 _UNSET = object()

@@ -32,8 +32,6 @@ from ..ticket_state import STOP_REASON_FOR_STATUS, ticket_transition
 from ..tracing import trace_event_build, trace_events_write
 from .tools import CREATE_DRAFT, CreateDraftArgs
 
-S = Ticket.Status
-
 
 @dataclass(frozen=True)
 class DraftDecision:
@@ -119,7 +117,7 @@ def agent_draft_decide(
         )
         trace(
             span="policy",
-            status="ok" if status == S.APPROVAL_REQUIRED else status,
+            status="ok" if status == Ticket.Status.APPROVAL_REQUIRED else status,
             decision=verdict.outcome,
             reason=verdict.reason[:200],
             tool=CREATE_DRAFT,
@@ -132,7 +130,7 @@ def agent_draft_decide(
             "allowed_amount": None if verdict.allowed_amount is None else str(verdict.allowed_amount),
         }
         detail, approval = verdict.reason, None
-        if status == S.APPROVAL_REQUIRED:
+        if status == Ticket.Status.APPROVAL_REQUIRED:
             approval, detail = _approval_request(
                 ticket=ticket, draft=draft, order=order, policy=policy, verdict=verdict, trace=trace
             )
@@ -142,7 +140,7 @@ def agent_draft_decide(
         if not ticket_transition(
             ticket=ticket,
             to=status,
-            only_from={S.RUNNING},
+            only_from={Ticket.Status.RUNNING},
             stop_reason=stop_reason,
             detail=detail,
             updated_at=now,
@@ -252,7 +250,7 @@ def _status_for(verdict: gate.GateVerdict, policy: RefundPolicy | None) -> str:
     """Only an eligible refund with an amount under a current policy goes to finance; a denial
     stays denied; everything else goes to a person."""
     if verdict.outcome == Outcome.APPROVAL_REQUIRED and policy is not None and verdict.allowed_amount:
-        return S.APPROVAL_REQUIRED
+        return Ticket.Status.APPROVAL_REQUIRED
     if verdict.outcome == Outcome.DENIED:
-        return S.DENIED
-    return S.ESCALATED
+        return Ticket.Status.DENIED
+    return Ticket.Status.ESCALATED

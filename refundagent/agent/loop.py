@@ -70,9 +70,6 @@ from .tools import (
     tool_scope_authorize,
 )
 
-S = Ticket.Status
-R = Ticket.StopReason
-
 # Read with the ticket: the first message tells the model finance's note only on a ticket sent
 # back (prompts.finance_review_of), and most tickets have no request yet.
 last_approval_status = Subquery(
@@ -140,7 +137,7 @@ def agent_run_claim(*, ticket_id: int, task_id: str, provider: Provider) -> tupl
     # ticket's move and the run's row commit together: the run exists only if the move matched,
     # and a run that cannot be inserted leaves the ticket queued.
     with transaction.atomic():
-        if ticket_transition(ticket=Ticket(pk=ticket_id), to=S.RUNNING, detail="", updated_at=now):
+        if ticket_transition(ticket=Ticket(pk=ticket_id), to=Ticket.Status.RUNNING, detail="", updated_at=now):
             run = AgentRun.objects.create(
                 ticket_id=ticket_id,
                 status=AgentRun.Status.RUNNING,
@@ -153,7 +150,9 @@ def agent_run_claim(*, ticket_id: int, task_id: str, provider: Provider) -> tupl
             )
             return run, "claimed"
     taken = (
-        AgentRun.objects.filter(ticket_id=ticket_id, status=AgentRun.Status.RUNNING, ticket__status=S.RUNNING)
+        AgentRun.objects.filter(
+            ticket_id=ticket_id, status=AgentRun.Status.RUNNING, ticket__status=Ticket.Status.RUNNING
+        )
         .filter(Q(claimed_by=task_id) | Q(lease_expires_at__lt=now))
         .update(claimed_by=task_id, claimed_at=now, lease_expires_at=now + _lease())
     )
@@ -215,8 +214,8 @@ class _Loop:
                     data={"message": "The ticket's order or customer is outside the ticket's tenant."},
                 )
                 raise _Stop(
-                    S.DENIED,
-                    R.DENIED,
+                    Ticket.Status.DENIED,
+                    Ticket.StopReason.DENIED,
                     "cross_tenant: the ticket's order or customer belongs to another tenant; nothing was read.",
                 )
             if not self.messages:
@@ -248,8 +247,8 @@ class _Loop:
             self.tools_refresh(capabilities_of(self.ticket))
         if api_name(CREATE_DRAFT) not in self.offered:
             raise _Stop(
-                S.ESCALATED,
-                R.ESCALATED,
+                Ticket.Status.ESCALATED,
+                Ticket.StopReason.ESCALATED,
                 "refunds.create_draft is switched off (kill switch): the ticket goes to the human queue.",
             )
         max_tokens = self.budget_check(model_call=True)
@@ -272,7 +271,7 @@ class _Loop:
                 duration_ms=int((time.monotonic() - started) * 1000),
                 data={"status_code": exc.status_code, "transient": exc.transient},
             )
-            raise _Stop(S.FAILED, R.FAILED, f"The model provider failed: {exc}") from None
+            raise _Stop(Ticket.Status.FAILED, Ticket.StopReason.FAILED, f"The model provider failed: {exc}") from None
         duration_ms = int((time.monotonic() - started) * 1000)
         self.account(turn)
         content = list(turn.content)
@@ -332,7 +331,9 @@ class _Loop:
         """A turn without a tool call: nudge the model once, then a person decides."""
         if self.state.get("nudged"):
             raise _Stop(
-                S.ESCALATED, R.ESCALATED, "The agent ended without recording a recommendation: a person decides."
+                Ticket.Status.ESCALATED,
+                Ticket.StopReason.ESCALATED,
+                "The agent ended without recording a recommendation: a person decides.",
             )
         self.state["nudged"] = True
         self.messages.append({"role": "user", "content": [{"type": "text", "text": NUDGE}]})
@@ -354,8 +355,8 @@ class _Loop:
             )
             if check.capability == CREATE_DRAFT and check.reason == "capability_disabled":
                 raise _Stop(
-                    S.ESCALATED,
-                    R.ESCALATED,
+                    Ticket.Status.ESCALATED,
+                    Ticket.StopReason.ESCALATED,
                     "refunds.create_draft is switched off (kill switch): the ticket goes to the human queue.",
                 )
             self.progress_check(call)
@@ -437,8 +438,8 @@ class _Loop:
         )
         if tries > allowed:
             raise _Stop(
-                S.FAILED,
-                R.FAILED,
+                Ticket.Status.FAILED,
+                Ticket.StopReason.FAILED,
                 f"The model sent invalid arguments {tries} times (at most "
                 f"{allowed} retries); last, to {call.name}: {summary}",
             )
@@ -473,8 +474,8 @@ class _Loop:
                 data={"args": call.input},
             )
             raise _Stop(
-                S.ESCALATED,
-                R.NO_PROGRESS,
+                Ticket.Status.ESCALATED,
+                Ticket.StopReason.NO_PROGRESS,
                 f"No progress: the agent repeated {call.name} with the same "
                 "arguments and nothing new was learned. A person takes the ticket from here.",
             )
@@ -504,7 +505,11 @@ class _Loop:
             # A person changed the ticket meanwhile: the decision rolled back, its events are
             # dropped, the run stops here.
             del self.pending[recorded:]
-            raise _Stop(S.ESCALATED, R.ESCALATED, "The ticket was changed by a person while the agent ran.") from None
+            raise _Stop(
+                Ticket.Status.ESCALATED,
+                Ticket.StopReason.ESCALATED,
+                "The ticket was changed by a person while the agent ran.",
+            ) from None
         raise _Done()
 
     def stop_decided(self, call: ToolCall, decision: DraftDecision):
@@ -532,7 +537,7 @@ class _Loop:
             moved = ticket_transition(
                 ticket=self.ticket,
                 to=stop.status,
-                only_from={S.RUNNING},
+                only_from={Ticket.Status.RUNNING},
                 stop_reason=stop.stop_reason,
                 detail=stop.detail,
                 updated_at=now,
@@ -609,23 +614,27 @@ class _Loop:
             run.model = turn.model
 
     def tokens_used(self) -> int:
-        r = self.run
-        return r.input_tokens + r.output_tokens + r.cache_creation_input_tokens + r.cache_read_input_tokens
+        run = self.run
+        return run.input_tokens + run.output_tokens + run.cache_creation_input_tokens + run.cache_read_input_tokens
 
     def budget_check(self, *, model_call: bool) -> int:
         """Raise _Stop when a ceiling is reached; else the max_tokens left for one call."""
-        run, s = self.run, settings
+        run = self.run
         used = self.tokens_used()
         elapsed = (timezone.now() - run.started_at).total_seconds() if run.started_at else 0
         reason = None
-        if model_call and run.iterations >= s.AGENT_MAX_ITERATIONS:
-            reason = f"The iteration budget ({s.AGENT_MAX_ITERATIONS} model calls) is used up."
-        elif used >= s.AGENT_MAX_TOKENS:
-            reason = f"The token budget ({s.AGENT_MAX_TOKENS} tokens) is used up ({used})."
-        elif elapsed >= s.AGENT_MAX_WALL_SECONDS:
-            reason = f"The wall-clock budget ({s.AGENT_MAX_WALL_SECONDS} s) is used up."
-        elif Decimal(run.cost_usd) >= s.AGENT_MAX_COST_USD:
-            reason = f"The cost budget ({s.AGENT_MAX_COST_USD} USD) is used up ({run.cost_usd} USD)."
+        if model_call and run.iterations >= settings.AGENT_MAX_ITERATIONS:
+            reason = f"The iteration budget ({settings.AGENT_MAX_ITERATIONS} model calls) is used up."
+        elif used >= settings.AGENT_MAX_TOKENS:
+            reason = f"The token budget ({settings.AGENT_MAX_TOKENS} tokens) is used up ({used})."
+        elif elapsed >= settings.AGENT_MAX_WALL_SECONDS:
+            reason = f"The wall-clock budget ({settings.AGENT_MAX_WALL_SECONDS} s) is used up."
+        elif Decimal(run.cost_usd) >= settings.AGENT_MAX_COST_USD:
+            reason = f"The cost budget ({settings.AGENT_MAX_COST_USD} USD) is used up ({run.cost_usd} USD)."
         if reason:
-            raise _Stop(S.ESCALATED, R.BUDGET_EXHAUSTED, reason + " A person takes the ticket from here.")
-        return max(1, min(s.AGENT_MAX_OUTPUT_TOKENS_PER_CALL, s.AGENT_MAX_TOKENS - used))
+            raise _Stop(
+                Ticket.Status.ESCALATED,
+                Ticket.StopReason.BUDGET_EXHAUSTED,
+                reason + " A person takes the ticket from here.",
+            )
+        return max(1, min(settings.AGENT_MAX_OUTPUT_TOKENS_PER_CALL, settings.AGENT_MAX_TOKENS - used))

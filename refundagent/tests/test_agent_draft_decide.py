@@ -14,8 +14,6 @@ from refundagent.exceptions import TicketStateConflict
 from refundagent.models import RefundDraft, Ticket, TraceEvent
 from refundagent.services import ticket_create
 
-S = Ticket.Status
-
 REFUND_120 = {
     "recommendation": "refund",
     "amount": "120.00",
@@ -68,7 +66,7 @@ def test_an_eligible_refund_asks_finance_for_exactly_what_the_gate_allows(runnin
 
     # then one approval request for 120.00 keyed by the draft, the ticket waits for finance,
     # and the caller was asked to stop its run with that very decision
-    assert decision.status == S.APPROVAL_REQUIRED
+    assert decision.status == Ticket.Status.APPROVAL_REQUIRED
     assert stops == [decision]
     draft = RefundDraft.objects.get(run=run)
     assert draft == decision.draft and draft.gate_verdict["outcome"] == "approval_required"
@@ -97,7 +95,7 @@ def test_a_draft_that_names_no_order_goes_to_a_person_without_an_approval(runnin
     decision, stops = decide(ticket, run, order=None)
 
     # then the ticket is escalated with the gate's reason, and no approval is asked for
-    assert (decision.status, decision.stop_reason) == (S.ESCALATED, Ticket.StopReason.ESCALATED)
+    assert (decision.status, decision.stop_reason) == (Ticket.Status.ESCALATED, Ticket.StopReason.ESCALATED)
     assert decision.verdict.codes == ["order_not_named"] and decision.approval is None
     assert Ticket.objects.get(pk=ticket.pk).status == "escalated"
     assert not ApprovalRequest.objects.filter(ticket_ref=ticket.pk).exists()
@@ -107,7 +105,7 @@ def test_a_draft_that_names_no_order_goes_to_a_person_without_an_approval(runnin
 def test_a_ticket_a_person_changed_meanwhile_gets_no_decision(running):
     # given a running ticket that a person escalated while the agent worked
     ticket, run = running()
-    Ticket.objects.filter(pk=ticket.pk).update(status=S.ESCALATED)
+    Ticket.objects.filter(pk=ticket.pk).update(status=Ticket.Status.ESCALATED)
     events = TraceEvent.objects.filter(ticket=ticket).count()
 
     # when the runtime decides the draft

@@ -11,8 +11,6 @@ from refundagent.agent.loop import agent_run_claim
 from refundagent.agent.providers.scripted import ScriptedProvider
 from refundagent.models import AgentRun, Ticket
 
-S = Ticket.Status
-
 
 def _queued_ticket():
     """A queued ticket made directly (filing one would run the agent on commit)."""
@@ -45,7 +43,7 @@ def test_a_claim_moves_the_ticket_and_starts_its_run_in_one_transaction(demo):
     run, how = claimed
     assert how == "claimed"
     assert AgentRun.objects.get(pk=run.pk).claimed_by == "task-1"
-    assert Ticket.objects.get(pk=ticket.pk).status == S.RUNNING
+    assert Ticket.objects.get(pk=ticket.pk).status == Ticket.Status.RUNNING
     # and the move and the run were written between one savepoint and its release (the test's
     # transaction stands for the claim's own): they commit together
     kinds = [sql.split()[0] for sql in statements]
@@ -64,12 +62,12 @@ def test_a_run_that_cannot_be_written_leaves_the_ticket_queued(demo):
         agent_run_claim(ticket_id=ticket.pk, task_id="task-1", provider=ScriptedProvider([]))
 
     # then the ticket's move rolled back with it: still queued, with its one old run
-    assert Ticket.objects.get(pk=ticket.pk).status == S.QUEUED
+    assert Ticket.objects.get(pk=ticket.pk).status == Ticket.Status.QUEUED
     assert list(AgentRun.objects.filter(ticket=ticket).values_list("claimed_by", flat=True)) == ["old"]
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("status", [S.ESCALATED, S.CLOSED, S.APPROVAL_REQUIRED])
+@pytest.mark.parametrize("status", [Ticket.Status.ESCALATED, Ticket.Status.CLOSED, Ticket.Status.APPROVAL_REQUIRED])
 def test_a_ticket_that_is_not_queued_starts_no_run(demo, status):
     # given a ticket a person already took out of the queue
     ticket = _queued_ticket()
@@ -117,4 +115,4 @@ def test_of_two_racing_claims_exactly_one_starts_a_run(round_):
     assert [r for r in results.values() if not isinstance(r, tuple)] == [None]
     run = AgentRun.objects.get(ticket_id=ticket.pk)
     assert run.claimed_by == won[0]
-    assert Ticket.objects.get(pk=ticket.pk).status == S.RUNNING
+    assert Ticket.objects.get(pk=ticket.pk).status == Ticket.Status.RUNNING

@@ -19,8 +19,6 @@ from refundagent.ticket_state import ticket_transition
 
 pytestmark = pytest.mark.django_db
 
-S = Ticket.Status
-
 
 @pytest.fixture
 def people(make_user, policy):
@@ -31,7 +29,7 @@ def people(make_user, policy):
 def make_ticket(people, customer, make_order):
     """make_ticket(status, filed_days_ago) -> a ticket of its own order, filed that long ago."""
 
-    def make(status=S.APPROVAL_REQUIRED, filed_days_ago=0):
+    def make(status=Ticket.Status.APPROVAL_REQUIRED, filed_days_ago=0):
         order = make_order("120.00")
         ticket = Ticket.objects.create(
             tenant=order.tenant,
@@ -55,26 +53,26 @@ def waiting_since(ticket):
 
 def test_entering_the_queue_starts_the_clock_moving_within_keeps_it_and_leaving_clears_it(make_ticket):
     # given a ticket the agent is running on
-    ticket = make_ticket(S.RUNNING, filed_days_ago=10)
+    ticket = make_ticket(Ticket.Status.RUNNING, filed_days_ago=10)
     assert ticket.awaiting_person_since is None
     # when the run fails
     before = timezone.now()
-    assert ticket_transition(ticket=ticket, to=S.FAILED, detail="The model provider failed.")
+    assert ticket_transition(ticket=ticket, to=Ticket.Status.FAILED, detail="The model provider failed.")
     # then the clock starts now (not at the filing 10 days ago), on the row and on the instance
     failed_at = waiting_since(ticket)
     assert failed_at >= before and ticket.awaiting_person_since == failed_at
     # when a person escalates the failed ticket (a move within the queue), on a stale instance too
     stale = Ticket.objects.get(pk=ticket.pk)
     Ticket.objects.filter(pk=ticket.pk).update(updated_at=timezone.now())
-    stale.status = S.QUEUED  # what this reader believes; the row says failed
-    assert ticket_transition(ticket=stale, to=S.ESCALATED, detail="Looking into it.")
+    stale.status = Ticket.Status.QUEUED  # what this reader believes; the row says failed
+    assert ticket_transition(ticket=stale, to=Ticket.Status.ESCALATED, detail="Looking into it.")
     # then it has waited since it failed
     assert waiting_since(ticket) == failed_at and stale.awaiting_person_since == failed_at
     # when it leaves the queue (the agent runs again), the clock is cleared
-    assert ticket_transition(ticket=stale, to=S.QUEUED)
+    assert ticket_transition(ticket=stale, to=Ticket.Status.QUEUED)
     assert waiting_since(ticket) is None and stale.awaiting_person_since is None
     # and a refused move leaves it as it was
-    assert not ticket_transition(ticket=stale, to=S.REFUNDED)
+    assert not ticket_transition(ticket=stale, to=Ticket.Status.REFUNDED)
     assert waiting_since(ticket) is None
 
 
@@ -131,7 +129,11 @@ def test_the_admins_queue_sorts_by_the_clock_in_both_directions(people, make_tic
 def test_the_migration_backfills_the_clock_from_the_trace(people, make_ticket):
     # given tickets in the queue from before the clock existed: one escalated (its escalation event, then a take),
     # one failed without any event, and one that is not in the queue
-    escalated, failed, waiting = make_ticket(S.ESCALATED, 5), make_ticket(S.FAILED, 4), make_ticket(S.APPROVAL_REQUIRED)
+    escalated, failed, waiting = (
+        make_ticket(Ticket.Status.ESCALATED, 5),
+        make_ticket(Ticket.Status.FAILED, 4),
+        make_ticket(Ticket.Status.APPROVAL_REQUIRED),
+    )
     escalated_at, taken_at = timezone.now() - timedelta(days=3), timezone.now() - timedelta(days=2)
     for seq, (decision, at) in enumerate((("escalate", escalated_at), ("take", taken_at)), start=1):
         event = TraceEvent.objects.create(
@@ -152,7 +154,7 @@ def test_the_migration_backfills_the_clock_from_the_trace(people, make_ticket):
 
 def test_the_queue_is_read_in_order_from_its_index(tenant):
     # given the queue's query, as the support app pages it, with a reason filter too
-    for queryset in (ticket_queue(tenant=tenant)[:20], ticket_queue(tenant=tenant, reason=S.FAILED)[:20]):
+    for queryset in (ticket_queue(tenant=tenant)[:20], ticket_queue(tenant=tenant, reason=Ticket.Status.FAILED)[:20]):
         sql, params = queryset.query.sql_with_params()
         # when PostgreSQL plans it, with sequential scans discouraged (the test table is tiny)
         with transaction.atomic(), connection.cursor() as cursor:

@@ -18,9 +18,6 @@ from refundagent.ticket_state import (
     ticket_transition_allowed,
 )
 
-S = Ticket.Status
-R = Ticket.StopReason
-
 
 @pytest.fixture
 def ticket(user):
@@ -38,11 +35,16 @@ def _row(ticket) -> dict:
 
 def test_an_allowed_move_writes_the_status_its_stop_reason_and_detail(ticket):
     # given a ticket the agent stopped for finance
-    _set(ticket, status=S.APPROVAL_REQUIRED, stop_reason=R.APPROVAL_REQUIRED, stop_detail="Finance must approve.")
+    _set(
+        ticket,
+        status=Ticket.Status.APPROVAL_REQUIRED,
+        stop_reason=Ticket.StopReason.APPROVAL_REQUIRED,
+        stop_detail="Finance must approve.",
+    )
     before = ticket.updated_at
 
     # when finance denies it
-    moved = ticket_transition(ticket=ticket, to=S.DENIED, detail="Finance denied.")
+    moved = ticket_transition(ticket=ticket, to=Ticket.Status.DENIED, detail="Finance denied.")
 
     # then the row and the instance both say denied, with the status's stop reason
     assert moved is True
@@ -54,12 +56,17 @@ def test_an_allowed_move_writes_the_status_its_stop_reason_and_detail(ticket):
 
 def test_a_refused_move_leaves_the_row_and_the_instance_untouched(ticket):
     # given a closed ticket
-    _set(ticket, status=S.CLOSED, stop_reason=R.ESCALATED, stop_detail="Escalated by acme-support.")
+    _set(
+        ticket,
+        status=Ticket.Status.CLOSED,
+        stop_reason=Ticket.StopReason.ESCALATED,
+        stop_detail="Escalated by acme-support.",
+    )
     before = _row(ticket)
 
     # when something tries to send it back to finance
     moved = ticket_transition(
-        ticket=ticket, to=S.APPROVAL_REQUIRED, detail="Finance must approve.", requested_amount="5.00"
+        ticket=ticket, to=Ticket.Status.APPROVAL_REQUIRED, detail="Finance must approve.", requested_amount="5.00"
     )
 
     # then nothing moved, in the database or in memory
@@ -75,10 +82,15 @@ def test_a_refused_move_leaves_the_row_and_the_instance_untouched(ticket):
 
 def test_only_from_narrows_the_table(ticket):
     # given a queued ticket (the table lets a queued ticket be escalated)
-    assert S.QUEUED in TRANSITIONS[S.ESCALATED]
+    assert Ticket.Status.QUEUED in TRANSITIONS[Ticket.Status.ESCALATED]
 
     # when the loop stops "its" run, which it may only do while it holds the ticket running
-    moved = ticket_transition(ticket=ticket, to=S.ESCALATED, only_from={S.RUNNING}, stop_reason=R.NO_PROGRESS)
+    moved = ticket_transition(
+        ticket=ticket,
+        to=Ticket.Status.ESCALATED,
+        only_from={Ticket.Status.RUNNING},
+        stop_reason=Ticket.StopReason.NO_PROGRESS,
+    )
 
     # then the queued ticket is left alone
     assert moved is False
@@ -86,10 +98,14 @@ def test_only_from_narrows_the_table(ticket):
 
 
 def test_an_explicit_stop_reason_and_fields_go_in_the_same_update(ticket):
-    _set(ticket, status=S.RUNNING)
+    _set(ticket, status=Ticket.Status.RUNNING)
 
     moved = ticket_transition(
-        ticket=ticket, to=S.ESCALATED, stop_reason=R.BUDGET_EXHAUSTED, detail="Budget used up.", items=["ITEM-1"]
+        ticket=ticket,
+        to=Ticket.Status.ESCALATED,
+        stop_reason=Ticket.StopReason.BUDGET_EXHAUSTED,
+        detail="Budget used up.",
+        items=["ITEM-1"],
     )
 
     assert moved is True
@@ -99,11 +115,16 @@ def test_an_explicit_stop_reason_and_fields_go_in_the_same_update(ticket):
 
 def test_closing_keeps_the_reason_and_detail_the_ticket_stopped_with(ticket):
     # given a ticket the loop escalated for its budget
-    _set(ticket, status=S.ESCALATED, stop_reason=R.BUDGET_EXHAUSTED, stop_detail="Budget used up.")
-    assert STOP_REASON_FOR_STATUS[S.CLOSED] is KEEP
+    _set(
+        ticket,
+        status=Ticket.Status.ESCALATED,
+        stop_reason=Ticket.StopReason.BUDGET_EXHAUSTED,
+        stop_detail="Budget used up.",
+    )
+    assert STOP_REASON_FOR_STATUS[Ticket.Status.CLOSED] is KEEP
 
     # when a person closes it
-    moved = ticket_transition(ticket=ticket, to=S.CLOSED)
+    moved = ticket_transition(ticket=ticket, to=Ticket.Status.CLOSED)
 
     # then the reason a person reads stays the one it stopped for
     assert moved is True
@@ -111,12 +132,12 @@ def test_closing_keeps_the_reason_and_detail_the_ticket_stopped_with(ticket):
     assert (row["status"], row["stop_reason"], row["stop_detail"]) == ("closed", "budget_exhausted", "Budget used up.")
 
 
-@pytest.mark.parametrize("status", [s for s in S if s != S.DRAFT_READY])
+@pytest.mark.parametrize("status", [status for status in Ticket.Status if status != Ticket.Status.DRAFT_READY])
 def test_nothing_moves_a_ticket_to_draft_ready(ticket, status):
     # draft_ready is in the API but never assigned: the table has no way into it
     _set(ticket, status=status)
 
-    assert ticket_transition(ticket=ticket, to=S.DRAFT_READY) is False
+    assert ticket_transition(ticket=ticket, to=Ticket.Status.DRAFT_READY) is False
     assert _row(ticket)["status"] == status
 
 
@@ -124,26 +145,26 @@ def test_nothing_moves_a_ticket_to_draft_ready(ticket, status):
 def test_a_settled_ticket_can_be_neither_escalated_nor_closed(ticket, status):
     _set(ticket, status=status)
 
-    assert not ticket_transition_allowed(ticket=ticket, to=S.ESCALATED)
-    assert not ticket_transition_allowed(ticket=ticket, to=S.CLOSED)
-    assert ticket_transition(ticket=ticket, to=S.ESCALATED) is False
+    assert not ticket_transition_allowed(ticket=ticket, to=Ticket.Status.ESCALATED)
+    assert not ticket_transition_allowed(ticket=ticket, to=Ticket.Status.CLOSED)
+    assert ticket_transition(ticket=ticket, to=Ticket.Status.ESCALATED) is False
     assert _row(ticket)["status"] == status
 
 
-@pytest.mark.parametrize("status", [S.RUNNING, S.APPROVAL_REQUIRED, S.APPROVED])
+@pytest.mark.parametrize("status", [Ticket.Status.RUNNING, Ticket.Status.APPROVAL_REQUIRED, Ticket.Status.APPROVED])
 def test_a_ticket_with_the_agent_or_with_finance_cannot_be_closed(ticket, status):
     _set(ticket, status=status)
 
-    assert not ticket_transition_allowed(ticket=ticket, to=S.CLOSED)
-    assert ticket_transition(ticket=ticket, to=S.CLOSED) is False
+    assert not ticket_transition_allowed(ticket=ticket, to=Ticket.Status.CLOSED)
+    assert ticket_transition(ticket=ticket, to=Ticket.Status.CLOSED) is False
     assert _row(ticket)["status"] == status
 
 
 def test_every_status_has_a_row_and_a_stop_reason():
-    assert set(TRANSITIONS) == set(S)
-    assert set(STOP_REASON_FOR_STATUS) == set(S)
+    assert set(TRANSITIONS) == set(Ticket.Status)
+    assert set(STOP_REASON_FOR_STATUS) == set(Ticket.Status)
     # A settled ticket is moved again only by the verification alert (to failed).
-    assert {to for to, sources in TRANSITIONS.items() if sources & SETTLED} == {S.FAILED}
+    assert {to for to, sources in TRANSITIONS.items() if sources & SETTLED} == {Ticket.Status.FAILED}
 
 
 @pytest.mark.django_db(transaction=True)
@@ -181,7 +202,7 @@ def test_of_two_racing_transitions_exactly_one_wins(round_):
         finally:
             connection.close()
 
-    threads = [threading.Thread(target=move, args=(to,)) for to in (S.RUNNING, S.CLOSED)]
+    threads = [threading.Thread(target=move, args=(to,)) for to in (Ticket.Status.RUNNING, Ticket.Status.CLOSED)]
     for t in threads:
         t.start()
     for t in threads:
