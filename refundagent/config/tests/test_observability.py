@@ -1,6 +1,7 @@
 """OpenTelemetry spans, the log context and the redaction of what is exported."""
 
 import json
+import re
 
 import pytest
 from opentelemetry.trace import format_trace_id
@@ -65,7 +66,8 @@ def test_one_ticket_is_one_trace_from_the_request_to_the_tool_calls(demo, spans,
     # and no attribute, event or name holds the customer's email, name, payment reference or last4
     exported = " ".join(_attribute_text(s) + s.name + json.dumps([dict(e.attributes) for e in s.events]) for s in found)
     for value in CUSTOMER_DATA:
-        assert value not in exported
+        # as a value of its own: a random trace or span id may hold "4242" among its hex digits
+        assert not re.search(rf"(?<![0-9A-Za-z]){re.escape(value)}(?![0-9A-Za-z])", exported), value
     # and without the opt-in no content is exported
     assert "gen_ai.input.messages" not in exported and "gen_ai.tool.call.result" not in exported
 
@@ -88,7 +90,8 @@ def test_content_export_sends_only_redacted_content(demo, spans, content_export,
     # and it is redacted: nothing that identifies the customer or the payment leaves
     exported = " ".join(_attribute_text(s) for s in found)
     for value in CUSTOMER_DATA:
-        assert value not in exported
+        # as a value of its own: a random trace or span id may hold "4242" among its hex digits
+        assert not re.search(rf"(?<![0-9A-Za-z]){re.escape(value)}(?![0-9A-Za-z])", exported), value
 
 
 @pytest.mark.django_db(transaction=True)
