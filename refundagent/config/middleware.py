@@ -88,6 +88,10 @@ class BadInputMiddleware:
         return HttpResponseBadRequest(detail, content_type="text/plain; charset=utf-8")
 
 
+# Their 503 keeps the checks' own body (the verdicts), not a problem document.
+HEALTH_PATHS = {"/api/health", "/api/health/live"}
+
+
 class ApiProblemMiddleware:
     """Every 4xx/5xx under /api/ leaves as problem details: the API's own error handlers already
     answer in that shape; this converts the rest (unknown paths, wrong methods, Django's 500)."""
@@ -102,7 +106,7 @@ class ApiProblemMiddleware:
             and _is_api(request)
             and not getattr(response, "streaming", False)
             and not response.get("Content-Type", "").startswith(PROBLEM_CONTENT_TYPE)
-            and not (request.path_info.rstrip("/") == "/api/health" and response.status_code == 503)
+            and not (request.path_info.rstrip("/") in HEALTH_PATHS and response.status_code == 503)
         ):
             return problem_from_response(response)
         return response
