@@ -1,4 +1,14 @@
 from django.apps import AppConfig
+from django.core import checks
+
+
+@checks.register(checks.Tags.compatibility)
+def prompt_cache_check(app_configs, **kwargs):
+    """Warn at start (every manage.py command, the web and the workers run the checks) when the
+    configured model would not cache the prompt prefix (agent.providers.caching)."""
+    from .agent.providers.caching import prompt_cache_problems
+
+    return [checks.Warning(problem, id="refundagent.W001") for problem in prompt_cache_problems()]
 
 
 class RefundagentConfig(AppConfig):

@@ -6,6 +6,7 @@ import re
 
 from django.http import HttpResponse, HttpResponseBadRequest
 
+from ledger.committed import when_database_answers
 from ledger.exceptions import DomainError
 from ledger.idempotency import (
     idempotency_key_claim,
@@ -164,11 +165,14 @@ class IdempotencyMiddleware:
         if response.status_code in NOT_KEPT or response.status_code >= 500 or getattr(response, "streaming", False):
             idempotency_key_release(user=user, key=key)
         else:
-            idempotency_key_complete(
-                user=user,
-                key=key,
-                status_code=response.status_code,
-                body=response.content,
-                content_type=response.get("Content-Type", ""),
+            # The operation committed: keeping its answer waits out a database restart.
+            when_database_answers(
+                lambda: idempotency_key_complete(
+                    user=user,
+                    key=key,
+                    status_code=response.status_code,
+                    body=response.content,
+                    content_type=response.get("Content-Type", ""),
+                )
             )
         return response
