@@ -380,3 +380,24 @@ def celery_worker_process(transactional_db):
     yield worker
     worker.stop()
     app.control.purge()
+
+
+@pytest.fixture
+def celery_workers(transactional_db):
+    """Start real workers as docker-compose.yml runs them: `start(queues=..., pool=...,
+    concurrency=..., extra_env=...)`, each a process of its own, all stopped after the test.
+    Mark the test `worker`."""
+    from refundagent.config.celery import app
+
+    app.control.purge()
+    started = []
+
+    def start(*, queues: str, pool: str, concurrency: int, extra_env: dict | None = None, timeout: float = 60):
+        worker = WorkerProcess(database_url(connection.settings_dict), concurrency, pool=pool, queues=queues)
+        started.append(worker)
+        return worker.start(timeout=timeout, extra_env=extra_env)
+
+    yield start
+    for worker in started:
+        worker.stop()
+    app.control.purge()
