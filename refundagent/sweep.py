@@ -91,15 +91,15 @@ def tickets_provider_outage_rerun(*, limit: int = 100) -> int:
         Ticket.objects.filter(status=Ticket.Status.FAILED, updated_at__lte=cutoff)
         .annotate(
             outage=Subquery(last_run.values("state__provider_outage")[:1]),
-            runs=Count("runs"),
+            run_count=Count("runs"),
         )
-        .filter(outage=True, runs__lte=settings.AGENT_PROVIDER_RERUNS)
+        .filter(outage=True, run_count__lte=settings.AGENT_PROVIDER_RERUNS)
         .order_by("updated_at", "id")[:limit]
     )
     queued = 0
     for ticket in due:
         queued += ticket_rerun(
-            ticket=ticket, why=f"Run again by the sweep after a provider outage (run {ticket.runs + 1})."
+            ticket=ticket, why=f"Run again by the sweep after a provider outage (run {ticket.run_count + 1})."
         )
     return queued
 

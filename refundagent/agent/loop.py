@@ -692,8 +692,9 @@ class _Loop:
         run = self.run
         used = self.tokens_used()
         # The time spent waiting out a provider's outage or rate limit is not the run's doing.
-        elapsed = (timezone.now() - run.started_at).total_seconds() - self.state.get("waited_seconds", 0)
-        elapsed = elapsed if run.started_at else 0
+        elapsed = 0
+        if run.started_at:
+            elapsed = (timezone.now() - run.started_at).total_seconds() - self.state.get("waited_seconds", 0)
         reason = None
         if model_call and run.iterations >= settings.AGENT_MAX_ITERATIONS:
             reason = f"The iteration budget ({settings.AGENT_MAX_ITERATIONS} model calls) is used up."
