@@ -110,6 +110,7 @@ def own_postgres(tmp_path_factory):
     server = OwnPostgres(Path(f"/tmp/ra-crash-{os.getpid()}-{free_port()}")).init()
     yield server
     server.stop()
+    shutil.rmtree(server.workdir, ignore_errors=True)
 
 
 @pytest.fixture
