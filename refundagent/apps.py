@@ -2,15 +2,6 @@ from django.apps import AppConfig
 from django.core import checks
 
 
-@checks.register(checks.Tags.compatibility)
-def prompt_cache_check(app_configs, **kwargs):
-    """Warn at start (every manage.py command, the web and the workers run the checks) when the
-    configured model would not cache the prompt prefix (agent.providers.caching)."""
-    from .agent.providers.caching import prompt_cache_problems
-
-    return [checks.Warning(problem, id="refundagent.W001") for problem in prompt_cache_problems()]
-
-
 class RefundagentConfig(AppConfig):
     name = "refundagent"
     verbose_name = "Refund agent"
@@ -41,3 +32,8 @@ class RefundagentConfig(AppConfig):
             receivers,  # noqa: F401
             sweep,  # noqa: F401
         )
+        from .agent.providers.caching import prompt_cache_check
+
+        # Warns at start (manage.py commands, the web, the workers) when the configured model
+        # would not cache the prompt prefix.
+        checks.register(prompt_cache_check, checks.Tags.compatibility)

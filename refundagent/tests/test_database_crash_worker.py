@@ -116,7 +116,9 @@ def own_postgres(tmp_path_factory):
 @pytest.fixture
 def stack(own_postgres):
     """gunicorn and the agent's worker on the own PostgreSQL, the demo seeded, two API tokens."""
-    from refundagent.config.celery import app
+    from refundagent.tasks import agent_run_ticket_task
+
+    app = agent_run_ticket_task.app  # the product's Celery app (tests never import the wiring)
 
     app.control.purge()
     env = {

@@ -15,7 +15,14 @@ version of the documentation, 2,048 in another and in observed behaviour; Opus 4
 model the table does not know is held to the highest minimum.
 """
 
+import json
+
 from django.conf import settings
+from django.core import checks
+
+from ..prompts import SYSTEM_PROMPT
+from ..tools import CREATE_DRAFT, LIST_CUSTOMER_ORDERS, LOOKUP_ORDER, PAYMENT_SUMMARY, POLICY_RETRIEVE, TOOL_DEFS
+from .anthropic import tool_definitions
 
 MINIMUMS_TAKEN = "2026-11-26"
 CHARS_PER_TOKEN = 4
@@ -60,12 +67,6 @@ def minimum_cacheable_tokens(model: str) -> int:
 def cacheable_prefix_tokens(*, customer_level: bool = False) -> int:
     """The estimated length of the prefix every run sends first: the tool definitions as the
     API gets them, then the system prompt (the order the API caches them in)."""
-    import json
-
-    from ..prompts import SYSTEM_PROMPT
-    from ..tools import CREATE_DRAFT, LIST_CUSTOMER_ORDERS, LOOKUP_ORDER, PAYMENT_SUMMARY, POLICY_RETRIEVE, TOOL_DEFS
-    from .anthropic import tool_definitions
-
     # The tools an order ticket's run is offered with the registry as seeded (the shortest prefix).
     offered = [LOOKUP_ORDER, PAYMENT_SUMMARY, POLICY_RETRIEVE, CREATE_DRAFT]
     if customer_level:
@@ -88,3 +89,8 @@ def prompt_cache_problems() -> list[str]:
         f"estimate) is not safely above {model}'s minimum cacheable length ({minimum} tokens): "
         "prompt caching may be off, and every turn pays the whole prefix at the input price."
     ]
+
+
+def prompt_cache_check(app_configs, **kwargs):
+    """The system check (registered by the app's ready()): a warning per problem."""
+    return [checks.Warning(problem, id="refundagent.W001") for problem in prompt_cache_problems()]
