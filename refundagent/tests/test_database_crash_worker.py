@@ -22,6 +22,7 @@ from pathlib import Path
 import psycopg
 import pytest
 import requests
+from django.conf import settings
 
 ROOT = Path(__file__).resolve().parents[2]
 PG_BIN = Path(os.getenv("PG_BIN", "/usr/lib/postgresql/15/bin"))
@@ -140,7 +141,7 @@ def stack(own_postgres):
         subprocess.Popen(
             [
                 str(PYTHON_BIN / "gunicorn"),
-                "refundagent.config.wsgi:application",
+                ":".join(settings.WSGI_APPLICATION.rsplit(".", 1)),
                 "--bind",
                 f"127.0.0.1:{port}",
                 "--workers",
