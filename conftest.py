@@ -276,11 +276,17 @@ def _celery_mode(request):
 
 class WorkerProcess:
     """A real `celery -A refundagent worker` subprocess on the configured Redis broker, pointed
-    at the test database. `kill()` sends SIGKILL to the whole process group (main + children)."""
+    at the test database. `kill()` sends SIGKILL to the whole process group (main + children).
 
-    def __init__(self, database_url: str, concurrency: int = 1):
+    By default it runs as docker-compose's agent worker does (the threads pool over a
+    connection pool), on both queues, so one worker serves a test; `queues` and `pool` make it
+    one of the two workers of a deployment."""
+
+    def __init__(self, database_url: str, concurrency: int = 4, *, pool: str = "threads", queues: str = "agent,money"):
         self.database_url = database_url
         self.concurrency = concurrency
+        self.pool = pool
+        self.queues = queues
         self.proc = None
         self.n = 0
 
@@ -294,7 +300,10 @@ class WorkerProcess:
 
         self.n += 1
         self.hostname = f"test-{uuid.uuid4().hex[:8]}@localhost"
-        env = dict(os.environ, DATABASE_URL=self.database_url, **(extra_env or {}))
+        env = dict(os.environ, DATABASE_URL=self.database_url)
+        if self.pool == "threads":
+            env["DATABASE_POOL_MAX_SIZE"] = str(min(self.concurrency, 10))
+        env.update(extra_env or {})
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -303,8 +312,10 @@ class WorkerProcess:
                 "-A",
                 "refundagent",
                 "worker",
-                "--pool=prefork",
+                f"--pool={self.pool}",
                 f"--concurrency={self.concurrency}",
+                "-Q",
+                self.queues,
                 "--loglevel=INFO",
                 "-n",
                 self.hostname,
@@ -368,4 +379,25 @@ def celery_worker_process(transactional_db):
     worker = WorkerProcess(database_url(connection.settings_dict))
     yield worker
     worker.stop()
+    app.control.purge()
+
+
+@pytest.fixture
+def celery_workers(transactional_db):
+    """Start real workers as docker-compose.yml runs them: `start(queues=..., pool=...,
+    concurrency=..., extra_env=...)`, each a process of its own, all stopped after the test.
+    Mark the test `worker`."""
+    from refundagent.config.celery import app
+
+    app.control.purge()
+    started = []
+
+    def start(*, queues: str, pool: str, concurrency: int, extra_env: dict | None = None, timeout: float = 60):
+        worker = WorkerProcess(database_url(connection.settings_dict), concurrency, pool=pool, queues=queues)
+        started.append(worker)
+        return worker.start(timeout=timeout, extra_env=extra_env)
+
+    yield start
+    for worker in started:
+        worker.stop()
     app.control.purge()

@@ -5,6 +5,7 @@ from typing import Literal
 from ninja import Field, Query, Router, Schema
 from ninja.pagination import paginate
 
+from ledger.committed import when_database_answers
 from ledger.money import MoneyIn
 from ledger.pagination import LimitOffsetPage, SerializedQuerySet
 
@@ -62,4 +63,5 @@ def approval_decision(request, request_id: int, body: DecisionIn):
         note=body.note,
         wanted_amount=body.wanted_amount,
     )
-    return approval_serialize(approval_get(user=request.user, request_id=request_id))
+    # The decision is committed: its answer waits out a database that is restarting.
+    return when_database_answers(lambda: approval_serialize(approval_get(user=request.user, request_id=request_id)))

@@ -12,6 +12,7 @@ Executing twice is safe: the ledger and the provider are keyed by the request's 
 import logging
 from datetime import timedelta
 
+from django.db import DatabaseError
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -35,14 +36,25 @@ def approval_execution_publish(*, request_id: int) -> bool:
             exc,
             extra={"approval": request_id},
         )
-        ApprovalRequest.objects.filter(pk=request_id).update(
-            dispatch_attempts=F("dispatch_attempts") + 1, dispatch_error=f"{type(exc).__name__}: {exc}"[:2000]
+        _dispatch_record(
+            request_id,
+            dispatch_attempts=F("dispatch_attempts") + 1,
+            dispatch_error=f"{type(exc).__name__}: {exc}"[:2000],
         )
         return False
-    ApprovalRequest.objects.filter(pk=request_id).update(
-        dispatched_at=now, dispatch_attempts=F("dispatch_attempts") + 1, dispatch_error=""
-    )
+    _dispatch_record(request_id, dispatched_at=now, dispatch_attempts=F("dispatch_attempts") + 1, dispatch_error="")
     return True
+
+
+def _dispatch_record(request_id: int, **fields) -> None:
+    """Bookkeeping of a hand-off, after the decision committed: a database that is gone just
+    now costs the sweep's grace at most, never the decision's answer."""
+    try:
+        ApprovalRequest.objects.filter(pk=request_id).update(**fields)
+    except DatabaseError as exc:
+        logger.warning(
+            "approval %s: recording its hand-off failed (%s)", request_id, exc, extra={"approval": request_id}
+        )
 
 
 def approval_executions_due(*, older_than: timedelta):

@@ -143,13 +143,18 @@ def operations_overview(*, tenant, now: datetime | None = None) -> dict:
                 F("input_tokens") + F("output_tokens") + F("cache_creation_input_tokens") + F("cache_read_input_tokens")
             ),
             cost=Sum("cost_usd"),
+            tickets=Count("ticket", distinct=True),
+            input=Sum("input_tokens"),
+            cache_write=Sum("cache_creation_input_tokens"),
+            cache_read=Sum("cache_read_input_tokens"),
+            output=Sum("output_tokens"),
         )
         .order_by("day")
     )
     runs = eval_runs_recent(limit=30)
     capabilities = list(Capability.objects.order_by("name").values("name", "side_effect", "enabled", "updated_at"))
 
-    by_day = {row["day"]: row for row in usage}
+    by_day = {row["day"]: {**row, **_per_ticket(row)} for row in usage}
     budget = settings.DASHBOARD_DAILY_MODEL_BUDGET_USD
     cost_per_day = [(day, Decimal(by_day[day]["cost"] or 0) if day in by_day else Decimal(0)) for day in days]
     count_per_day = {day: 0 for day in days}
@@ -170,7 +175,8 @@ def operations_overview(*, tenant, now: datetime | None = None) -> dict:
         ],
         "followups": followups,
         "followups_count": followups[0]["waiting"] if followups else 0,
-        "usage": [{"day": day, **by_day.get(day, {"runs": 0, "tokens": 0, "cost": Decimal(0)})} for day in days],
+        "usage": [{"day": day, **by_day.get(day, EMPTY_USAGE)} for day in days],
+        "usage_today": by_day.get(days[-1], EMPTY_USAGE),
         "cost_chart": bar_chart(cost_per_day, budget=budget or None, unit="$"),
         "budget": budget,
         "cost_today": cost_per_day[-1][1],
@@ -179,6 +185,29 @@ def operations_overview(*, tenant, now: datetime | None = None) -> dict:
         "eval_runs": runs,
         "capabilities": capabilities,
         "switched_off": [c["name"] for c in capabilities if not c["enabled"]],
+    }
+
+
+EMPTY_USAGE = {
+    "runs": 0,
+    "tokens": 0,
+    "cost": Decimal(0),
+    "tickets": 0,
+    "cost_per_ticket": None,
+    "cache_read_share": None,
+}
+
+
+def _per_ticket(row: dict) -> dict:
+    """A day's cost per ticket the agent worked on, and the share of its input read from the
+    prompt cache (input, cache writes and cache reads are all input)."""
+    read = row["cache_read"] or 0
+    all_input = (row["input"] or 0) + (row["cache_write"] or 0) + read
+    return {
+        "cost_per_ticket": (Decimal(row["cost"] or 0) / row["tickets"]).quantize(Decimal("0.0001"))
+        if row["tickets"]
+        else None,
+        "cache_read_share": round(read / all_input, 2) if all_input else None,
     }
 
 

@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.core import checks
 
 
 class RefundagentConfig(AppConfig):
@@ -31,3 +32,8 @@ class RefundagentConfig(AppConfig):
             receivers,  # noqa: F401
             sweep,  # noqa: F401
         )
+        from .agent.providers.caching import prompt_cache_check
+
+        # Warns at start (manage.py commands, the web, the workers) when the configured model
+        # would not cache the prompt prefix.
+        checks.register(prompt_cache_check, checks.Tags.compatibility)

@@ -10,6 +10,7 @@ expired. Running twice is safe: the loop claims a ticket by compare-and-set (age
 
 import logging
 
+from django.db import DatabaseError
 from django.utils import timezone
 
 from .models import Ticket
@@ -38,5 +39,8 @@ def ticket_run_publish(*, ticket_id: int, mark_dispatched: bool = True) -> bool:
         )
         return False
     if mark_dispatched:
-        Ticket.objects.filter(pk=ticket_id).update(run_dispatched_at=now)
+        try:
+            Ticket.objects.filter(pk=ticket_id).update(run_dispatched_at=now)
+        except DatabaseError as exc:  # the mark only spares a duplicate send; the broker has the task
+            logger.warning("ticket %s: recording its hand-off failed (%s)", ticket_id, exc, extra={"ticket": ticket_id})
     return True

@@ -151,6 +151,18 @@ def _trace(ticket: Ticket, **kwargs):
     return trace_record(ticket=ticket, sensitive=sensitive_values_for_ticket(ticket), **kwargs)
 
 
+def ticket_rerun(*, ticket: Ticket, why: str) -> bool:
+    """Put a `failed` ticket back in the agent's queue (a run that failed for a provider outage,
+    by the sweep or a person); the new run starts from the ticket. True if this call moved it."""
+    with transaction.atomic():
+        if not ticket_transition(ticket=ticket, to=Ticket.Status.QUEUED, only_from={Ticket.Status.FAILED}, detail=why):
+            return False
+        _trace(ticket=ticket, span="run", status="queued", decision="rerun", reason=why[:200])
+        ticket_pk = ticket.pk
+        transaction.on_commit(lambda: ticket_run_enqueue(ticket_pk))
+    return True
+
+
 def ticket_run_enqueue(ticket_id: int) -> None:
     """Hand a queued ticket to a worker (after commit). Never raises: see refundagent.outbox."""
     ticket_run_publish(ticket_id=ticket_id, mark_dispatched=False)

@@ -5,7 +5,8 @@ admin; the app's ready() imports this module so every worker knows the task). Th
 - approvals: approved requests not executed within the grace (approvals.outbox), and approval
   events a receiver failed to take (the ticket did not follow them), delivered again once their
   backoff is over (approvals.followups);
-- agent: queued tickets not picked up within the grace, and runs whose lease expired;
+- agent: queued tickets not picked up within the grace, runs whose lease expired, and tickets
+  failed on a provider outage (run again after a wait, a few times);
 - ledger: pending payouts polled at the provider, unprocessed webhook events (ledger.sweep).
 
 Each job is idempotent (every side effect is keyed), so a sweep that overlaps a slow worker
@@ -17,7 +18,7 @@ from datetime import timedelta
 
 from celery import shared_task
 from django.conf import settings
-from django.db.models import Q
+from django.db.models import Count, OuterRef, Q, Subquery
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -27,6 +28,7 @@ from ledger.sweep import refund_entries_poll, webhook_events_republish
 
 from .models import AgentRun, Ticket
 from .outbox import ticket_run_publish
+from .services import ticket_rerun
 
 logger = logging.getLogger(__name__)
 
@@ -79,6 +81,29 @@ def agent_runs_lease_expired_sweep(*, limit: int = 500) -> int:
     return sent
 
 
+def tickets_provider_outage_rerun(*, limit: int = 100) -> int:
+    """Queue again the failed tickets whose last run stopped on a provider outage, once
+    AGENT_PROVIDER_RERUN_SECONDS passed, at most AGENT_PROVIDER_RERUNS times per ticket (after
+    that a person decides). Returns how many were queued."""
+    cutoff = timezone.now() - timedelta(seconds=settings.AGENT_PROVIDER_RERUN_SECONDS)
+    last_run = AgentRun.objects.filter(ticket=OuterRef("pk")).order_by("-created_at", "-id")
+    due = (
+        Ticket.objects.filter(status=Ticket.Status.FAILED, updated_at__lte=cutoff)
+        .annotate(
+            outage=Subquery(last_run.values("state__provider_outage")[:1]),
+            run_count=Count("runs"),
+        )
+        .filter(outage=True, run_count__lte=settings.AGENT_PROVIDER_RERUNS)
+        .order_by("updated_at", "id")[:limit]
+    )
+    queued = 0
+    for ticket in due:
+        queued += ticket_rerun(
+            ticket=ticket, why=f"Run again by the sweep after a provider outage (run {ticket.run_count + 1})."
+        )
+    return queued
+
+
 def outbox_sweep() -> dict[str, int]:
     """Every sweep job once, with SWEEP_GRACE_SECONDS as the grace; what each one did."""
     grace = sweep_grace()
@@ -87,6 +112,7 @@ def outbox_sweep() -> dict[str, int]:
         "approval_followups": approval_followups_deliver(),
         "tickets_queued": tickets_queued_sweep(older_than=grace),
         "agent_runs_lease_expired": agent_runs_lease_expired_sweep(),
+        "tickets_provider_outage": tickets_provider_outage_rerun(),
         "payouts_polled": refund_entries_poll(older_than=grace),
         "webhook_events": webhook_events_republish(older_than=grace),
     }

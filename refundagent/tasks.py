@@ -1,11 +1,27 @@
 """Celery tasks of the agent app. Thin: they take ids and call one service."""
 
 from celery import shared_task
+from django.db import InterfaceError, OperationalError
 
 from .agent.loop import agent_run_ticket
 
 
-@shared_task(bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+@shared_task(
+    bind=True,
+    acks_late=True,
+    reject_on_worker_lost=True,
+    ignore_result=True,
+    # A lost database connection (a restart, a failover) is retried at once and then with a
+    # short backoff, so the run resumes within seconds of the database's return instead of
+    # waiting for its lease: the retry keeps the task id, which is how the loop takes its own
+    # run back at once (agent_run_claim). Every write of the loop is a compare-and-set on the
+    # claim, so a step cut off mid-way is redone, never done twice.
+    autoretry_for=(OperationalError, InterfaceError),
+    retry_backoff=1,
+    retry_backoff_max=10,
+    retry_jitter=True,
+    max_retries=60,
+)
 def agent_run_ticket_task(self, ticket_id: int) -> None:
     """Run the agent on a ticket. A redelivered message carries the same task id, which is how
     the loop recognises its own run and resumes it (see agent.loop.agent_run_claim)."""

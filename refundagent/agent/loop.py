@@ -20,8 +20,10 @@ No on_commit and no second connection: the loop also runs inside a caller's tran
 
 A model that ends its turn without a draft is nudged once, then the ticket is escalated.
 Budget and no-progress stops send the ticket to the human queue (status escalated, stop
-reason budget_exhausted / no_progress); invalid arguments past the retries and provider
-errors stop it failed. Every move of the ticket goes through `ticket_state` (`ticket_transition`).
+reason budget_exhausted / no_progress); invalid arguments past the retries, a provider error
+that retrying cannot fix, and an outage longer than AGENT_PROVIDER_OUTAGE_SECONDS stop it
+failed (the last one is run again by the sweep). A model call waits for a slot of the
+concurrency caps (agent.model_slots) and holds no database connection. Every move of the ticket goes through `ticket_state` (`ticket_transition`).
 
 Read top-down: `agent_run_ticket` claims the run and hands it to `_Loop.go`, which steps until
 a stop; `step` makes one model call, `act` answers its tool calls through `handle`, and a draft
@@ -30,6 +32,7 @@ ends the run in `decide`; every other stop ends it in `finish`. Plumbing comes l
 
 import functools
 import json
+import random
 import time
 import uuid
 from dataclasses import dataclass
@@ -37,7 +40,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
 
@@ -49,6 +52,7 @@ from ..redaction import sensitive_values_annotations, sensitive_values_for_ticke
 from ..ticket_state import ticket_transition
 from ..tracing import trace_event_build, trace_events_write
 from .decision import DraftDecision, agent_draft_decide
+from .model_slots import model_slot
 from .prompts import NUDGE, SYSTEM_PROMPT, ticket_first_message
 from .providers.base import ModelTurn, Provider, ProviderError, ToolCall
 from .providers.registry import provider_get
@@ -94,6 +98,7 @@ class _Stop(Exception):
     status: str
     stop_reason: str
     detail: str
+    provider_outage: bool = False
     span_ok = True  # a stop, not an error, for the OpenTelemetry spans it leaves
 
 
@@ -163,6 +168,13 @@ def agent_run_claim(*, ticket_id: int, task_id: str, provider: Provider) -> tupl
 
 def _lease() -> timedelta:
     return timedelta(seconds=settings.AGENT_LEASE_SECONDS)
+
+
+def _database_release():
+    """Give the connection back (to the pool, if any) while the run waits on the model: nothing
+    is held across a model call. Inside a caller's transaction (an eval, a test) it stays."""
+    if not connection.in_atomic_block:
+        connection.close()
 
 
 class _Loop:
@@ -252,27 +264,7 @@ class _Loop:
                 "refunds.create_draft is switched off (kill switch): the ticket goes to the human queue.",
             )
         max_tokens = self.budget_check(model_call=True)
-        started = time.monotonic()
-        try:
-            turn = model_complete(
-                self.provider,
-                sensitive=self.sensitive,
-                system=SYSTEM_PROMPT,
-                tools=self.tools,
-                messages=self.messages,
-                max_tokens=max_tokens,
-            )
-        except ProviderError as exc:
-            self.trace(
-                span="model",
-                status="error",
-                decision="provider_error",
-                reason=str(exc)[:200],
-                duration_ms=int((time.monotonic() - started) * 1000),
-                data={"status_code": exc.status_code, "transient": exc.transient},
-            )
-            raise _Stop(Ticket.Status.FAILED, Ticket.StopReason.FAILED, f"The model provider failed: {exc}") from None
-        duration_ms = int((time.monotonic() - started) * 1000)
+        turn, duration_ms = self.model_call(max_tokens)
         self.account(turn)
         content = list(turn.content)
         present = {b.get("id") for b in content if isinstance(b, dict) and b.get("type") == "tool_use"}
@@ -304,6 +296,82 @@ class _Loop:
             self.act(calls)
         else:
             self.no_call()
+
+    def model_call(self, max_tokens: int) -> tuple[ModelTurn, int]:
+        """One model call, in a slot of the concurrency caps and without a database connection
+        (the run holds none while the model thinks: a worker keeps ~100 runs waiting on ~10
+        connections). A transient provider error (429, overloaded, 5xx, timeout) is waited out,
+        for its retry-after or a backoff, with the lease renewed; only an outage longer than
+        AGENT_PROVIDER_OUTAGE_SECONDS stops the run, `failed` and run again later by the sweep."""
+        outage_started = None
+        attempt = 0
+        while True:
+            started = time.monotonic()
+            try:
+                with model_slot(tenant_id=self.ticket.tenant_id, waiting=self.waited) as slot_wait:
+                    self.state["waited_seconds"] = self.state.get("waited_seconds", 0) + slot_wait
+                    started = time.monotonic()
+                    _database_release()
+                    turn = model_complete(
+                        self.provider,
+                        sensitive=self.sensitive,
+                        system=SYSTEM_PROMPT,
+                        tools=self.tools,
+                        messages=self.messages,
+                        max_tokens=max_tokens,
+                    )
+                return turn, int((time.monotonic() - started) * 1000)
+            except ProviderError as exc:
+                duration_ms = int((time.monotonic() - started) * 1000)
+                now = time.monotonic()
+                outage_started = outage_started if outage_started is not None else started
+                attempt += 1
+                wait = exc.retry_after
+                if wait is None:
+                    wait = min(settings.AGENT_PROVIDER_BACKOFF_MAX_SECONDS, 2**attempt) * random.uniform(0.5, 1.0)
+                outage = now - outage_started
+                give_up = not exc.transient or outage + wait > settings.AGENT_PROVIDER_OUTAGE_SECONDS
+                self.trace(
+                    span="model",
+                    status="error",
+                    decision="provider_error" if give_up else "provider_wait",
+                    reason=str(exc)[:200],
+                    duration_ms=duration_ms,
+                    data={
+                        "status_code": exc.status_code,
+                        "transient": exc.transient,
+                        "attempt": attempt,
+                        "wait_seconds": None if give_up else round(wait, 3),
+                        "outage_seconds": round(outage, 3),
+                    },
+                )
+                if not exc.transient:
+                    raise _Stop(
+                        Ticket.Status.FAILED, Ticket.StopReason.FAILED, f"The model provider failed: {exc}"
+                    ) from None
+                if give_up:
+                    raise _Stop(
+                        Ticket.Status.FAILED,
+                        Ticket.StopReason.FAILED,
+                        f"The model provider was unavailable for {int(outage)} s ({attempt} attempts; last: {exc}). "
+                        "Nothing was decided; the ticket runs again when the provider is back, or a person re-runs it.",
+                        provider_outage=True,
+                    ) from None
+                self.pause(wait)
+
+    def pause(self, seconds: float):
+        """Wait out a provider's outage without a database connection, renewing the lease."""
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            time.sleep(min(left, settings.AGENT_LEASE_SECONDS / 3))
+            self.waited(seconds - max(0.0, deadline - time.monotonic()))
+        self.state["waited_seconds"] = self.state.get("waited_seconds", 0) + seconds
+
+    def waited(self, _seconds: float):
+        """Renew the claim's lease during a wait, so no sweep takes the run over meanwhile."""
+        if self.held.update(lease_expires_at=timezone.now() + _lease()) != 1:
+            raise LostClaim(f"run {self.run.pk} is no longer held by {self.task_id}")
+        _database_release()
 
     def act(self, blocks: list[dict]):
         """Answer a turn's tool calls, persisting after each, so a crash never executes one twice."""
@@ -533,6 +601,8 @@ class _Loop:
     def finish(self, stop: _Stop):
         """Every stop but a decided draft: the ticket moves only if the loop still holds it running."""
         now = timezone.now()
+        if stop.provider_outage:
+            self.state["provider_outage"] = True  # the sweep runs the ticket again (refundagent.sweep)
         with transaction.atomic():
             moved = ticket_transition(
                 ticket=self.ticket,
@@ -621,7 +691,10 @@ class _Loop:
         """Raise _Stop when a ceiling is reached; else the max_tokens left for one call."""
         run = self.run
         used = self.tokens_used()
-        elapsed = (timezone.now() - run.started_at).total_seconds() if run.started_at else 0
+        # The time spent waiting out a provider's outage or rate limit is not the run's doing.
+        elapsed = 0
+        if run.started_at:
+            elapsed = (timezone.now() - run.started_at).total_seconds() - self.state.get("waited_seconds", 0)
         reason = None
         if model_call and run.iterations >= settings.AGENT_MAX_ITERATIONS:
             reason = f"The iteration budget ({settings.AGENT_MAX_ITERATIONS} model calls) is used up."

@@ -24,7 +24,7 @@ from ledger.exceptions import DomainError
 from ledger.tenancy import api_token_authenticate
 from refundagent.api import router as tickets_router
 
-from .health import health_report
+from .health import health_live_report, health_report
 from .problems import PROBLEM_CONTENT_TYPE, field_errors, problem_response, validation_detail
 
 
@@ -237,6 +237,20 @@ def health(request):
     status, body = health_report()
     if not request.user.is_staff:
         body["details"] = {}
+    return Status(status, body)
+
+
+class LivenessOut(Schema):
+    status: str = Field(description="ok, or error when the database does not answer (then 503).")
+    database: str
+
+
+@api.get("/health/live", auth=None, throttle=[], tags=["ops"], response={200: LivenessOut, 503: LivenessOut})
+def health_live(request):
+    """The web process and its database, nothing else: for a load balancer and the web
+    container's health check. A worker, beat or the broker being down does not fail it (the
+    outbox keeps their work until they are back; /api/health reports them)."""
+    status, body = health_live_report()
     return Status(status, body)
 
 

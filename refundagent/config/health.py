@@ -70,6 +70,15 @@ def health_report() -> tuple[int, dict]:
     return (503 if failing else 200), body
 
 
+def health_live_report() -> tuple[int, dict]:
+    """(HTTP status, body) of the liveness check: 200 while this process reaches its database."""
+    body: dict = {"status": "ok"}
+    if _check(body, "database", _database) != "ok":
+        body["status"] = "error"
+        return 503, body
+    return 200, body
+
+
 def _check(body: dict, name: str, check: Callable[[], str], needs: str = "ok") -> str:
     if needs != "ok":
         body[name] = "error: the database is unreachable"
@@ -118,7 +127,13 @@ def _beat(details: dict) -> str:
         "interval_seconds": every and int(every.total_seconds()),
     }
     if task.last_run_at is None:
-        return f"error: {task.name!r} never ran (is beat running?)"
+        # A fresh deployment: beat runs the task one interval after it starts. Failing only
+        # once that interval is late, like a task that ran, keeps a new deployment healthy.
+        since = timezone.now() - task.date_changed
+        details["beat"]["waiting_seconds"] = int(since.total_seconds())
+        if every is None or since <= every * settings.HEALTH_BEAT_LATE_INTERVALS:
+            return "ok"
+        return f"error: {task.name!r} never ran in {int(since.total_seconds())} s (is beat running?)"
     if every is not None:
         late = timezone.now() - task.last_run_at
         if late > every * settings.HEALTH_BEAT_LATE_INTERVALS:

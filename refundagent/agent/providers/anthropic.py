@@ -1,9 +1,10 @@
 """Claude through the official `anthropic` SDK (Messages API with tool use).
 
-Retries are the SDK's own (`max_retries` on the client): it retries 408, 409, 429, 5xx
+Quick retries are the SDK's own (`max_retries` on the client): it retries 408, 409, 429, 5xx
 (including 529 overloaded), dropped connections and timeouts, honours `retry-after-ms` /
 `retry-after`, and otherwise backs off exponentially with jitter. What is left once it gives up
-becomes a ProviderError for the loop: transient when the SDK would have retried it.
+becomes a ProviderError for the loop: transient when the SDK would have retried it, with the
+wait the API asked for; the loop waits that out for a long outage (agent.loop).
 """
 
 import copy
@@ -106,7 +107,9 @@ class AnthropicProvider:
             message = describe(e)
             if transient:
                 message += f" (gave up after {attempts_of(e.response.request)} attempts)"
-            raise ProviderError(message, transient=transient, status_code=e.status_code) from e
+            raise ProviderError(
+                message, transient=transient, status_code=e.status_code, retry_after=retry_after_of(e.response)
+            ) from e
         except anthropic.APIConnectionError as e:  # includes APITimeoutError
             raise ProviderError(
                 f"anthropic: {type(e).__name__}: {e} (gave up after {attempts_of(e.request)} attempts)", transient=True
@@ -172,6 +175,20 @@ def is_transient_status(status_code: int, should_retry: str | None = None) -> bo
     if should_retry == "false":
         return False
     return status_code in (408, 409, 429) or status_code >= 500
+
+
+def retry_after_of(response) -> float | None:
+    """The wait the API asked for, in seconds: `retry-after-ms`, else `retry-after` (seconds;
+    Anthropic sends no HTTP dates). None when it said nothing usable."""
+    headers = getattr(response, "headers", None) or {}
+    for name, scale in (("retry-after-ms", 1000), ("retry-after", 1)):
+        try:
+            value = float(headers.get(name, "")) / scale
+        except ValueError:
+            continue
+        if value >= 0:
+            return value
+    return None
 
 
 def attempts_of(request) -> int:

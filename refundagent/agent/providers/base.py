@@ -49,13 +49,23 @@ class ModelTurn:
 
 
 class ProviderError(Exception):
-    """A provider call failed. `transient` errors (overload, timeout, 5xx) may be retried by
-    the provider itself; a ProviderError reaching the loop stops the run `failed`."""
+    """A provider call failed. A `transient` one (rate limited, overloaded, timeout, 5xx) is
+    waited out by the loop, for AGENT_PROVIDER_OUTAGE_SECONDS at most; any other stops the run
+    `failed`."""
 
-    def __init__(self, message: str, *, transient: bool = False, status_code: int | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        transient: bool = False,
+        status_code: int | None = None,
+        retry_after: float | None = None,
+    ):
         super().__init__(message)
         self.transient = transient
         self.status_code = status_code
+        # Seconds the provider asked us to wait (its retry-after), if it said.
+        self.retry_after = retry_after
 
 
 class Provider(Protocol):

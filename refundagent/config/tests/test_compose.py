@@ -38,10 +38,10 @@ def test_compose_file_is_valid_and_complete():
 
     config = yaml.safe_load(result.stdout)
     services = config["services"]
-    assert set(services) == {"web", "worker", "beat", "postgres", "redis", "flower"}
+    assert set(services) == {"web", "worker", "worker-money", "beat", "postgres", "redis", "flower"}
     for name, service in services.items():
         assert "healthcheck" in service, f"{name} has no health check"
-    for name in ("web", "worker", "beat"):
+    for name in ("web", "worker", "worker-money", "beat"):
         env = services[name]["environment"]
         assert env["DATABASE_URL"].startswith("postgres://")
         assert env["CELERY_BROKER_URL"] == "redis://redis:6379/0"
@@ -60,6 +60,14 @@ def test_compose_file_is_valid_and_complete():
         "--only",
         "beat",
     ]
+    # the agent's queue on threads over a small connection pool; the money queue on its own worker
+    agent, money = services["worker"]["command"], services["worker-money"]["command"]
+    assert "-Q agent" in agent and "--pool=threads" in agent and "--concurrency=100" in agent
+    assert services["worker"]["environment"]["DATABASE_POOL_MAX_SIZE"] == "10"
+    assert "-Q money" in money and "--pool=prefork" in money
+    assert "inspect ping" in json.dumps(services["worker-money"]["healthcheck"]["test"])
+    # the web container is healthy while its process and database are: workers may be down
+    assert "/api/health/live" in json.dumps(services["web"]["healthcheck"]["test"])
     # Flower only on demand, on the same broker
     assert services["flower"]["profiles"] == ["flower"]
     assert services["flower"]["environment"]["CELERY_BROKER_URL"] == "redis://redis:6379/0"

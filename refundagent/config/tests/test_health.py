@@ -5,6 +5,7 @@ import os
 from datetime import timedelta
 
 import pytest
+from django.db import OperationalError
 from django.test import Client
 from django.utils import timezone
 from django_celery_beat.models import IntervalSchedule, PeriodicTask
@@ -196,3 +197,41 @@ def test_a_migration_not_applied_fails_the_check(db, settings, monkeypatch):
     # then it is 503 and says how many are missing
     assert response.status_code == 503
     assert response.json()["migrations"] == "error: 1 migration(s) not applied"
+
+
+# --- liveness: the web process and its database, for the load balancer ---------------------------
+
+
+@pytest.mark.worker
+def test_health_live_stays_200_while_the_workers_are_down(celery_worker_process, settings):
+    # given a broker, beat's sweep that ran a minute ago, and a real worker answering
+    settings.HEALTH_WORKER_PING_TIMEOUT = 1.0
+    _beat_ran(timedelta(minutes=1))
+    celery_worker_process.start()
+    assert Client().get("/api/health").status_code == 200
+    assert Client().get("/api/health/live").status_code == 200
+    # when the worker goes down
+    celery_worker_process.kill()
+    # then the full report fails, and liveness, which a load balancer acts on, does not
+    full = Client().get("/api/health")
+    assert full.status_code == 503 and full.json()["worker"].startswith("error: no worker answered")
+    live = Client().get("/api/health/live")
+    assert live.status_code == 200
+    assert live.json() == {"status": "ok", "database": "ok"}
+
+
+def test_health_live_is_503_without_its_database(db, monkeypatch):
+    # given a database that does not answer
+    def down():
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr("refundagent.config.health._database", down)
+    # when the load balancer asks
+    response = Client().get("/api/health/live")
+    # then 503, with the verdict (not a problem document) and nothing else
+    assert response.status_code == 503
+    assert response.json() == {"status": "error", "database": "error: OperationalError"}
+
+
+def test_health_live_is_exempt_from_the_https_redirect(settings):
+    assert r"^api/health/live$" in settings.SECURE_REDIRECT_EXEMPT

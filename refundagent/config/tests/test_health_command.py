@@ -37,9 +37,18 @@ def test_beat_is_healthy_when_the_sweep_ran_lately(db, with_broker, capsys):
 
 
 def test_beat_that_never_ran_fails_the_check(db, with_broker, capsys):
+    # given the sweep scheduled 16 minutes ago (3 intervals and more) and never run
     _sweep(None)
+    PeriodicTask.objects.filter(task=BEAT_TASK).update(date_changed=timezone.now() - timedelta(minutes=16))
     assert main(["--only", "beat"]) == 1
     assert "never ran" in capsys.readouterr().out
+
+
+def test_a_fresh_deployment_whose_sweep_has_not_run_yet_is_healthy(db, with_broker, capsys):
+    # given the sweep scheduled just now (migrate on a fresh deployment): beat runs it after an interval
+    _sweep(None)
+    assert main(["--only", "beat"]) == 0
+    assert '"beat": "ok"' in capsys.readouterr().out
 
 
 def test_an_unknown_check_is_refused(db, with_broker):

@@ -1,0 +1,263 @@
+"""Model latency: N tickets filed at once against a Messages API that takes seconds per turn.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/refundagent CELERY_BROKER_URL=redis://127.0.0.1:6379/8 \
+        python benchmarks/model_latency.py [--tickets 100 --turn-seconds 1.5]
+
+Runs the stack as docker-compose.yml does: gunicorn for the web, the agent's worker on the
+`agent` queue (threads, 100 of them, a connection pool of 10), the money worker on `money`
+(prefork, 2 processes), real PostgreSQL (DATABASE_URL's server, a database "<name>_latency" of
+its own) and Redis (CELERY_BROKER_URL: the broker and the model-call slots). The agent talks to
+its own fake Messages API (refundagent/tests/fake_anthropic.py, PlannedReplies), the `anthropic`
+SDK unchanged: each turn takes --turn-seconds, answers as a model working the refund would
+(order, payments, policy, then a draft), and reports prompt-cache usage as Anthropic does
+(cache_creation_input_tokens the first time a prefix past --min-cacheable tokens is seen,
+cache_read_input_tokens afterwards).
+
+First one ticket alone (after a warm-up ticket): the floor. Then --tickets tickets filed at once
+through POST /api/tickets, one client thread each. Prints tickets/s (first POST to the last
+approval_required), p50 and p95 from filing to approval_required, the most runs in flight (agent
+runs running at once, sampled) and model calls in flight (at the fake), tokens per ticket by
+kind, the share of input read from the cache, USD per ticket at the configured model's list
+prices (agent.providers.pricing), and last:
+
+    model_latency tickets=N ok=K tickets_per_s=R in_flight_max=M floor_s=F cache_read_share=S usd_per_ticket=U
+
+--agent-pool/--agent-concurrency/--pool-size run the agent's worker another way (e.g. prefork 2,
+as before, for the comparison in docs/performance.md). Everything it starts is stopped at the
+end, and every wait is bounded. It asserts nothing.
+"""
+
+import argparse
+import os
+import signal
+import statistics
+import sys
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _bench import BENCH_ENV, database_ensure, database_url, db_name, django_setup, settings_module, url_with_db  # noqa: E402
+from load import PYTHON_BIN, Processes, api_token, file_tickets, free_port, http_wait, load_orders, wsgi_module  # noqa: E402
+
+MODEL = "claude-sonnet-4-5"
+
+
+def celery(name: str, queue: str, pool: str, concurrency: int, run: str) -> list[str]:
+    return [
+        str(PYTHON_BIN / "celery"),
+        "-A",
+        "refundagent",
+        "worker",
+        "-Q",
+        queue,
+        f"--pool={pool}",
+        f"--concurrency={concurrency}",
+        "-n",
+        f"{run.lower()}-{name}@%h",
+        "--without-gossip",
+        "--without-mingle",
+        "--loglevel",
+        "warning",
+    ]
+
+
+def watch(ids: list[int], deadline: float, in_flight: list[int]) -> dict[int, tuple[str, float]]:
+    """Poll until every ticket left queued/running (or the deadline): id -> (status, stopped at),
+    sampling how many runs are in flight."""
+    from django.db import connection
+
+    from refundagent.models import Ticket
+
+    while True:
+        rows = {
+            pk: (status, at.timestamp())
+            for pk, status, at in Ticket.objects.filter(pk__in=ids).values_list("pk", "status", "updated_at")
+        }
+        in_flight.append(sum(1 for status, _ in rows.values() if status == "running"))
+        open_ = [pk for pk, (status, _) in rows.items() if status in ("queued", "running")]
+        connection.close()
+        if not open_ or time.monotonic() > deadline:
+            return rows
+        time.sleep(0.1)
+
+
+def usage_of(ids: list[int]) -> dict:
+    from django.db.models import Sum
+
+    from refundagent.models import AgentRun
+
+    return AgentRun.objects.filter(ticket_id__in=ids).aggregate(
+        input=Sum("input_tokens"),
+        cache_write=Sum("cache_creation_input_tokens"),
+        cache_read=Sum("cache_read_input_tokens"),
+        output=Sum("output_tokens"),
+        cost=Sum("cost_usd"),
+        calls=Sum("iterations"),
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tickets", type=int, default=100)
+    parser.add_argument("--turn-seconds", type=float, default=1.5)
+    parser.add_argument("--min-cacheable", type=int, default=1024, help="the fake's minimum cacheable prefix")
+    parser.add_argument("--agent-pool", default="threads", choices=["threads", "prefork", "gevent"])
+    parser.add_argument("--agent-concurrency", type=int, default=100)
+    parser.add_argument("--pool-size", type=int, default=10, help="the agent worker's connection pool (0: none)")
+    parser.add_argument("--gunicorn-workers", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=900, help="seconds for the whole run, at most")
+    args = parser.parse_args()
+
+    url = url_with_db(database_url(), db_name(database_url()) + "_latency")
+    database_ensure(url)
+    broker = os.environ.get("CELERY_BROKER_URL", "")
+    if not broker.startswith("redis://"):
+        raise SystemExit("set CELERY_BROKER_URL=redis://host:port/n: the benchmark runs real Celery workers")
+    django_setup(url, AGENT_PROVIDER="offline")
+    from django.core.management import call_command
+
+    from refundagent.tests.fake_anthropic import FakeAnthropic, PlannedReplies
+
+    call_command("migrate", verbosity=0)
+    call_command("seed_demo")
+    run = f"LAT{uuid.uuid4().hex[:8].upper()}"
+    orders = load_orders(run, args.tickets + 2)
+    token = api_token()
+    from django.db import connection
+
+    connection.close()
+
+    replies = PlannedReplies(turn_seconds=args.turn_seconds, min_cacheable_tokens=args.min_cacheable)
+    fake = FakeAnthropic(responder=replies).start()
+    env = {
+        **os.environ,
+        **BENCH_ENV,
+        "DATABASE_URL": url,
+        "CELERY_BROKER_URL": broker,
+        "AGENT_PROVIDER": "anthropic",
+        "ANTHROPIC_API_KEY": "benchmark-key",
+        "ANTHROPIC_BASE_URL": fake.url,
+        "ANTHROPIC_MODEL": MODEL,
+        "DJANGO_SETTINGS_MODULE": settings_module(),
+        "PYTHONUNBUFFERED": "1",
+    }
+    env.pop("AGENT_SCRIPT", None)
+    agent_env = dict(env)
+    if args.pool_size > 0 and args.agent_pool != "prefork":
+        agent_env["DATABASE_POOL_MAX_SIZE"] = str(args.pool_size)
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    logs = Path(os.environ.get("TMPDIR", "/tmp")) / f"model-latency-{run}"
+    logs.mkdir(parents=True, exist_ok=True)
+    procs = Processes()
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(f"stopped by signal {signum}"))
+    deadline = time.monotonic() + args.timeout
+    in_flight: list[int] = []
+    try:
+        from celery import current_app
+
+        current_app.control.purge()
+        procs.start(
+            "gunicorn",
+            [
+                str(PYTHON_BIN / "gunicorn"),
+                wsgi_module(),
+                "--bind",
+                f"127.0.0.1:{port}",
+                "--workers",
+                str(args.gunicorn_workers),
+                "--log-level",
+                "warning",
+            ],
+            env,
+            logs / "gunicorn.log",
+        )
+        procs.start(
+            "agent",
+            celery("agent", "agent", args.agent_pool, args.agent_concurrency, run),
+            agent_env,
+            logs / "agent.log",
+        )
+        procs.start("money", celery("money", "money", "prefork", 2, run), env, logs / "money.log")
+        if not http_wait(f"{base}/api/health", min(deadline, time.monotonic() + 90)):
+            raise SystemExit(f"the stack did not come up on {base} (logs in {logs})")
+
+        # A warm-up ticket (workers, connections, the fake's cache of the prefix), then the floor.
+        floors = []
+        for order in orders[:2]:
+            filed, errors = file_tickets(base, token, [order], 1, deadline)
+            if errors or not filed:
+                raise SystemExit(f"a single ticket failed: {errors} (logs in {logs})")
+            ((pk, sent),) = filed
+            state = watch([pk], min(deadline, time.monotonic() + 120), [])
+            status, at = state[pk]
+            if status != "approval_required":
+                raise SystemExit(f"a single ticket ended {status}; logs in {logs}")
+            floors.append(at - sent)
+        floor = floors[-1]
+        calls_before = replies.answered
+        replies.in_flight_max = 0
+
+        t0 = time.time()
+        filed, errors = file_tickets(base, token, orders[2:], args.tickets, deadline)
+        filed_at = time.time()
+        state = watch([pk for pk, _ in filed], deadline, in_flight)
+    finally:
+        procs.stop()
+        fake.stop()
+
+    sent = dict(filed)
+    latencies, stopped_at = [], []
+    for pk, (status, at) in state.items():
+        if status == "approval_required":
+            latencies.append(at - sent[pk])
+            stopped_at.append(at)
+        else:
+            errors.append(f"ticket {pk}: {status}")
+    ok = len(latencies)
+    span = (max(stopped_at) - t0) if stopped_at else float("nan")
+    latencies.sort()
+    usage = usage_of(list(sent))
+    n = max(1, len(sent))
+    read, write, plain, output = (usage[k] or 0 for k in ("cache_read", "cache_write", "input", "output"))
+    share = read / (read + write + plain) if read + write + plain else 0.0
+    usd = (usage["cost"] or 0) / n
+    print(
+        f"\nmodel latency: {args.tickets} tickets filed at once over HTTP; fake Messages API at "
+        f"{args.turn_seconds} s a turn (cache minimum {args.min_cacheable} tokens); gunicorn "
+        f"{args.gunicorn_workers} workers; agent worker -Q agent --pool={args.agent_pool} "
+        f"--concurrency={args.agent_concurrency} (connection pool {args.pool_size or 'off'}); money worker "
+        f"-Q money --pool=prefork --concurrency=2; PostgreSQL {db_name(url)}; broker {broker}"
+    )
+    print(f"one ticket alone: {floor:.1f} s (warm-up ticket {floors[0]:.1f} s); filing took {filed_at - t0:.1f} s")
+    if ok:
+        p50 = statistics.median(latencies)
+        p95 = latencies[min(len(latencies) - 1, int(round(0.95 * len(latencies))) - 1)]
+        print(
+            f"tickets/s {ok / span:.2f}; filing to approval_required p50 {p50:.1f} s, p95 {p95:.1f} s, "
+            f"last {max(latencies):.1f} s ({max(latencies) / floor:.1f}x one ticket alone)"
+        )
+    print(
+        f"runs in flight at most {max(in_flight, default=0)}; model calls in flight at most {replies.in_flight_max}; "
+        f"model calls {replies.answered - calls_before} ({(usage['calls'] or 0) / n:.1f} per ticket), 429s {replies.refused}"
+    )
+    print(
+        f"tokens per ticket: input {plain / n:.0f}, cache write {write / n:.0f}, cache read {read / n:.0f}, "
+        f"output {output / n:.0f}; cache-read share {share:.2f}; USD per ticket {usd:.4f} at {MODEL} list prices"
+    )
+    for line in errors[:20]:
+        print(f"  error: {line}")
+    print(f"(server logs: {logs})", flush=True)
+    print(
+        f"model_latency tickets={args.tickets} ok={ok} tickets_per_s={ok / span if ok else 0:.2f} "
+        f"in_flight_max={max(in_flight, default=0)} floor_s={floor:.1f} cache_read_share={share:.2f} "
+        f"usd_per_ticket={usd:.4f}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
