@@ -383,6 +383,20 @@ def celery_worker_process(transactional_db):
 
 
 @pytest.fixture
+def money_worker_process(transactional_db):
+    """A real worker as docker-compose's money worker runs (prefork: a killed child's task is
+    requeued at once), here on both queues so it serves a test alone. The fault hooks of
+    refundagent/tests/faults act in a prefork child. Mark the test `worker`."""
+    from refundagent.config.celery import app
+
+    app.control.purge()
+    worker = WorkerProcess(database_url(connection.settings_dict), 1, pool="prefork")
+    yield worker
+    worker.stop()
+    app.control.purge()
+
+
+@pytest.fixture
 def celery_workers(transactional_db):
     """Start real workers as docker-compose.yml runs them: `start(queues=..., pool=...,
     concurrency=..., extra_env=...)`, each a process of its own, all stopped after the test.

@@ -32,12 +32,12 @@ def wait_for(predicate, timeout=90.0):
 @pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
 def test_a_worker_whose_verified_follow_up_fails_once_refunds_the_ticket_at_the_next_sweep(
-    celery_worker_process, user, tmp_path
+    money_worker_process, user, tmp_path
 ):
     # given a real worker whose first ticket follow-up of a verdict raises, and a 1 s backoff
     marker = tmp_path / "follow-up-failed-once"
     pythonpath = os.pathsep.join(p for p in (str(FAULTS), os.environ.get("PYTHONPATH", "")) if p)
-    celery_worker_process.start(
+    money_worker_process.start(
         extra_env={
             FOLLOW_VERIFIED_FAIL_ONCE_ENV: str(marker),
             "PYTHONPATH": pythonpath,

@@ -153,7 +153,10 @@ def test_a_529_overload_then_success_completes_the_run(ticket, fake_anthropic):
     assert agent_run.input_tokens == sum(u["input_tokens"] for u in USAGES)
 
 
-def test_overload_on_every_attempt_stops_the_run_failed(ticket, fake_anthropic):
+def test_overload_on_every_attempt_stops_the_run_failed(ticket, fake_anthropic, settings):
+    # an outage is waited out up to AGENT_PROVIDER_OUTAGE_SECONDS: none here, so the SDK's own
+    # attempts are all there is
+    settings.AGENT_PROVIDER_OUTAGE_SECONDS = 0
     for _ in range(3):
         fake_anthropic.add_overloaded()
 

@@ -207,7 +207,7 @@ def test_broker_down_when_support_files_a_ticket_then_the_sweep_has_it_run(
 
 
 def test_worker_killed_between_the_provider_call_and_the_ledger_update_pays_once(
-    celery_worker_process, private_redis, stripe_env, shop, tmp_path, settings, django_capture_on_commit_callbacks
+    money_worker_process, private_redis, stripe_env, shop, tmp_path, settings, django_capture_on_commit_callbacks
 ):
     fake, env = stripe_env
     settings.SWEEP_GRACE_SECONDS = 1
@@ -216,7 +216,7 @@ def test_worker_killed_between_the_provider_call_and_the_ledger_update_pays_once
     marker = tmp_path / "killed-after-provider-call"
     pythonpath = os.pathsep.join(p for p in (str(FAULTS), os.environ.get("PYTHONPATH", "")) if p)
     worker_env = {**env, "CELERY_BROKER_URL": private_redis.url, "CELERY_VISIBILITY_TIMEOUT": "3600"}
-    celery_worker_process.start(
+    money_worker_process.start(
         timeout=90, extra_env={**worker_env, PAYOUT_CRASH_ENV: str(marker), "PYTHONPATH": pythonpath}
     )
     ticket, request = ticket_awaiting_approval(order=shop["order"], filer=shop["support"], amount="40.00", key="k-kill")
@@ -227,14 +227,14 @@ def test_worker_killed_between_the_provider_call_and_the_ledger_update_pays_once
             request_id=request.pk, user=shop["finance"], decision="approve", args_hash=request.args_hash
         )
     wait_for(marker.exists, 60, "the worker to be killed after the provider call")
-    wait_for(lambda: celery_worker_process.proc.poll() is not None, 30, "the whole worker to be gone")
+    wait_for(lambda: money_worker_process.proc.poll() is not None, 30, "the whole worker to be gone")
     # then the provider made the refund, the ledger still says pending, the request approved
     assert len(fake.refunds) == 1
     assert RefundEntry.objects.get(order=shop["order"]).status == "pending"
     assert request_status(request) == "approved"
 
     # when a worker is back (same hour-long visibility timeout) and the sweep runs after the grace
-    celery_worker_process.start(timeout=90, extra_env=worker_env)
+    money_worker_process.start(timeout=90, extra_env=worker_env)
     time.sleep(settings.SWEEP_GRACE_SECONDS + 0.1)
     swept_at = time.monotonic()
     assert outbox_sweep_task()["approval_executions"] == 1

@@ -28,12 +28,12 @@ def wait_for(predicate, timeout=90.0):
 
 @pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
-def test_worker_killed_after_the_ledger_write_still_one_entry(celery_worker_process, user, tmp_path):
+def test_worker_killed_after_the_ledger_write_still_one_entry(money_worker_process, user, tmp_path):
     # given a real worker whose first execution SIGKILLs its own process right after the ledger
     # write committed (before the task is acknowledged)
     marker = tmp_path / "killed-once"
     pythonpath = os.pathsep.join(p for p in (str(FAULTS), os.environ.get("PYTHONPATH", "")) if p)
-    celery_worker_process.start(extra_env={CRASH_AFTER_LEDGER_WRITE_ENV: str(marker), "PYTHONPATH": pythonpath})
+    money_worker_process.start(extra_env={CRASH_AFTER_LEDGER_WRITE_ENV: str(marker), "PYTHONPATH": pythonpath})
     ticket, request = ticket_with_request(user)
     # when finance approves (the execution task goes to Redis on commit)
     decide(user, request)
