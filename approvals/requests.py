@@ -144,14 +144,25 @@ def approval_required_count(
 ) -> int:
     """How many distinct approvers a refund of `amount` on `order` needs: the policy's count when
     it would take the order's refunds (see order_refund_exposure) above the threshold, else one."""
+    return approvals_needed(
+        policy=policy,
+        order_total=order.total,
+        amount=amount,
+        exposure=lambda: order_refund_exposure(order=order, exclude_pk=exclude_pk, refunded=refunded),
+    )
+
+
+def approvals_needed(*, policy: RefundPolicy, order_total: Decimal, amount: Decimal, exposure) -> int:
+    """The dual-control rule on plain facts: `exposure()` returns what the order already has
+    refunded or in flight, asked only when it matters. A policy replay passes the recorded one."""
     threshold = policy.two_approver_threshold
     # An order worth no more than the threshold can never move more than it: every request on it
     # is re-checked against what is still refundable before it is approved and executed.
-    if threshold is None or order.total <= threshold:
+    if threshold is None or order_total <= threshold:
         return 1
     if amount > threshold:
         return policy.approvals_above_threshold
-    if order_refund_exposure(order=order, exclude_pk=exclude_pk, refunded=refunded) + amount > threshold:
+    if exposure() + amount > threshold:
         return policy.approvals_above_threshold
     return 1
 
