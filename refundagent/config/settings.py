@@ -273,6 +273,9 @@ CELERY_TASK_DEFAULT_QUEUE = "money"
 CELERY_TASK_ROUTES = {
     "refundagent.tasks.agent_run_ticket_task": {"queue": "agent"},
     "evals.tasks.eval_run_scheduled_task": {"queue": "agent"},
+    # Replays read a month of decisions (or re-run the model): long work that must not hold up a payout.
+    "approvals.tasks.policy_replay_task": {"queue": "agent"},
+    "refundagent.tasks.model_replay_task": {"queue": "agent"},
 }
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 
