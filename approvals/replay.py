@@ -17,6 +17,7 @@ from decimal import Decimal
 from types import SimpleNamespace
 
 from django.db import transaction
+from django.db.models.functions import JSONObject
 from django.utils import timezone
 
 from ledger.exceptions import InvalidInput
@@ -27,6 +28,7 @@ from ledger.selectors import LinePosition, RefundPosition
 from .gate import Outcome, Proposal, policy_gate_evaluate
 from .models import DecisionRecord, PolicyReplay, RefundPolicy
 from .policies import refund_policy_fingerprint
+from .promises import reply_promises_payment
 from .requests import approvals_needed
 
 DEFAULT_DAYS = 30
@@ -38,6 +40,8 @@ MAX_FLIPPED_LISTED = 1000
 READ_CHUNK = 5000
 # The words of a direction: refund (a refund for finance to approve), escalate, deny.
 OUTCOME_WORDS = {Outcome.APPROVAL_REQUIRED: "refund", Outcome.ESCALATED: "escalate", Outcome.DENIED: "deny"}
+# The JSON columns come back as one object per row: one decode instead of five.
+JSON_FIELDS = ("order_lines", "item_ids", "destination", "proposal", "codes")
 RECORD_FIELDS = (
     "id",
     "ticket_ref",
@@ -49,16 +53,11 @@ RECORD_FIELDS = (
     "currency",
     "order_refunded",
     "order_exposure",
-    "order_lines",
     "requested_amount",
     "requested_currency",
-    "item_ids",
-    "destination",
-    "proposal",
     "policy_version",
     "outcome",
     "allowed_amount",
-    "codes",
     "required_approvals",
     "decided_at",
     "backfilled",
@@ -156,11 +155,17 @@ def decision_record_replay(*, record: dict, policy: RefundPolicy, original_versi
     cited = proposed.get("policy_version")
     if cited and cited == (original_version or record["policy_version"]):
         cited = policy.version
+    reply = proposed.get("customer_reply") or ""
+    promises = proposed.get("reply_promises_payment")
+    if promises is None:  # a backfilled record: read the reply once more
+        promises = reply_promises_payment(reply)
     proposal = Proposal(
         recommendation=proposed.get("recommendation") or "refund",
         amount=None if proposed.get("amount") is None else Decimal(proposed["amount"]),
         policy_version=cited,
-        customer_reply=proposed.get("customer_reply") or "",
+        # The gate reads the reply only for a promise of payment; when the record says there is
+        # none, an empty reply decides the same and costs nothing (most of a replay's time).
+        customer_reply=reply if promises else "",
         destination=proposed.get("destination"),
     )
     verdict = policy_gate_evaluate(
@@ -266,7 +271,9 @@ def policy_replay_run(*, replay_id: int, progress=None) -> PolicyReplay:
     allowed_before, allowed_after = defaultdict(lambda: ZERO), defaultdict(lambda: ZERO)
     flipped, dual_control, backfilled, done = [], 0, 0, 0
     flipped_count = 0
-    for record in records.order_by("decided_at", "id").values(*RECORD_FIELDS).iterator(chunk_size=READ_CHUNK):
+    rows = records.order_by("decided_at", "id").values(*RECORD_FIELDS, facts=JSONObject(**{f: f for f in JSON_FIELDS}))
+    for record in rows.iterator(chunk_size=READ_CHUNK):
+        record.update(record.pop("facts"))
         replayed = _replay_one(record, policy)
         backfilled += record["backfilled"]
         if replayed.allowed_before is not None:
