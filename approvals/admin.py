@@ -38,9 +38,10 @@ from ledger.selectors import order_ledger, order_refund_position, reconciliation
 
 from .decisions import DECISIONS, approval_decisions_open, approval_request_decide, user_can_decide
 from .models import QUEUE_RANK, ApprovalRequest, ApprovalVote, Capability, DecisionRecord, PolicyReplay, RefundPolicy
+from .outbox import policy_replay_start
 from .payouts import approval_request_payment_retry
 from .policies import policy_draft_publish, policy_replay_latest, refund_policy_draft
-from .replay import policy_replay_start, policy_replay_summary
+from .replay import policy_replay_summary
 from .review import review_sections
 from .selectors import approvals_refused_by_provider
 

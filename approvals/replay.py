@@ -357,13 +357,3 @@ def policy_replay_summary(replay: PolicyReplay) -> str:
         f"flipped={result.get('flipped', 0)} allowed_before={amounts('allowed_before')} "
         f"allowed_after={amounts('allowed_after')} difference={amounts('difference')}"
     )
-
-
-def policy_replay_start(*, tenant: Tenant, draft_version: str, days: int = DEFAULT_DAYS, user=None) -> PolicyReplay:
-    """A replay queued on Celery once committed (the admin's action; the page shows its progress)."""
-    from .tasks import policy_replay_task  # the tasks module imports this one
-
-    with transaction.atomic():
-        replay = policy_replay_create(tenant=tenant, draft_version=draft_version, days=days, user=user)
-        transaction.on_commit(lambda: policy_replay_task.delay(replay.pk))
-    return replay
