@@ -88,7 +88,7 @@ class ReplayedDecision:
         return self.after == Outcome.APPROVAL_REQUIRED and self.approvals_after > 1 >= self.approvals_before
 
 
-def _as_published(draft: RefundPolicy) -> RefundPolicy:
+def policy_as_current(draft: RefundPolicy) -> RefundPolicy:
     """An unsaved copy of the draft the gate takes for a current policy. Never saved."""
     replica = copy.copy(draft)
     replica.status = RefundPolicy.Status.PUBLISHED
@@ -101,10 +101,18 @@ def _method(*, pk: int, kind: str | None, external_id: str | None, customer_id: 
     )
 
 
-def decision_record_replay(*, record: dict, policy: RefundPolicy, original_version: str | None = None):
-    """Decide one recorded decision (a dict of RECORD_FIELDS) with `policy` (as if current);
-    returns (verdict, approvals needed). Pure: the order, its lines and its destination are
-    rebuilt from the record, never read."""
+def decision_record_facts(record: DecisionRecord) -> dict:
+    """One record as `decision_record_replay` takes it."""
+    return {name: getattr(record, name) for name in (*RECORD_FIELDS, *JSON_FIELDS)}
+
+
+def decision_record_replay(
+    *, record: dict, policy: RefundPolicy, original_version: str | None = None, proposal: Proposal | None = None
+):
+    """Decide one recorded decision (a dict of RECORD_FIELDS and JSON_FIELDS) with `policy` (as
+    if current); returns (verdict, approvals needed). Pure: the order, its lines and its
+    destination are rebuilt from the record, never read. `proposal`: another draft to decide on
+    these facts instead of the recorded one (a shadow model's, agent.shadow)."""
     customer_id = 1
     order = SimpleNamespace(
         pk=record["order_id"],
@@ -151,6 +159,8 @@ def decision_record_replay(*, record: dict, policy: RefundPolicy, original_versi
             refund_to.kind = PaymentMethod.Kind.GIFT_CARD
         elif kind == "other" and refund_to.kind == PaymentMethod.Kind.GIFT_CARD:
             refund_to.kind = PaymentMethod.Kind.CARD
+    if proposal is not None:
+        return _decide(record, policy, order, position, original, refund_to, proposal, refunded)
     proposed = record["proposal"] or {}
     cited = proposed.get("policy_version")
     if cited and cited == (original_version or record["policy_version"]):
@@ -168,6 +178,10 @@ def decision_record_replay(*, record: dict, policy: RefundPolicy, original_versi
         customer_reply=reply if promises else "",
         destination=proposed.get("destination"),
     )
+    return _decide(record, policy, order, position, original, refund_to, proposal, refunded)
+
+
+def _decide(record, policy, order, position, original, refund_to, proposal, refunded):
     verdict = policy_gate_evaluate(
         order=order,
         policy=policy,
@@ -260,7 +274,7 @@ def policy_replay_run(*, replay_id: int, progress=None) -> PolicyReplay:
         )
         replay.refresh_from_db()
         return replay
-    policy = _as_published(draft)
+    policy = policy_as_current(draft)
     records = DecisionRecord.objects.for_tenant(replay.tenant).filter(
         decided_at__gte=replay.since, decided_at__lt=replay.until
     )
