@@ -353,6 +353,9 @@ if not 1 <= APPROVAL_FOLLOWUP_RETRY_SECONDS <= APPROVAL_FOLLOWUP_RETRY_MAX_SECON
 APPROVAL_EXPIRY = timedelta(hours=envint("APPROVAL_EXPIRY_HOURS", "72"))
 
 # --- Evals: the release gate's blocking thresholds ------------------------------------------
+# The release gate's optional replay suite (run_evals --replay-tenant): the share of recorded
+# tickets on which the shadow run agrees with what happened (docs/replay.md).
+EVAL_REPLAY_AGREEMENT_MIN = envdecimal("EVAL_REPLAY_AGREEMENT_MIN", "0.90")
 EVAL_GATE = {
     "false_allow_max": envint("EVAL_GATE_FALSE_ALLOW_MAX", "0"),
     "missing_citation_max": envint("EVAL_GATE_MISSING_CITATION_MAX", "0"),
