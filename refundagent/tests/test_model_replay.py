@@ -148,3 +148,34 @@ def test_bad_model_replays_are_refused_and_write_nothing(demo, args, message):
     with pytest.raises(CommandError, match=message):
         run_command(*tenant, "--provider", "offline", *args)
     assert not ModelReplay.objects.exists()
+
+
+def test_an_operator_starts_a_model_replay_in_the_admin_and_reads_its_differences(
+    recorded, user, monkeypatch, django_capture_on_commit_callbacks
+):
+    from django.test import Client
+
+    monkeypatch.setenv("AGENT_SCRIPT", json.dumps(DISAGREEING))
+    operator = Client()
+    operator.force_login(user("ops"))
+    before = written()
+
+    # when the operator starts a replay with the scripted model (the task runs on commit)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = operator.post(
+            "/admin/refundagent/modelreplay/add/", {"provider": "scripted", "model": "", "days": "30", "limit": ""}
+        )
+    replay = ModelReplay.objects.get()
+    assert response.status_code == 302 and response["Location"].endswith(f"/modelreplay/{replay.pk}/change/")
+    page = operator.get(response["Location"]).content.decode()
+
+    # then its page shows the agreement and links exactly the tickets that differ
+    assert 'id="ra-model-replay-differences"' in page and "1 of 3" in page
+    assert (
+        f'href="/tickets/{recorded["ORD-5001"].pk}/"' in page and f'href="/tickets/{recorded["ORD-5002"].pk}/"' in page
+    )
+    assert f'href="/tickets/{recorded["ORD-5003"].pk}/"' not in page
+    assert replay.tenant.slug == "acme" and written() == before
+    # a bad start is refused and starts nothing
+    bad = operator.post("/admin/refundagent/modelreplay/add/", {"provider": "scripted", "days": "0"})
+    assert bad.status_code == 422 and ModelReplay.objects.count() == 1

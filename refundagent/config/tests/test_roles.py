@@ -54,6 +54,8 @@ EXPECTED = {
         "refundagent.view_agentrun",
         "refundagent.view_traceevent",
         "refundagent.view_refunddraft",
+        "refundagent.view_modelreplay",
+        "refundagent.add_modelreplay",
         "evals.view_evalcase",
         "evals.change_evalcase",
         "evals.view_evalrun",
@@ -111,7 +113,7 @@ def test_setup_roles_repairs_the_roles_and_a_second_run_changes_nothing(db):
     assert "support: -ledger.view_payment" in first
     assert second.splitlines() == [
         "finance: unchanged (17 permissions)",
-        "operator: unchanged (16 permissions)",
+        "operator: unchanged (18 permissions)",
         "support: unchanged (5 permissions)",
     ]
     assert dict(Group.objects.values_list("name", "pk")) == groups_after_first
