@@ -203,11 +203,20 @@ def _decide(record, policy, order, position, original, refund_to, proposal, refu
     return verdict, approvals
 
 
+def decision_record_replayable(record: dict) -> bool:
+    """False where the record lacks what the gate needs: no order was named, or a backfilled
+    item refund whose lines (units already refunded then) the old rows did not keep."""
+    if record["order_id"] is None:
+        return False
+    return not (record["backfilled"] and record["item_ids"] and not record["order_lines"])
+
+
 def _replay_one(record: dict, policy: RefundPolicy) -> ReplayedDecision:
     before = record["outcome"]
-    if record["order_id"] is None:
-        # No order was named: nothing for a policy to decide, then or now.
-        after, allowed_after, approvals_after, codes_after = before, None, 0, list(record["codes"] or [])
+    if not decision_record_replayable(record):
+        # Left as it was decided: counted, never reported as a flip it cannot know.
+        after, approvals_after, codes_after = before, record["required_approvals"], list(record["codes"] or [])
+        allowed_after = record["allowed_amount"]
     else:
         verdict, approvals_after = decision_record_replay(record=record, policy=policy)
         after, allowed_after, codes_after = verdict.outcome, verdict.allowed_amount, verdict.codes
@@ -283,13 +292,14 @@ def policy_replay_run(*, replay_id: int, progress=None) -> PolicyReplay:
 
     directions, rules_before, rules_after = Counter(), Counter(), Counter()
     allowed_before, allowed_after = defaultdict(lambda: ZERO), defaultdict(lambda: ZERO)
-    flipped, dual_control, backfilled, done = [], 0, 0, 0
+    flipped, dual_control, backfilled, not_replayable, done = [], 0, 0, 0, 0
     flipped_count = 0
     rows = records.order_by("decided_at", "id").values(*RECORD_FIELDS, facts=JSONObject(**{f: f for f in JSON_FIELDS}))
     for record in rows.iterator(chunk_size=READ_CHUNK):
         record.update(record.pop("facts"))
         replayed = _replay_one(record, policy)
         backfilled += record["backfilled"]
+        not_replayable += not decision_record_replayable(record)
         if replayed.allowed_before is not None:
             allowed_before[replayed.currency] += replayed.allowed_before
         if replayed.allowed_after is not None:
@@ -326,6 +336,7 @@ def policy_replay_run(*, replay_id: int, progress=None) -> PolicyReplay:
     result = {
         "decisions": done,
         "backfilled": backfilled,
+        "not_replayable": not_replayable,
         "flipped": flipped_count,
         "directions": dict(sorted(directions.items())),
         "dual_control_newly_needed": dual_control,
@@ -364,7 +375,7 @@ def policy_replay_summary(replay: PolicyReplay) -> str:
             return "0.00"
         if len(values) == 1:
             return next(iter(values.values()))
-        return ",".join(f"{amount}{currency}" for currency, amount in values.items())
+        return ",".join(f"{currency}:{amount}" for currency, amount in values.items())
 
     return (
         f"replay draft={replay.draft.version} decisions={result.get('decisions', 0)} "

@@ -262,3 +262,30 @@ def test_bad_replay_windows_are_refused(demo):
     with pytest.raises(CommandError, match="only drafts"):
         run("replay_policy", "--tenant", "acme", "--draft", "refund-policy-v4")
     assert not PolicyReplay.objects.exists()
+
+
+def test_backfilled_records_replay_where_their_facts_allow_and_say_where_not(file_ticket):
+    import importlib
+
+    from django.apps import apps as django_apps
+
+    # given a whole-order refund and an item refund decided, then backfilled (as on a deployment
+    # that had drafts before records were kept: the migration rebuilds one from each draft)
+    whole = file_ticket(order="ORD-5001")
+    items = file_ticket(order="ORD-5006", items=["ITEM-7"], message="The espresso machine leaks.")
+    for ticket in (whole, items):
+        agent_run_ticket(ticket_id=ticket.pk, provider=OfflineProvider())
+    importlib.import_module("refundagent.migrations.0010_decision_records_backfill").backfill(django_apps, None)
+    assert DecisionRecord.objects.filter(backfilled=True).count() == 2
+    run("policy_draft", "--tenant", "acme", "--name", "v5-one-day", "--set", "window_days=1")
+
+    # when a draft with a 1-day window is replayed
+    line = summary(run("replay_policy", "--tenant", "acme", "--draft", "v5-one-day"))
+
+    # then the live records and the backfilled whole-order refund flip; the backfilled item refund
+    # (its lines were not kept) is left as decided and counted as not replayable
+    replay = PolicyReplay.objects.get(draft__version="v5-one-day")
+    assert (line["decisions"], line["flipped"]) == ("4", "3")
+    assert replay.result["backfilled"] == 2 and replay.result["not_replayable"] == 1
+    flipped = {(f["order"], f["ticket"]) for f in replay.result["flipped_tickets"]}
+    assert flipped == {("ORD-5001", whole.pk), ("ORD-5006", items.pk)}

@@ -39,6 +39,7 @@ def replay_table(replay) -> list[str]:
         f"{replay.since:%Y-%m-%d %H:%M} to {replay.until:%Y-%m-%d %H:%M} UTC ({replay.window_days} days)",
         f"{'decisions':<28}{result['decisions']:>10}",
         f"{'  of them backfilled':<28}{result['backfilled']:>10}",
+        f"{'  not replayable':<28}{result.get('not_replayable', 0):>10}",
         f"{'flipped':<28}{result['flipped']:>10}",
     ]
     for direction, count in result["directions"].items():
