@@ -5,19 +5,41 @@ since. Written in the transaction of the decision it records: one commits with t
 from datetime import datetime
 from decimal import Decimal
 
+from django.db.models import DecimalField, ExpressionWrapper, Subquery, Sum, Value
+from django.db.models.functions import Coalesce
+
 from ledger.models import Order, PaymentMethod
+from ledger.money import ZERO
 from ledger.selectors import RefundPosition
 
 from .gate import GateVerdict, Outcome, Proposal
 from .models import DecisionRecord, RefundPolicy
 from .promises import reply_promises_payment
-from .requests import order_refund_exposure
+from .requests import order_refund_exposure, order_requests_in_flight
 
 
 def verdict_risk(verdict: GateVerdict) -> dict:
     """The risk figures the gate put on its verdict, if it has any (empty otherwise)."""
     risk = getattr(verdict, "risk", None) or getattr(verdict, "risk_signals", None) or {}
     return dict(risk) if isinstance(risk, dict) else {"signals": list(risk)}
+
+
+def _exposure(*, order: Order, exclude_pk: int | None, refunded: Decimal | None):
+    """order_refund_exposure as an expression of the record's INSERT (one statement, not two)."""
+    if refunded is None:
+        return order_refund_exposure(order=order, exclude_pk=exclude_pk)
+    in_flight = (
+        order_requests_in_flight(order=order, exclude_pk=exclude_pk)
+        .order_by()
+        .values("order_id")
+        .annotate(total=Sum("amount"))
+        .values("total")[:1]
+    )
+    money = DecimalField(max_digits=12, decimal_places=2)
+    return ExpressionWrapper(
+        Coalesce(Subquery(in_flight, output_field=money), Value(ZERO), output_field=money) + Value(refunded),
+        output_field=money,
+    )
 
 
 def decision_record_create(
@@ -52,7 +74,8 @@ def decision_record_create(
             order_age_days=(now - order.placed_at).days,
             order_total=order.total,
             order_refunded=refunded,
-            order_exposure=order_refund_exposure(order=order, exclude_pk=approval_pk, refunded=refunded),
+            # Read in the INSERT itself: the decision's transaction pays one statement for the record.
+            order_exposure=_exposure(order=order, exclude_pk=approval_pk, refunded=refunded),
             order_lines=[
                 {
                     "line_no": line.line_no,

@@ -119,6 +119,8 @@ def refund_policy_field_parse(*, field: str, raw: str):
     if field == "approvals_above_threshold":
         return _count(field, raw, 1)
     if field == "text":
+        if "\x00" in raw:
+            raise InvalidInput("text: contains a NUL character.", code="bad_policy_field")
         if not raw:
             raise InvalidInput("text: a policy needs the text drafts cite.", code="bad_policy_field")
         return raw

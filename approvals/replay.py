@@ -283,6 +283,19 @@ def policy_replay_run(*, replay_id: int, progress=None) -> PolicyReplay:
         )
         replay.refresh_from_db()
         return replay
+    try:
+        return _policy_replay_run(replay, draft, progress)
+    except Exception as error:
+        # The row says why; the task's log has the traceback.
+        PolicyReplay.objects.filter(pk=replay.pk).update(
+            status=PolicyReplay.Status.FAILED,
+            error=f"{type(error).__name__}: {error}"[:2000],
+            finished_at=timezone.now(),
+        )
+        raise
+
+
+def _policy_replay_run(replay: PolicyReplay, draft: RefundPolicy, progress) -> PolicyReplay:
     policy = policy_as_current(draft)
     records = DecisionRecord.objects.for_tenant(replay.tenant).filter(
         decided_at__gte=replay.since, decided_at__lt=replay.until

@@ -125,13 +125,17 @@ def order_refund_exposure(*, order: Order, exclude_pk: int | None = None, refund
     in the ledger (being paid out), and other requests still pending approval. The two-approver
     rule counts all of it, so splitting one refund into several requests does not split the
     dual control."""
+    pending = order_requests_in_flight(order=order, exclude_pk=exclude_pk).aggregate(s=Sum("amount"))["s"] or ZERO
+    return (order_refunded_total(order) if refunded is None else refunded) + pending
+
+
+def order_requests_in_flight(*, order: Order, exclude_pk: int | None = None):
+    """The requests on `order` that count as on their way out: pending approval, or approved and
+    not yet in the ledger (order_refund_exposure)."""
     in_flight = ApprovalRequest.objects.filter(order=order).filter(
         Q(status=ApprovalRequest.Status.PENDING) | Q(status=ApprovalRequest.Status.APPROVED, ledger_entry__isnull=True)
     )
-    if exclude_pk is not None:
-        in_flight = in_flight.exclude(pk=exclude_pk)
-    pending = in_flight.aggregate(s=Sum("amount"))["s"] or ZERO
-    return (order_refunded_total(order) if refunded is None else refunded) + pending
+    return in_flight if exclude_pk is None else in_flight.exclude(pk=exclude_pk)
 
 
 def approval_required_count(

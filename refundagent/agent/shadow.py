@@ -15,6 +15,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 
 from approvals.gate import Outcome, Proposal
@@ -236,6 +237,13 @@ def model_replay_create(
     model = (model or "").strip()
     if len(model) > 100 or not model.isprintable():
         raise InvalidInput("--model is at most 100 printable characters.", code="bad_model")
+    # Refused now rather than on every ticket: a provider that cannot run would "disagree" everywhere.
+    if provider == "anthropic" and not settings.ANTHROPIC_API_KEY:
+        raise InvalidInput("The anthropic provider needs ANTHROPIC_API_KEY.", code="provider_unavailable")
+    try:
+        model_provider(name=provider, model=model)
+    except ImproperlyConfigured as error:
+        raise InvalidInput(str(error), code="provider_unavailable") from None
     until = timezone.now()
     return ModelReplay.objects.create(
         tenant=tenant,
@@ -255,6 +263,19 @@ def model_replay_run(*, replay_id: int, provider: Provider | None = None) -> Mod
     replay = ModelReplay.objects.select_related("tenant").get(pk=replay_id)
     if replay.status == ModelReplay.Status.DONE:
         return replay
+    try:
+        return _model_replay_run(replay, provider)
+    except Exception as error:
+        # The row says why; the task's log has the traceback.
+        ModelReplay.objects.filter(pk=replay.pk).update(
+            status=ModelReplay.Status.FAILED,
+            error=f"{type(error).__name__}: {error}"[:2000],
+            finished_at=timezone.now(),
+        )
+        raise
+
+
+def _model_replay_run(replay: ModelReplay, provider: Provider | None) -> ModelReplay:
     if provider is None:
         provider = model_provider(name=replay.provider, model=replay.model)
     records = (

@@ -107,3 +107,14 @@ def test_the_backfill_rebuilds_what_old_drafts_allow_and_names_what_they_do_not(
     assert rebuilt.order_age_days == 10  # 12 days old now, decided two days ago
     assert rebuilt.required_approvals == 1 and rebuilt.proposal["recommendation"] == "refund"
     assert set(rebuilt.missing_facts) == {"order_status", "order_lines", "order_exposure", "risk"}
+
+
+def test_the_record_keeps_what_dual_control_counted_on_the_order_then(file_ticket):
+    # given two tickets on ORD-5001: 50.00 asked first (its request still pending), then 30.00
+    first = run_offline(file_ticket(amount="50.00"))
+    second = run_offline(file_ticket(amount="30.00"))
+
+    # then each record keeps the order's refunds plus what was in flight when it was decided,
+    # leaving out the request the decision itself made
+    assert DecisionRecord.objects.get(ticket_ref=first.pk).order_exposure == Decimal("0.00")
+    assert DecisionRecord.objects.get(ticket_ref=second.pk).order_exposure == Decimal("50.00")

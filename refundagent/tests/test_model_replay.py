@@ -25,6 +25,13 @@ DISAGREEING = [
 ]
 
 
+@pytest.fixture(autouse=True)
+def _script(monkeypatch):
+    """AGENT_PROVIDER=scripted's script (replays made with provider "scripted" check it is there;
+    tests that pass a provider of their own run that one)."""
+    monkeypatch.setenv("AGENT_SCRIPT", json.dumps(DISAGREEING))
+
+
 @pytest.fixture
 def ticket_defaults():
     return {"order": "ORD-5001", "message": "It arrived broken. Please refund me."}
@@ -141,12 +148,18 @@ def test_model_replays_are_tenant_scoped_and_limited(recorded):
         (["--days", "0"], "--days"),
         (["--limit", "0"], "--limit"),
         (["--tenant", "nope"], "No tenant"),
+        (["--provider", "anthropic"], "ANTHROPIC_API_KEY"),
+        (["--provider", "scripted"], "AGENT_SCRIPT"),
+        (["--model", "claude\x00"], "--model"),
     ],
 )
-def test_bad_model_replays_are_refused_and_write_nothing(demo, args, message):
+def test_bad_model_replays_are_refused_and_write_nothing(demo, args, message, settings, monkeypatch):
+    settings.ANTHROPIC_API_KEY = ""
+    monkeypatch.delenv("AGENT_SCRIPT", raising=False)
     tenant = [] if "--tenant" in args else ["--tenant", "acme"]
+    provider = [] if "--provider" in args else ["--provider", "offline"]
     with pytest.raises(CommandError, match=message):
-        run_command(*tenant, "--provider", "offline", *args)
+        run_command(*tenant, *provider, *args)
     assert not ModelReplay.objects.exists()
 
 

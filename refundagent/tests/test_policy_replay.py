@@ -244,6 +244,8 @@ def test_an_operator_may_publish_without_a_replay_with_a_written_reason_which_is
         (["--set", "window_days"], "FIELD=VALUE"),
         (["--from", "refund-policy-v9"], "no policy refund-policy-v9"),
         (["--name", "refund-policy-v4"], "already has a policy"),
+        (["--set", "text=Refunds\x00within 7 days."], "NUL"),
+        (["--name", "v5\x00"], "printable"),
     ],
 )
 def test_bad_drafts_are_refused_and_write_nothing(demo, args, message):
@@ -289,3 +291,22 @@ def test_backfilled_records_replay_where_their_facts_allow_and_say_where_not(fil
     assert replay.result["backfilled"] == 2 and replay.result["not_replayable"] == 1
     flipped = {(f["order"], f["ticket"]) for f in replay.result["flipped_tickets"]}
     assert flipped == {("ORD-5001", whole.pk), ("ORD-5006", items.pk)}
+
+
+def test_the_summary_gives_amounts_per_currency_where_there_are_several():
+    from approvals.replay import policy_replay_summary
+
+    replay = PolicyReplay(
+        draft=RefundPolicy(version="v5"),
+        result={
+            "decisions": 3,
+            "flipped": 1,
+            "allowed_before": {"EUR": "40.00", "USD": "120.00"},
+            "allowed_after": {"EUR": "40.00", "USD": "0.00"},
+            "difference": {"EUR": "0.00", "USD": "-120.00"},
+        },
+    )
+    assert policy_replay_summary(replay) == (
+        "replay draft=v5 decisions=3 flipped=1 allowed_before=EUR:40.00,USD:120.00 "
+        "allowed_after=EUR:40.00,USD:0.00 difference=EUR:0.00,USD:-120.00"
+    )
