@@ -24,6 +24,7 @@ from approvals.promises import reply_promises_payment
 from approvals.replay import decision_record_facts, decision_record_replay, policy_as_current
 from ledger.exceptions import InvalidInput
 from ledger.models import Tenant
+from ledger.money import CENT
 
 from ..models import ModelReplay, RefundDraft
 from .prompts import NUDGE, SYSTEM_PROMPT
@@ -161,7 +162,7 @@ def shadow_agent_run(*, first_message: dict, recorded, provider: Provider, custo
 
 
 def _amount(value) -> str | None:
-    return None if value is None else str(Decimal(value).quantize(Decimal("0.01")))
+    return None if value is None else str(Decimal(value).quantize(CENT))
 
 
 def ticket_shadow_compare(*, record: DecisionRecord, draft: RefundDraft, provider: Provider) -> dict:
