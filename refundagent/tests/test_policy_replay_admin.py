@@ -2,6 +2,8 @@
 version into a draft and edits its rules, replays it, watches the replay's page, and publishes it
 from a confirmation step that shows the latest replay of exactly that draft."""
 
+import json
+
 import pytest
 from django.test import Client
 
@@ -48,7 +50,25 @@ def test_finance_drafts_replays_and_publishes_a_policy_in_the_admin(
     draft = RefundPolicy.objects.get(tenant=acme, status="draft")
     form = finance.get(f"{CHANGELIST}{draft.pk}/change/")
     assert form.status_code == 200 and 'name="window_days"' in form.content.decode()
-    RefundPolicy.objects.filter(pk=draft.pk).update(window_days=7)
+    saved = finance.post(
+        f"{CHANGELIST}{draft.pk}/change/",
+        {
+            "tenant": acme.pk,
+            "version": draft.version,
+            "window_days": "7",
+            "full_refund_statuses": json.dumps(draft.full_refund_statuses),
+            "item_refund_statuses": json.dumps(draft.item_refund_statuses),
+            "full_refund_destinations": json.dumps(draft.full_refund_destinations),
+            "item_refund_destinations": json.dumps(draft.item_refund_destinations),
+            "two_approver_threshold": str(draft.two_approver_threshold),
+            "approvals_above_threshold": str(draft.approvals_above_threshold),
+            "waivable_rules": json.dumps(draft.waivable_rules),
+            "text": draft.text,
+        },
+    )
+    assert saved.status_code == 302, saved.content.decode()[:2000]
+    draft.refresh_from_db()
+    assert draft.window_days == 7 and draft.status == "draft"
 
     # when they replay it (the task runs on commit) and open its page
     with django_capture_on_commit_callbacks(execute=True):
