@@ -136,3 +136,19 @@ def test_another_tenants_replay_and_draft_are_not_found(decided, admin_as):
     assert globex.get(f"{CHANGELIST}{replay.draft_id}/publish/").status_code == 404
     assert globex.post(f"{CHANGELIST}{replay.draft_id}/publish/", {}).status_code == 404
     assert RefundPolicy.objects.get(pk=replay.draft_id).status == "draft"
+
+
+def test_the_replay_and_record_lists_open_for_finance_and_operators(decided, admin_as):
+    for username in ("acme-finance", "ops"):
+        client = admin_as(username)
+        for path in (
+            "/admin/approvals/policyreplay/",
+            "/admin/approvals/decisionrecord/",
+            "/admin/refundagent/modelreplay/",
+            "/admin/refundagent/modelreplay/add/",
+        ):
+            status = client.get(path).status_code
+            expected = 403 if username == "acme-finance" and "modelreplay" in path else 200
+            assert status == expected, (username, path, status)
+    records = admin_as("acme-finance").get("/admin/approvals/decisionrecord/").content.decode()
+    assert "ORD-5001" in records and "ORD-5003" in records
