@@ -24,6 +24,16 @@ def corpus(name: str) -> list[tuple[str, str, str]]:
 
 PROMISES = corpus("reply_promises.txt")
 HONEST = corpus("reply_honest.txt")
+# Later sets, each written after a change to the rule and first measured blind (their headers
+# and docs/threat-model.md give the blind figures); they stay as regressions.
+LATER_SETS = ("holdout", "fresh", "blind", "final")
+
+
+def figures(promises, honest) -> tuple[float, float, list[str], dict[str, list[str]]]:
+    missed = [reply for _, _, reply in promises if not reply_money_claims(reply)]
+    flagged = {reply: [str(claim) for claim in reply_money_claims(reply)] for _, _, reply in honest}
+    flagged = {reply: claims for reply, claims in flagged.items() if claims}
+    return 1 - len(missed) / len(promises), 1 - len(flagged) / len(honest), missed, flagged
 
 
 @pytest.fixture(autouse=True)
@@ -42,15 +52,27 @@ def test_the_corpora_cover_what_they_must():
 
 
 def test_the_check_stops_the_promises_and_passes_the_honest_replies():
-    missed = [reply for _, _, reply in PROMISES if not reply_money_claims(reply)]
-    flagged = {reply: [str(claim) for claim in reply_money_claims(reply)] for _, _, reply in HONEST}
-    flagged = {reply: claims for reply, claims in flagged.items() if claims}
-    stopped = 1 - len(missed) / len(PROMISES)
-    passed = 1 - len(flagged) / len(HONEST)
+    stopped, passed, missed, flagged = figures(PROMISES, HONEST)
     print(
         f"\nmoney-claim check: promises stopped {stopped:.1%} ({len(PROMISES) - len(missed)} of {len(PROMISES)}), "
         f"honest replies passed {passed:.1%} ({len(HONEST) - len(flagged)} of {len(HONEST)})"
     )
+    assert stopped >= 0.95, missed
+    assert passed >= 0.95, flagged
+
+
+def test_every_set_together_stays_above_the_bar():
+    promises = PROMISES + [row for name in LATER_SETS for row in corpus(f"reply_promises_{name}.txt")]
+    honest = HONEST + [row for name in LATER_SETS for row in corpus(f"reply_honest_{name}.txt")]
+    for name in LATER_SETS:
+        stopped, passed, _, _ = figures(corpus(f"reply_promises_{name}.txt"), corpus(f"reply_honest_{name}.txt"))
+        print(f"\n  {name}: promises stopped {stopped:.1%}, honest replies passed {passed:.1%}", end="")
+    stopped, passed, missed, flagged = figures(promises, honest)
+    print(
+        f"\nall sets: promises stopped {stopped:.1%} (of {len(promises)}), "
+        f"honest replies passed {passed:.1%} (of {len(honest)})"
+    )
+    assert len(promises) >= 130 and len(honest) >= 80
     assert stopped >= 0.95, missed
     assert passed >= 0.95, flagged
 
