@@ -46,7 +46,9 @@ class MoneyClaim:
     cue: str
 
     def __str__(self) -> str:
-        return f"{self.cue!r} in {self.clause!r}"
+        # Short: it becomes the ticket's stop reason, and the draft itself is on the RefundDraft.
+        clause = self.clause if len(self.clause) <= 80 else self.clause[:77] + "..."
+        return f"{self.cue!r} in {clause!r}"
 
 
 # --- normalising ---------------------------------------------------------------------------
