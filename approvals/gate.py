@@ -17,7 +17,7 @@ from ledger.selectors import order_refund_position
 from ledger.telemetry import traced
 
 from .models import RefundPolicy
-from .promises import reply_promises_payment
+from .reply_claims import reply_money_claims
 
 
 class Outcome:
@@ -177,11 +177,12 @@ def policy_gate_evaluate(
             "citation_stale",
             f"The draft cites {proposal.policy_version}, but the current policy is {policy.version}.",
         )
-    if reply_promises_payment(proposal.customer_reply):
+    # Only the outcome's own reply may speak of money moving (refundagent/replies.py).
+    if claims := reply_money_claims(proposal.customer_reply):
         return stop(
             Outcome.ESCALATED,
             "reply_promises_payment",
-            "The customer reply draft promises a payment before finance approved one.",
+            f"The customer reply draft promises a payment before finance approved one: {claims[0]}.",
         )
 
     eligible, code, reason = _eligibility(order, policy, position, item_ids, now, waive)
