@@ -14,6 +14,7 @@ from .models import (
     Customer,
     Order,
     OrderItem,
+    PaymentMethod,
     ReconciliationFinding,
     RefundEntry,
     RefundEntryItem,
@@ -46,6 +47,32 @@ def refund_entries_with_effective_amount(queryset=None):
     latest_revision = RefundRevision.objects.filter(entry=OuterRef("pk")).order_by("-id").values("new_amount")[:1]
     queryset = RefundEntry.objects.all() if queryset is None else queryset
     return queryset.annotate(effective_amount=Coalesce(Subquery(latest_revision), "amount", output_field=MONEY_FIELD))
+
+
+def store_credit_movements(*, method_ids) -> dict[int, Decimal]:
+    """The store credit the ledger itself issued to each gift card (counting entries, at their
+    effective amount), by payment method id. An imported refund is not a movement: the shop's
+    balance already holds it."""
+    rows = (
+        refund_entries_with_effective_amount(
+            RefundEntry.objects.counting()
+            .filter(destination_id__in=method_ids, gateway=RefundEntry.Gateway.STORE_CREDIT)
+            .exclude(source=RefundEntry.Source.IMPORT)
+        )
+        .values("destination_id")
+        .annotate(moved=Sum("effective_amount"))
+    )
+    return {row["destination_id"]: row["moved"].quantize(CENT) for row in rows}
+
+
+def gift_card_balance(*, method: PaymentMethod) -> Decimal | None:
+    """A gift card's balance as the ledger derives it: its opening balance plus the store credit
+    the ledger issued to it (as hordak derives an account's balance from its legs). None when
+    the shop never gave a balance and the ledger never moved it."""
+    moved = store_credit_movements(method_ids=[method.pk]).get(method.pk)
+    if moved is None:
+        return method.opening_balance
+    return ((method.opening_balance or ZERO) + moved).quantize(CENT)
 
 
 def order_refunded_total(order: Order) -> Decimal:
