@@ -125,6 +125,9 @@ class ItemsMatch:
     units: dict[int, int]  # line_no -> units matched on that line, in the order first matched
     unmatched: list[str]  # the ids with no unrefunded unit left for them, as named
     not_on_order: list[str]  # of those, the ids on no line at all
+    # Of those, the ids named more times than the order has units of them (whatever the ledger
+    # says): {item id: (units named, units on the order)}. Only the rest were already refunded.
+    over_quantity: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 def items_match(lines: list[LinePosition], item_ids: list[str]) -> ItemsMatch:
@@ -142,11 +145,22 @@ def items_match(lines: list[LinePosition], item_ids: list[str]) -> ItemsMatch:
         remaining[line.line_no] -= 1
         units[line.line_no] = units.get(line.line_no, 0) + 1
         value += line.price
+    named: dict[str, int] = {}
+    for item_id in item_ids:
+        named[item_id] = named.get(item_id, 0) + 1
+    ordered: dict[str, int] = {}
+    for line in lines:
+        ordered[line.item_id] = ordered.get(line.item_id, 0) + line.quantity
     return ItemsMatch(
         value=value,
         units=units,
         unmatched=unmatched,
         not_on_order=[item_id for item_id in unmatched if item_id not in on_order],
+        over_quantity={
+            item_id: (named[item_id], ordered[item_id])
+            for item_id in dict.fromkeys(unmatched)
+            if item_id in on_order and named[item_id] > ordered[item_id]
+        },
     )
 
 

@@ -243,6 +243,10 @@ def _refusal(
         return RefundRefused(
             f"Items {', '.join(unmatched)} are not on {external_id} or were already refunded.", code=code
         )
+    if code == "items_exceed_quantity":
+        return RefundRefused(
+            f"Items {', '.join(unmatched)} are named more times than {external_id} has units of them.", code=code
+        )
     if code == "refund_exceeds_items":
         return RefundRefused(
             f"Refund of {amount} {currency} exceeds the price of the items ({items_value}).", code=code
@@ -275,7 +279,7 @@ def _check_refund(
     match = position.items_match(item_ids)
     if match.unmatched:
         raise _refusal(
-            "item_not_refundable",
+            "items_exceed_quantity" if match.over_quantity and not match.not_on_order else "item_not_refundable",
             amount=amount,
             currency=currency,
             external_id=order.external_id,
