@@ -108,3 +108,34 @@ def test_the_migration_gives_an_existing_threshold_its_shops_currency(tenant, ma
         # then the threshold is in the currency most of the shop's orders are in
         assert RefundPolicy.objects.get(tenant=tenant).two_approver_threshold_currency == "EUR"
         transaction.set_rollback(True)
+
+
+def test_the_policy_admin_form_refuses_a_threshold_without_its_currency(policy, people):
+    from django.contrib import admin
+    from django.test import RequestFactory
+
+    model_admin = admin.site._registry[RefundPolicy]
+    request = RequestFactory().get("/")
+    request.user = people["ops"]
+    form_class = model_admin.get_form(request, None)
+    data = {
+        "tenant": policy.tenant_id,
+        "version": "refund-policy-v5",
+        "window_days": "30",
+        "full_refund_statuses": '["delivered"]',
+        "item_refund_statuses": '["delivered"]',
+        "full_refund_destinations": '["original"]',
+        "item_refund_destinations": '["original"]',
+        "two_approver_threshold": "500.00",
+        "two_approver_threshold_currency": "",
+        "threshold_rates": "{}",
+        "approvals_above_threshold": "2",
+        "waivable_rules": '["window"]',
+        "text": "v5",
+    }
+    form = form_class(data=data)
+    assert not form.is_valid()
+    assert "two_approver_threshold_currency" in form.errors
+    assert not RefundPolicy.objects.filter(version="refund-policy-v5").exists()
+    form = form_class(data={**data, "two_approver_threshold_currency": "USD", "threshold_rates": '{"EUR": "1.08"}'})
+    assert form.is_valid(), form.errors

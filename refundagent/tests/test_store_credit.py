@@ -233,3 +233,18 @@ def test_reconciliation_is_quiet_when_store_credit_agrees(socks_refunded_to_gift
     run = payments_reconcile(tenant=Tenant.objects.get(slug="acme"))
     assert run.findings_count == 0
     assert not ReconciliationFinding.objects.filter(kind="store_credit_differs").exists()
+
+
+def test_the_migration_opens_an_existing_card_at_its_balance_less_the_ledgers_credit(socks_refunded_to_gift_card):
+    import importlib
+
+    from django.apps import apps
+
+    # given a credited card as it was before the migration: no opening balance recorded
+    PaymentMethod.objects.filter(pk=_gift_card().pk).update(opening_balance=None)
+    # when the migration's data step runs
+    importlib.import_module("ledger.migrations.0010_store_credit_opening_balance").opening_balances_derive(apps, None)
+    # then the card opens at 25.00 (50.00 less the 25.00 the ledger credited) and derives 50.00
+    card = _gift_card()
+    assert card.opening_balance == Decimal("25.00")
+    assert gift_card_balance(method=card) == Decimal("50.00") == card.balance
