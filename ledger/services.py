@@ -277,9 +277,17 @@ def _check_refund(
     if not item_ids:
         return {}
     match = position.items_match(item_ids)
+    if match.over_quantity and not match.not_on_order:
+        raise _refusal(
+            "items_exceed_quantity",
+            amount=amount,
+            currency=currency,
+            external_id=order.external_id,
+            unmatched=list(match.over_quantity),
+        )
     if match.unmatched:
         raise _refusal(
-            "items_exceed_quantity" if match.over_quantity and not match.not_on_order else "item_not_refundable",
+            "item_not_refundable",
             amount=amount,
             currency=currency,
             external_id=order.external_id,
