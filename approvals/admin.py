@@ -448,6 +448,7 @@ class RefundPolicyAdmin(StrictMoneyAdminMixin, TenantScopedAdminMixin, NoDeleteA
         "status",
         "window_days",
         "two_approver_threshold",
+        "two_approver_threshold_currency",
         "approvals_above_threshold",
         "published_at",
         "retired_at",

@@ -14,7 +14,6 @@ from ledger.selectors import RefundPosition
 
 from .gate import GateVerdict, Outcome, Proposal
 from .models import DecisionRecord, RefundPolicy
-from .promises import reply_promises_payment
 from .requests import order_refund_exposure, order_requests_in_flight
 
 
@@ -112,9 +111,9 @@ def decision_record_create(
                 "policy_version": proposal.policy_version,
                 "destination": proposal.destination,
                 "customer_reply": proposal.customer_reply,
-                # Whether the reply promises a payment does not depend on the policy: kept, so a
-                # replay need not read every reply again (approvals.replay).
-                "reply_promises_payment": reply_promises_payment(proposal.customer_reply),
+                # Whether the gate found the reply promising a payment (a fact of the reply, not of
+                # the policy): kept, so a replay need not read every reply again (approvals.replay).
+                "reply_promises_payment": "reply_promises_payment" in verdict.codes,
             }
         ),
         risk=verdict_risk(verdict),

@@ -5,8 +5,10 @@ transaction with the tenant's current policy locked (approvals.locks), so two pu
 leave a tenant with two current policies. Used by the admin, the demo and the evals.
 """
 
+import re
 from datetime import datetime
 
+from django.core.exceptions import ValidationError
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -67,6 +69,8 @@ DRAFT_FIELDS = (
     "full_refund_destinations",
     "item_refund_destinations",
     "two_approver_threshold",
+    "two_approver_threshold_currency",
+    "threshold_rates",
     "approvals_above_threshold",
     "waivable_rules",
     "text",
@@ -118,6 +122,17 @@ def refund_policy_field_parse(*, field: str, raw: str):
         return amount
     if field == "approvals_above_threshold":
         return _count(field, raw, 1)
+    if field == "two_approver_threshold_currency":
+        if not re.fullmatch(r"[A-Z]{3}", raw):
+            raise InvalidInput(f"{field}: {raw!r} is not an ISO currency code (e.g. USD).", code="bad_policy_field")
+        return raw
+    if field == "threshold_rates":
+        # CODE:RATE pairs, comma-separated (EUR:1.08,GBP:1.27); checked with the model's own rules.
+        rates = {}
+        for pair in filter(None, (part.strip() for part in raw.split(","))):
+            code, _, rate = pair.partition(":")
+            rates[code.strip()] = rate.strip()
+        return rates
     if field == "text":
         if "\x00" in raw:
             raise InvalidInput("text: contains a NUL character.", code="bad_policy_field")
@@ -151,9 +166,16 @@ def refund_policy_draft(
     if unknown:
         raise InvalidInput(f"Unknown policy fields: {', '.join(sorted(unknown))}.", code="bad_policy_field")
     fields = {field: getattr(source, field) for field in DRAFT_FIELDS} | changes
+    draft = RefundPolicy(tenant=tenant, version=name, status=RefundPolicy.Status.DRAFT, **fields)
+    try:
+        draft.clean()  # the model's own rules (the threshold's currency, recorded rates)
+    except ValidationError as error:
+        problems = "; ".join(f"{field}: {' '.join(texts)}" for field, texts in error.message_dict.items())
+        raise InvalidInput(problems, code="bad_policy_field") from None
     try:
         with transaction.atomic():
-            return RefundPolicy.objects.create(tenant=tenant, version=name, status=RefundPolicy.Status.DRAFT, **fields)
+            draft.save()
+            return draft
     except IntegrityError:
         raise InvalidInput(f"{tenant.slug} already has a policy {name}.", code="version_taken") from None
 

@@ -28,7 +28,6 @@ from ledger.selectors import LinePosition, RefundPosition
 from .gate import Outcome, Proposal, policy_gate_evaluate
 from .models import DecisionRecord, PolicyReplay, RefundPolicy
 from .policies import refund_policy_fingerprint
-from .promises import reply_promises_payment
 from .requests import approvals_needed
 
 DEFAULT_DAYS = 30
@@ -167,8 +166,8 @@ def decision_record_replay(
         cited = policy.version
     reply = proposed.get("customer_reply") or ""
     promises = proposed.get("reply_promises_payment")
-    if promises is None:  # a backfilled record: read the reply once more
-        promises = reply_promises_payment(reply)
+    if promises is None:  # a backfilled record: the gate's codes say whether it found a promise
+        promises = "reply_promises_payment" in (record["codes"] or [])
     proposal = Proposal(
         recommendation=proposed.get("recommendation") or "refund",
         amount=None if proposed.get("amount") is None else Decimal(proposed["amount"]),
@@ -198,7 +197,11 @@ def _decide(record, policy, order, position, original, refund_to, proposal, refu
     if verdict.outcome == Outcome.APPROVAL_REQUIRED and verdict.allowed_amount:
         exposure = record["order_exposure"] if record["order_exposure"] is not None else refunded
         approvals = approvals_needed(
-            policy=policy, order_total=record["order_total"], amount=verdict.allowed_amount, exposure=lambda: exposure
+            policy=policy,
+            currency=record["currency"],
+            order_total=record["order_total"],
+            amount=verdict.allowed_amount,
+            exposure=lambda: exposure,
         )
     return verdict, approvals
 

@@ -20,7 +20,6 @@ from django.utils import timezone
 
 from approvals.gate import Outcome, Proposal
 from approvals.models import DecisionRecord
-from approvals.promises import reply_promises_payment
 from approvals.replay import decision_record_facts, decision_record_replay, policy_as_current
 from ledger.exceptions import InvalidInput
 from ledger.models import Tenant
@@ -210,8 +209,7 @@ def ticket_shadow_compare(*, record: DecisionRecord, draft: RefundDraft, provide
         "same_draft": same_draft,
         "same_outcome": same_outcome,
         # The gate stopped a reply that promised a payment (the draft is escalated, not sent).
-        "promise_stopped": "reply_promises_payment" in codes
-        or (args is not None and reply_promises_payment(args.customer_reply)),
+        "promise_stopped": "reply_promises_payment" in codes,
         "agreed": same_draft and same_outcome,
         "denied_calls": shadow.denied,
         "not_recorded_calls": shadow.not_recorded,

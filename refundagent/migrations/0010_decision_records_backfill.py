@@ -93,7 +93,7 @@ def backfill(apps, schema_editor):
 class Migration(migrations.Migration):
     dependencies = [
         ("refundagent", "0009_traceevent_at_when_recorded"),
-        ("approvals", "0015_decision_record_policy_replay"),
+        ("approvals", "0016_decision_record_policy_replay"),
     ]
 
     # Backwards: the records stay (append-only); the approvals migration that made the table drops it.

@@ -61,6 +61,8 @@ def test_finance_drafts_replays_and_publishes_a_policy_in_the_admin(
             "full_refund_destinations": json.dumps(draft.full_refund_destinations),
             "item_refund_destinations": json.dumps(draft.item_refund_destinations),
             "two_approver_threshold": str(draft.two_approver_threshold),
+            "two_approver_threshold_currency": draft.two_approver_threshold_currency,
+            "threshold_rates": json.dumps(draft.threshold_rates),
             "approvals_above_threshold": str(draft.approvals_above_threshold),
             "waivable_rules": json.dumps(draft.waivable_rules),
             "text": draft.text,

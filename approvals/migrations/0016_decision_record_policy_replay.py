@@ -12,7 +12,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('approvals', '0014_approval_followup'),
+        ('approvals', '0015_threshold_currency'),
         ('ledger', '0009_drop_ledger_refund_issue_function'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
