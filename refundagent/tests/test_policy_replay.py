@@ -245,6 +245,8 @@ def test_an_operator_may_publish_without_a_replay_with_a_written_reason_which_is
         (["--from", "refund-policy-v9"], "no policy refund-policy-v9"),
         (["--name", "refund-policy-v4"], "already has a policy"),
         (["--set", "text=Refunds\x00within 7 days."], "NUL"),
+        (["--set", "two_approver_threshold_currency=usd"], "ISO currency"),
+        (["--set", "threshold_rates=EUR:abc"], "threshold_rates"),
         (["--name", "v5\x00"], "printable"),
     ],
 )
