@@ -13,7 +13,7 @@ from decimal import Decimal
 from ledger.exceptions import InvalidAmount
 from ledger.models import Order, PaymentMethod
 from ledger.money import ZERO, money_check_currency
-from ledger.selectors import order_refund_position
+from ledger.selectors import RefundPosition, order_refund_position
 from ledger.telemetry import traced
 
 from .models import RefundPolicy
@@ -126,6 +126,7 @@ def policy_gate_evaluate(
     now: datetime,
     waive: frozenset[str] = frozenset(),
     original_method=_UNREAD,
+    position: RefundPosition | None = None,
 ) -> GateVerdict:
     """Decide what a draft may lead to. Pure: reads the ledger, writes nothing.
 
@@ -137,8 +138,11 @@ def policy_gate_evaluate(
     limits (refundable amount, currency, the customer's own methods) are checked regardless.
 
     `original_method`: the order's original payment method, when the caller read it with the
-    policy (`decision_facts`); else it is read here."""
-    position = order_refund_position(order)
+    policy (`decision_facts`); else it is read here. `position`: the order's refund position when
+    the caller read it (the decision records it; a policy replay passes the recorded one); else
+    it is read here."""
+    if position is None:
+        position = order_refund_position(order)
     item_ids = list(item_ids or [])
     destination, method = refund_destination_of(order=order, refund_to=refund_to, original=original_method)
     verdict = GateVerdict(

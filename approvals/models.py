@@ -400,3 +400,130 @@ class ApprovalFollowUp(models.Model):
 
     def __str__(self):
         return f"follow-up #{self.pk} {self.event} of approval #{self.request_id} for {self.receiver}"
+
+
+class DecisionRecord(models.Model):
+    """The facts one gate decision was taken on, as they were then: the order's status, age,
+    total and refunded amount, its lines, the ticket's request, items and destination, the
+    model's proposal, the risk figures, the policy version and the outcome. A later change to
+    the order cannot alter it (a PostgreSQL trigger refuses UPDATE and DELETE, approvals/0016);
+    a policy replay (approvals.replay) decides these facts again with a draft."""
+
+    class Source(models.TextChoices):
+        AGENT = "agent", "the agent's draft"
+        PROPOSAL = "proposal", "a person's proposal"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    ticket_ref = models.PositiveBigIntegerField(null=True, blank=True, help_text="The ticket's id.")
+    source = models.CharField(max_length=10, choices=Source.choices, default=Source.AGENT)
+    decided_at = models.DateTimeField()
+    # The order as the gate read it.
+    order_external_id = models.CharField(max_length=100, blank=True)
+    order_status = models.CharField(max_length=20, blank=True)
+    order_placed_at = models.DateTimeField(null=True, blank=True)
+    order_age_days = models.IntegerField(null=True, blank=True)
+    order_total = models.DecimalField(**MONEY, null=True, blank=True)
+    currency = models.CharField(max_length=3)
+    order_refunded = models.DecimalField(
+        **MONEY, null=True, blank=True, help_text="What the ledger had refunded on the order (pending included)."
+    )
+    order_exposure = models.DecimalField(
+        **MONEY,
+        null=True,
+        blank=True,
+        help_text="Refunded plus requests in flight: what dual control counts (approvals.requests).",
+    )
+    order_lines = models.JSONField(
+        default=list, blank=True, help_text="[{line_no, item_id, price, quantity, refunded_quantity}]"
+    )
+    # The ticket's request.
+    requested_amount = models.DecimalField(**MONEY, null=True, blank=True)
+    requested_currency = models.CharField(max_length=3, blank=True)
+    item_ids = models.JSONField(default=list, blank=True)
+    destination = models.JSONField(
+        default=dict, blank=True, help_text="{kind, method, method_kind, foreign}: where the refund would go."
+    )
+    proposal = models.JSONField(
+        default=dict, blank=True, help_text="{recommendation, amount, policy_version, destination, customer_reply}"
+    )
+    risk = models.JSONField(
+        default=dict, blank=True, encoder=DjangoJSONEncoder, help_text="The risk figures the gate exposed, if any."
+    )
+    # The decision.
+    policy = models.ForeignKey(RefundPolicy, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    policy_version = models.CharField(max_length=100, blank=True)
+    outcome = models.CharField(max_length=20)
+    allowed_amount = models.DecimalField(**MONEY, null=True, blank=True)
+    codes = models.JSONField(default=list, blank=True)
+    required_approvals = models.PositiveSmallIntegerField(default=0, help_text="0 when no approval was needed.")
+    backfilled = models.BooleanField(
+        default=False, help_text="Rebuilt from a draft recorded before facts were kept (see missing_facts)."
+    )
+    missing_facts = models.JSONField(
+        default=list, blank=True, help_text="On a backfilled record: the facts the old rows did not keep."
+    )
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["decided_at", "id"]
+        indexes = [models.Index(fields=["tenant", "decided_at"], name="decision_record_window_idx")]
+
+    def __str__(self):
+        return f"decision #{self.pk} {self.order_external_id} {self.outcome} under {self.policy_version}"
+
+
+class PolicyReplay(models.Model):
+    """One replay of a draft policy over a tenant's recorded decisions (approvals.replay): its
+    progress and its result. The only row a replay writes."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    draft = models.ForeignKey(RefundPolicy, on_delete=models.PROTECT, related_name="replays")
+    draft_fingerprint = models.CharField(
+        max_length=64, help_text="SHA-256 of the draft's rules when replayed: publishing needs this exact draft."
+    )
+    window_days = models.PositiveIntegerField(default=30)
+    since = models.DateTimeField()
+    until = models.DateTimeField()
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    total = models.PositiveIntegerField(default=0, help_text="Decisions in the window.")
+    done = models.PositiveIntegerField(default=0, help_text="Decisions replayed so far.")
+    flipped = models.PositiveIntegerField(default=0)
+    result = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
+    error = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self):
+        return f"replay #{self.pk} of {self.draft.version} ({self.status})"
+
+
+class PolicyPublication(models.Model):
+    """How a draft became current: after which replay, or without one and why (kept)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    policy = models.OneToOneField(RefundPolicy, on_delete=models.PROTECT, related_name="publication")
+    replay = models.ForeignKey(PolicyReplay, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    without_replay_reason = models.TextField(blank=True)
+    published_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    published_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self):
+        return f"publication of {self.policy.version}"

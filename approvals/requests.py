@@ -125,13 +125,17 @@ def order_refund_exposure(*, order: Order, exclude_pk: int | None = None, refund
     in the ledger (being paid out), and other requests still pending approval. The two-approver
     rule counts all of it, so splitting one refund into several requests does not split the
     dual control."""
+    pending = order_requests_in_flight(order=order, exclude_pk=exclude_pk).aggregate(s=Sum("amount"))["s"] or ZERO
+    return (order_refunded_total(order) if refunded is None else refunded) + pending
+
+
+def order_requests_in_flight(*, order: Order, exclude_pk: int | None = None):
+    """The requests on `order` that count as on their way out: pending approval, or approved and
+    not yet in the ledger (order_refund_exposure)."""
     in_flight = ApprovalRequest.objects.filter(order=order).filter(
         Q(status=ApprovalRequest.Status.PENDING) | Q(status=ApprovalRequest.Status.APPROVED, ledger_entry__isnull=True)
     )
-    if exclude_pk is not None:
-        in_flight = in_flight.exclude(pk=exclude_pk)
-    pending = in_flight.aggregate(s=Sum("amount"))["s"] or ZERO
-    return (order_refunded_total(order) if refunded is None else refunded) + pending
+    return in_flight if exclude_pk is None else in_flight.exclude(pk=exclude_pk)
 
 
 def approval_required_count(
@@ -148,10 +152,22 @@ def approval_required_count(
     The threshold is money in its own currency. An order in another currency is converted at the
     rate the policy version recorded for it; without one, dual control cannot be judged, so the
     refund needs the approvals above the threshold."""
+    return approvals_needed(
+        policy=policy,
+        currency=order.currency,
+        order_total=order.total,
+        amount=amount,
+        exposure=lambda: order_refund_exposure(order=order, exclude_pk=exclude_pk, refunded=refunded),
+    )
+
+
+def approvals_needed(*, policy: RefundPolicy, currency: str, order_total: Decimal, amount: Decimal, exposure) -> int:
+    """The dual-control rule on plain facts: `exposure()` returns what the order already has
+    refunded or in flight, asked only when it matters. A policy replay passes the recorded one."""
     threshold = policy.two_approver_threshold
     if threshold is None:
         return 1
-    rate = policy_threshold_rate(policy=policy, currency=order.currency)
+    rate = policy_threshold_rate(policy=policy, currency=currency)
     if rate is None:
         return policy.approvals_above_threshold
 
@@ -160,11 +176,11 @@ def approval_required_count(
 
     # An order worth no more than the threshold can never move more than it: every request on it
     # is re-checked against what is still refundable before it is approved and executed.
-    if not above(order.total):
+    if not above(order_total):
         return 1
     if above(amount):
         return policy.approvals_above_threshold
-    if above(order_refund_exposure(order=order, exclude_pk=exclude_pk, refunded=refunded) + amount):
+    if above(exposure() + amount):
         return policy.approvals_above_threshold
     return 1
 
