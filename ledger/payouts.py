@@ -26,15 +26,16 @@ PROVIDER_PREFIXES = ("pi_", "ch_", "py_")
 
 def refund_entry_payment_ref(*, entry: RefundEntry) -> str:
     """The provider payment the refund goes back to: the order's payment made with the entry's
-    destination method if there is one, else the order's first payment with a provider reference."""
+    destination method (the approved leg), and only that one: a refund approved to one tender is
+    never paid to another ("" when that method paid nothing through the provider). An entry with
+    no method (the order's payment recorded none) goes to the order's first provider payment."""
     payments = [
         p
         for p in Payment.objects.filter(order_id=entry.order_id).order_by("id")
         if p.payment_ref.startswith(PROVIDER_PREFIXES)
     ]
-    for payment in payments:
-        if entry.destination_id and payment.payment_method_id == entry.destination_id:
-            return payment.payment_ref
+    if entry.destination_id:
+        return next((p.payment_ref for p in payments if p.payment_method_id == entry.destination_id), "")
     return payments[0].payment_ref if payments else ""
 
 
