@@ -13,7 +13,7 @@ from decimal import Decimal
 from ledger.exceptions import InvalidAmount
 from ledger.models import Order, PaymentMethod
 from ledger.money import ZERO, money_check_currency
-from ledger.selectors import order_payments_returnable, order_refund_position
+from ledger.selectors import order_open_disputes, order_payments_returnable, order_refund_position
 from ledger.telemetry import traced
 
 from .models import RefundPolicy
@@ -172,6 +172,18 @@ def policy_gate_evaluate(
             Outcome.DENIED,
             "foreign_destination",
             f"Payment method {refund_to.external_id} is not one of customer {order.customer.external_id}'s.",
+        )
+    disputes = order_open_disputes(order)
+    if disputes:
+        # The customer's bank may already have returned the money (a chargeback): a refund now
+        # could pay it twice. Stripe's `is_charge_refundable` says whether it could be refunded at all.
+        dispute = disputes[0]
+        return stop(
+            Outcome.ESCALATED,
+            "disputed",
+            f"A payment of order {order.external_id} is disputed ({dispute.provider_ref}: {dispute.status}"
+            f"{', ' + dispute.reason if dispute.reason else ''}); the provider says the charge is "
+            f"{'still' if dispute.is_charge_refundable else 'not'} refundable. A person decides.",
         )
     if policy is None or policy.status != RefundPolicy.Status.PUBLISHED:
         return stop(

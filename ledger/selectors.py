@@ -12,6 +12,7 @@ from .exceptions import NotFound
 from .models import (
     COUNTING_STATUSES,
     Customer,
+    Dispute,
     Order,
     OrderItem,
     ReconciliationFinding,
@@ -233,3 +234,10 @@ def order_payments_returnable(order: Order) -> list[PaymentReturnable]:
             )
         )
     return legs
+
+
+def order_open_disputes(order: Order) -> list[Dispute]:
+    """The order's disputes the customer's bank still holds against the shop (neither won nor a
+    closed inquiry), newest first: while there is one, a refund is a person's call."""
+    disputes = Dispute.objects.filter(order=order).exclude(status__in=Dispute.SETTLED_FOR_THE_SHOP)
+    return list(disputes.select_related("payment").order_by("-id"))
