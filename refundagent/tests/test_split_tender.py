@@ -211,3 +211,25 @@ def test_the_evaluator_catches_a_payout_to_a_method_nobody_approved(
     assert "leg_provider_payment" in request.verification["failed"]
     ticket.refresh_from_db()
     assert ticket.status != Ticket.Status.REFUNDED
+
+
+def test_two_requests_on_one_gift_card_leg_never_return_more_than_it_paid(
+    fake_stripe, split_order, gift_card, people, api_client, django_capture_on_commit_callbacks
+):
+    # given two tickets each asking 20.00 back onto the gift card that paid 20.00
+    first_ticket, _, first = file_refund(split_order, people["support"], "20.00", refund_to=gift_card, key="leg-a")
+    second_ticket, _, second = file_refund(split_order, people["support"], "20.00", refund_to=gift_card, key="leg-b")
+    # when finance approves the first, then the second
+    approve_by_api(api_client, people["finance"], first, django_capture_on_commit_callbacks)
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = api_client(people["finance"]).post(
+            f"/api/approvals/{second.pk}/decision",
+            {"decision": "approve", "args_hash": second.args_hash},
+            content_type="application/json",
+        )
+    # then the second is refused (the leg can no longer return it) and no replacement is made
+    assert answer.status_code == 409
+    second.refresh_from_db()
+    assert second.status == ApprovalRequest.Status.INVALIDATED and second.replaced_by_id is None
+    gift_card.refresh_from_db()
+    assert gift_card.balance == Decimal("20.00") and RefundEntry.objects.filter(order=split_order).count() == 1
