@@ -161,3 +161,23 @@ def test_the_reconciliation_records_a_dispute_whose_webhook_was_lost(fake_stripe
     [dispute] = Dispute.objects.filter(order=shop["order"])
     assert dispute.status == "needs_response"
     assert gate(shop["order"]).codes == ["disputed"]
+
+
+@pytest.mark.parametrize(
+    "changes", [{"charge": None}, {"amount": "100"}, {"status": ""}, {"is_charge_refundable": "yes"}]
+)
+def test_a_malformed_dispute_event_answers_400_and_stores_nothing(
+    fake_stripe, shop, django_capture_on_commit_callbacks, changes
+):
+    answer = deliver(dispute_event(event_id="evt_bad_dp", **changes), django_capture_on_commit_callbacks)
+    assert answer.status_code == 400
+    assert not Dispute.objects.exists() and gate(shop["order"]).outcome == "approval_required"
+
+
+def test_another_accounts_dispute_never_marks_our_order(fake_stripe, shop, django_capture_on_commit_callbacks):
+    # given a dispute on a payment with our reference, sent from another connected account
+    payload = dispute_event(event_id="evt_other_acct")
+    payload["account"] = "acct_someone_else"
+    assert deliver(payload, django_capture_on_commit_callbacks).status_code == 200
+    # then our order is not disputed
+    assert not Dispute.objects.exists() and gate(shop["order"]).outcome == "approval_required"
