@@ -14,6 +14,7 @@ from approvals.gate import Proposal, policy_current, policy_gate_evaluate
 from approvals.models import ApprovalRequest
 from approvals.requests import approval_request_create
 from ledger.models import Order, Payment, PaymentMethod, RefundEntry
+from ledger.services import canonical_hash
 from refundagent.models import Ticket
 
 pytestmark = pytest.mark.django_db
@@ -233,3 +234,42 @@ def test_two_requests_on_one_gift_card_leg_never_return_more_than_it_paid(
     assert second.status == ApprovalRequest.Status.INVALIDATED and second.replaced_by_id is None
     gift_card.refresh_from_db()
     assert gift_card.balance == Decimal("20.00") and RefundEntry.objects.filter(order=split_order).count() == 1
+
+
+def test_a_request_whose_legs_cannot_be_paid_as_approved_goes_back_to_finance(
+    fake_stripe, split_order, people, api_client, django_capture_on_commit_callbacks
+):
+    # given a request naming two legs (20.00 to the gift card, 100.00 to the card), stored with its
+    # own hash as a hand-made request would be: the runtime pays one leg per approval
+    ticket, verdict, request = file_refund(split_order, people["support"], "100.00")
+    gift_payment = split_order.payments.get(method="gift_card")
+    args = dict(request.args)
+    args["legs"] = [
+        {
+            "payment": gift_payment.pk,
+            "method": "gift_card_9",
+            "kind": "gift_card",
+            "amount": "20.00",
+            "returnable": "20.00",
+        },
+        {**request.args["legs"][0], "amount": "80.00"},
+    ]
+    ApprovalRequest.objects.filter(pk=request.pk).update(args=args, args_hash=canonical_hash(args))
+    request.refresh_from_db()
+    # when finance approves exactly that
+    with django_capture_on_commit_callbacks(execute=True):
+        answer = api_client(people["finance"]).post(
+            f"/api/approvals/{request.pk}/decision",
+            {"decision": "approve", "args_hash": request.args_hash},
+            content_type="application/json",
+        )
+    # then it is refused with the reason, nothing is paid anywhere, and finance decides again on
+    # one exact leg (the replacement), never on the legs the runtime cannot pay
+    assert answer.status_code == 409 and "cannot be paid as one leg" in answer.json()["detail"]
+    assert fake_stripe.posts() == [] and not RefundEntry.objects.filter(order=split_order).exists()
+    request.refresh_from_db()
+    assert request.status == ApprovalRequest.Status.INVALIDATED
+    replacement = request.replaced_by
+    assert replacement is None or (
+        replacement.status == ApprovalRequest.Status.PENDING and len(replacement.args["legs"]) == 1
+    )
