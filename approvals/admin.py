@@ -446,6 +446,7 @@ class RefundPolicyAdmin(StrictMoneyAdminMixin, TenantScopedAdminMixin, NoDeleteA
         "status",
         "window_days",
         "two_approver_threshold",
+        "two_approver_threshold_currency",
         "approvals_above_threshold",
         "published_at",
         "retired_at",
@@ -478,6 +479,8 @@ class RefundPolicyAdmin(StrictMoneyAdminMixin, TenantScopedAdminMixin, NoDeleteA
                 full_refund_destinations=policy.full_refund_destinations,
                 item_refund_destinations=policy.item_refund_destinations,
                 two_approver_threshold=policy.two_approver_threshold,
+                two_approver_threshold_currency=policy.two_approver_threshold_currency,
+                threshold_rates=policy.threshold_rates,
                 approvals_above_threshold=policy.approvals_above_threshold,
                 text=policy.text,
             )

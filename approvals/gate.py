@@ -17,7 +17,7 @@ from ledger.selectors import order_open_disputes, order_payments_returnable, ord
 from ledger.telemetry import traced
 
 from .models import RefundPolicy
-from .promises import reply_promises_payment
+from .reply_claims import reply_money_claims
 
 
 class Outcome:
@@ -197,11 +197,12 @@ def policy_gate_evaluate(
             "citation_stale",
             f"The draft cites {proposal.policy_version}, but the current policy is {policy.version}.",
         )
-    if reply_promises_payment(proposal.customer_reply):
+    # Only the outcome's own reply may speak of money moving (refundagent/replies.py).
+    if claims := reply_money_claims(proposal.customer_reply):
         return stop(
             Outcome.ESCALATED,
             "reply_promises_payment",
-            "The customer reply draft promises a payment before finance approved one.",
+            f"The customer reply draft promises a payment before finance approved one: {claims[0]}.",
         )
 
     eligible, code, reason = _eligibility(order, policy, position, item_ids, now, waive)
@@ -326,8 +327,30 @@ def _eligibility(order, policy, position, item_ids, now, waive=frozenset()) -> t
     if item_ids:
         match = position.items_match(item_ids)
         unmatched = match.unmatched
-        if unmatched and not match.not_on_order:
-            return False, "items_already_refunded", f"Items {', '.join(unmatched)} were already refunded."
-        if unmatched:
+        if match.not_on_order:
             return False, "items_not_on_order", f"Items {', '.join(unmatched)} are not on order {order.external_id}."
+        if match.over_quantity:
+            # More units named than the order has: nothing says they were refunded (a person
+            # reads what the customer meant; the ledger is not consulted for a false reason).
+            return (
+                False,
+                "items_exceed_quantity",
+                "; ".join(
+                    f"Item {item_id} is named {named} times, but order {order.external_id} has {ordered} unit(s) of it"
+                    for item_id, (named, ordered) in match.over_quantity.items()
+                )
+                + ".",
+            )
+        if unmatched:
+            # Only now do the ledger's refunded units explain it.
+            refunded = {line.item_id: 0 for line in position.lines}
+            for line in position.lines:
+                refunded[line.item_id] += line.refunded_quantity
+            return (
+                False,
+                "items_already_refunded",
+                f"Items {', '.join(dict.fromkeys(unmatched))} were already refunded ("
+                + ", ".join(f"{item_id}: {refunded[item_id]} unit(s)" for item_id in dict.fromkeys(unmatched))
+                + ").",
+            )
     return True, "eligible", "eligible"

@@ -5,13 +5,19 @@ Approvals sit above the ledger and below the agent: they may import `ledger`, ne
 (`ticket_ref`); the agent layer listens to the signals in `approvals.signals`.
 """
 
+import re
+from decimal import Decimal, InvalidOperation
+
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models import Case, F, IntegerField, Q, Value, When
 from django.utils import timezone
 
+from ledger.exceptions import DomainError
 from ledger.models import MONEY, Order, Tenant, TenantQuerySet
+from ledger.money import money_check_currency
 
 
 class PolicyImmutable(Exception):
@@ -30,6 +36,17 @@ class RefundPolicyQuerySet(TenantQuerySet):
 
 def waivable_rules_default() -> list[str]:
     return ["window", "order_status"]
+
+
+def threshold_rate_parse(rate) -> Decimal | None:
+    """A recorded rate as a positive Decimal (from its decimal string), or None when it is not one."""
+    if isinstance(rate, bool) or not isinstance(rate, (str, int)):
+        return None
+    try:
+        value = Decimal(str(rate))
+    except InvalidOperation:
+        return None
+    return value if value.is_finite() and value > 0 else None
 
 
 class RefundPolicy(models.Model):
@@ -55,6 +72,17 @@ class RefundPolicy(models.Model):
     two_approver_threshold = models.DecimalField(
         **MONEY, null=True, blank=True, help_text="Refunds above this amount need more than one finance approver."
     )
+    # The threshold is money: an amount in one currency. An order in another currency is compared
+    # at a rate recorded in this version (`threshold_rates`), or else needs the approvals above it.
+    two_approver_threshold_currency = models.CharField(
+        max_length=3, blank=True, help_text="ISO code of the threshold's currency, e.g. USD."
+    )
+    threshold_rates = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='Recorded exchange rates to the threshold\'s currency: {"EUR": "1.08"} is 1 EUR = 1.08 of it. '
+        "A refund in a currency without a rate here needs the approvals above the threshold.",
+    )
     approvals_above_threshold = models.PositiveSmallIntegerField(default=2)
     waivable_rules = models.JSONField(
         default=waivable_rules_default,
@@ -77,6 +105,11 @@ class RefundPolicy(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["tenant", "version"], name="policy_version_unique_per_tenant"),
             models.CheckConstraint(condition=Q(approvals_above_threshold__gte=1), name="policy_approvals_at_least_one"),
+            models.CheckConstraint(
+                condition=Q(two_approver_threshold__isnull=True)
+                | Q(two_approver_threshold_currency__regex=r"^[A-Z]{3}$"),
+                name="policy_threshold_has_currency",
+            ),
         ]
 
     # Fields that may still change after publication: only the lifecycle.
@@ -99,6 +132,28 @@ class RefundPolicy(models.Model):
                         f"{self.version} is {stored.status}; its rules cannot change. Publish a new version."
                     )
         super().save(*args, **kwargs)
+
+    def clean(self):
+        errors = {}
+        currency = self.two_approver_threshold_currency
+        if self.two_approver_threshold is not None:
+            if not re.fullmatch(r"[A-Z]{3}", currency or ""):
+                errors["two_approver_threshold_currency"] = "A threshold is money: give its currency (e.g. USD)."
+            else:
+                try:
+                    money_check_currency(amount=self.two_approver_threshold, currency=currency)
+                except DomainError as exc:
+                    errors["two_approver_threshold"] = exc.message
+        rates = self.threshold_rates if isinstance(self.threshold_rates, dict) else None
+        if rates is None:
+            errors["threshold_rates"] = 'Rates are an object of currency to rate, e.g. {"EUR": "1.08"}.'
+        else:
+            for code, rate in rates.items():
+                if not re.fullmatch(r"[A-Z]{3}", str(code)) or threshold_rate_parse(rate) is None:
+                    errors["threshold_rates"] = f"{code!r}: {rate!r} is not a currency code with a positive rate."
+                    break
+        if errors:
+            raise ValidationError(errors)
 
 
 class Capability(models.Model):

@@ -17,7 +17,7 @@ from ledger.selectors import order_refunded_total
 from ledger.services import canonical_hash
 
 from .gate import GateVerdict, Outcome
-from .models import ApprovalRequest, RefundPolicy
+from .models import ApprovalRequest, RefundPolicy, threshold_rate_parse
 from .signals import approval_expired
 
 ISSUE_REFUND = "refunds.issue_refund"
@@ -144,17 +144,40 @@ def approval_required_count(
     refunded: Decimal | None = None,
 ) -> int:
     """How many distinct approvers a refund of `amount` on `order` needs: the policy's count when
-    it would take the order's refunds (see order_refund_exposure) above the threshold, else one."""
+    it would take the order's refunds (see order_refund_exposure) above the threshold, else one.
+
+    The threshold is money in its own currency. An order in another currency is converted at the
+    rate the policy version recorded for it; without one, dual control cannot be judged, so the
+    refund needs the approvals above the threshold."""
     threshold = policy.two_approver_threshold
+    if threshold is None:
+        return 1
+    rate = policy_threshold_rate(policy=policy, currency=order.currency)
+    if rate is None:
+        return policy.approvals_above_threshold
+
+    def above(value: Decimal) -> bool:
+        return value * rate > threshold
+
     # An order worth no more than the threshold can never move more than it: every request on it
     # is re-checked against what is still refundable before it is approved and executed.
-    if threshold is None or order.total <= threshold:
+    if not above(order.total):
         return 1
-    if amount > threshold:
+    if above(amount):
         return policy.approvals_above_threshold
-    if order_refund_exposure(order=order, exclude_pk=exclude_pk, refunded=refunded) + amount > threshold:
+    if above(order_refund_exposure(order=order, exclude_pk=exclude_pk, refunded=refunded) + amount):
         return policy.approvals_above_threshold
     return 1
+
+
+def policy_threshold_rate(*, policy: RefundPolicy, currency: str) -> Decimal | None:
+    """How many units of the threshold's currency one unit of `currency` is worth: 1 in the
+    threshold's own currency, the policy's recorded rate for another, None without one."""
+    if currency == policy.two_approver_threshold_currency:
+        return Decimal(1)
+    return (
+        threshold_rate_parse(policy.threshold_rates.get(currency)) if isinstance(policy.threshold_rates, dict) else None
+    )
 
 
 def approval_request_replacement_key(*, key: str) -> str:

@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('ledger', '0009_drop_ledger_refund_issue_function'),
+        ('ledger', '0010_store_credit_opening_balance'),
     ]
 
     operations = [
