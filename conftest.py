@@ -6,7 +6,7 @@ from urllib.parse import quote, urlencode
 import pytest
 from django.db import connection, connections
 
-from ledger.tests.fake_stripe import FakeStripe
+from ledger.tests.fake_stripe import FakeStripe, payments_follow_ledger
 
 
 def pytest_collection_modifyitems(config, items):
@@ -259,6 +259,7 @@ def fake_stripe(settings):
     """A local Stripe-compatible server (ledger/tests/fake_stripe.py), and the settings that
     point the `stripe` gateway and its webhook at it. The retries are the production default."""
     server = FakeStripe().start()
+    stop_following = payments_follow_ledger(server)
     settings.PAYMENT_GATEWAY = "stripe"
     settings.STRIPE_API_KEY = "sk_test_fake"
     settings.STRIPE_API_BASE = server.url
@@ -266,6 +267,7 @@ def fake_stripe(settings):
     settings.STRIPE_TIMEOUT_SECONDS = 10
     settings.STRIPE_WEBHOOK_SECRET = "whsec_test_secret"
     yield server
+    stop_following()
     server.stop()
 
 

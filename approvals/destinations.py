@@ -12,7 +12,8 @@ def approval_destination_resolve(*, request: ApprovalRequest) -> tuple[PaymentMe
     """Where the approved refund goes, exactly as approved: the payment method named by
     `destination_method`, which must be the order's customer's and of the approved kind
     ('original': the method the order was paid with; 'gift_card': a gift card). Anything else
-    refuses (InvalidInput): the execution fails with the reason, nothing is written.
+    refuses (InvalidInput): the execution fails with the reason, nothing is written. 'original'
+    is any payment of the order (split tender: the leg the request names).
 
     Requests made before the method was named (no `destination_method` in their args) keep
     their old meaning: 'original' is the order's payment method, 'gift_card' the customer's
@@ -41,11 +42,27 @@ def approval_destination_resolve(*, request: ApprovalRequest) -> tuple[PaymentMe
             f"Payment method {method_id} is not one of customer {order.customer.external_id}'s.",
             code="foreign_destination",
         )
-    if kind == "original" and (original is None or original.pk != method.pk):
+    if kind == "original" and not order.payments.filter(payment_method=method).exists():
         raise InvalidInput(
             f"Payment method {method_id} is not the one order {order.external_id} was paid with.",
             code="destination_not_original",
         )
     if kind == "gift_card" and method.kind != PaymentMethod.Kind.GIFT_CARD:
         raise InvalidInput(f"Payment method {method_id} is not a gift card.", code="destination_not_gift_card")
+    _legs_check(args=args, method=method)
     return method, kind
+
+
+def _legs_check(*, args: dict, method: PaymentMethod) -> None:
+    """The payout pays one leg: exactly the one the request names, to its method, for the whole
+    amount. A request whose legs the runtime cannot pay as approved is refused (InvalidInput):
+    it goes back to a person, never somewhere else."""
+    if "legs" not in args or not args["legs"]:
+        return  # made before legs were named, or an order with no recorded payment
+    legs = args["legs"]
+    if len(legs) != 1 or legs[0].get("method") != method.external_id or legs[0].get("amount") != args.get("amount"):
+        raise InvalidInput(
+            "The approved refund cannot be paid as one leg to "
+            f"{method.external_id} for {args.get('amount')} {args.get('currency')}: a person decides how to split it.",
+            code="legs_not_payable",
+        )

@@ -47,6 +47,8 @@ def approval_execute(*, request_id: int) -> ApprovalRequest:
         ApprovalRequest.Status.EXECUTED,
         ApprovalRequest.Status.FAILED,
         ApprovalRequest.Status.PAYMENT_FAILED,
+        # Held after approval, before its execution ran (a dispute opened): nothing to pay.
+        ApprovalRequest.Status.INVALIDATED,
     ):
         return request  # done before: executing again changes nothing
     if request.status != ApprovalRequest.Status.APPROVED:

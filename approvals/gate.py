@@ -13,7 +13,7 @@ from decimal import Decimal
 from ledger.exceptions import InvalidAmount
 from ledger.models import Order, PaymentMethod
 from ledger.money import ZERO, money_check_currency
-from ledger.selectors import RefundPosition, order_refund_position
+from ledger.selectors import RefundPosition, order_open_disputes, order_payments_returnable, order_refund_position
 from ledger.telemetry import traced
 
 from .models import RefundPolicy
@@ -49,6 +49,12 @@ class GateVerdict:
     destination_method: str | None = None  # the exact payment method's external id
     destination_method_kind: str | None = None  # its kind: card, paypal, gift_card
     item_ids: list[str] = field(default_factory=list)
+    # The tender legs that receive the money (docs/payments.md, "Split tender"): per leg the order's
+    # payment (its id; None for store credit to a gift card the order was not paid with), its
+    # method and kind, the amount and what that payment could still return. The payment's provider
+    # reference is read from the ledger (it stays redacted on screens). Exactly what the payout
+    # executes and the evaluator checks.
+    legs: list[dict] = field(default_factory=list)
     codes: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
 
@@ -98,6 +104,8 @@ def refund_destination_of(
         return "original", original
     if original is not None and refund_to.pk == original.pk:
         return "original", refund_to
+    if order.payments.filter(payment_method=refund_to).exists():
+        return "original", refund_to  # the order was paid in part with it (split tender)
     if refund_to.kind == PaymentMethod.Kind.GIFT_CARD:
         return "gift_card", refund_to
     return "other", refund_to
@@ -168,6 +176,18 @@ def policy_gate_evaluate(
             Outcome.DENIED,
             "foreign_destination",
             f"Payment method {refund_to.external_id} is not one of customer {order.customer.external_id}'s.",
+        )
+    disputes = order_open_disputes(order)
+    if disputes:
+        # The customer's bank may already have returned the money (a chargeback): a refund now
+        # could pay it twice. Stripe's `is_charge_refundable` says whether it could be refunded at all.
+        dispute = disputes[0]
+        return stop(
+            Outcome.ESCALATED,
+            "disputed",
+            f"A payment of order {order.external_id} is disputed ({dispute.provider_ref}: {dispute.status}"
+            f"{', ' + dispute.reason if dispute.reason else ''}); the provider says the charge is "
+            f"{'still' if dispute.is_charge_refundable else 'not'} refundable. A person decides.",
         )
     if policy is None or policy.status != RefundPolicy.Status.PUBLISHED:
         return stop(
@@ -247,12 +267,44 @@ def policy_gate_evaluate(
             "amount_precision",
             f"{allowed} {order.currency} has more decimal places than {order.currency} has: a person decides.",
         )
+    # 'original' with no method named: any of the order's payments may take it.
+    legs, why = _refund_legs(order=order, destination=destination, method=refund_to, amount=allowed)
+    if why:
+        return stop(Outcome.ESCALATED, "split_tender", why)
+    verdict.legs = legs
+    if legs:
+        verdict.destination_method, verdict.destination_method_kind = legs[0]["method"], legs[0]["kind"]
     verdict.allowed_amount = allowed
     verdict.reasons.append(
         f"Eligible under {policy.version}: {allowed} {order.currency} of {position.refundable} still refundable; "
         "finance must approve."
     )
     return verdict
+
+
+def _refund_legs(*, order: Order, destination: str, method, amount: Decimal) -> tuple[list[dict], str]:
+    """The tender leg that receives `amount`, or why none can (a person splits it).
+
+    A refund to the order's own payments ('original') goes back to one payment that can still
+    return all of it: the one the ticket names, else the first made. Never more than that payment
+    can return (a charge cannot give back more than it took). A gift card the order was not paid
+    with ('gift_card') takes store credit. An order with no recorded payment names no leg."""
+    if destination != "original":  # a gift card the order was not paid with: store credit
+        leg = {"payment": None, "method": method.external_id, "kind": method.kind, "amount": str(amount)}
+        return [{**leg, "returnable": None}], ""
+    payments = order_payments_returnable(order)
+    if not payments:
+        return [], ""
+    candidates = [p for p in payments if method is None or p.method_id == method.pk]
+    for payment in candidates:
+        if payment.returnable >= amount:
+            leg = {"payment": payment.payment_id, "method": payment.method, "kind": payment.kind, "amount": str(amount)}
+            return [{**leg, "returnable": str(payment.returnable)}], ""
+    listed = ", ".join(f"{p.method or p.kind} {p.returnable}" for p in candidates)
+    return [], (
+        f"{amount} {order.currency} is more than any one payment of {order.external_id} can still return "
+        f"({listed}): a person decides how to split it, one refund per payment."
+    )
 
 
 def _eligibility(order, policy, position, item_ids, now, waive=frozenset()) -> tuple[bool, str, str]:

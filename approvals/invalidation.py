@@ -54,7 +54,8 @@ def approval_facts_changed(*, request: ApprovalRequest, order: Order, now: datet
         requested_amount=request.amount,
         requested_currency=request.currency,
         item_ids=list(args.get("items") or []),
-        refund_to=refund_to if kind != "original" else None,
+        # The exact leg approved (requests that name legs); older ones: any original payment.
+        refund_to=refund_to if kind != "original" or args.get("legs") else None,
         now=now,
         # A person's exception was approved outside exactly these rules: they are not a change.
         waive=frozenset(request.waived_rules or ()),
@@ -67,7 +68,14 @@ def approval_facts_changed(*, request: ApprovalRequest, order: Order, now: datet
         changes.append(f"the gate now allows {verdict.allowed_amount}, not {request.amount} {request.currency}")
     elif "destination_method" in args and verdict.destination_method != args["destination_method"]:
         changes.append(f"destination was {args['destination_method']}, now {verdict.destination_method}")
+    elif args.get("legs") and _legs_paid(verdict.legs) != _legs_paid(args["legs"]):
+        changes.append(f"the refund's legs were {_legs_paid(args['legs'])}, now {_legs_paid(verdict.legs)}")
     return "; ".join(changes)
+
+
+def _legs_paid(legs: list[dict]) -> list[tuple]:
+    """What a leg pays and where (what the payment could still return may move without changing it)."""
+    return [(leg.get("payment"), leg.get("method"), leg.get("kind"), leg.get("amount")) for leg in legs]
 
 
 def approval_request_invalidate(*, request, reason: str, actor=None, now, from_status=ApprovalRequest.Status.PENDING):
@@ -103,7 +111,7 @@ def approval_request_invalidate(*, request, reason: str, actor=None, now, from_s
         policy=policy,
         proposal=proposal,
         item_ids=request.args.get("items") or [],
-        refund_to=refund_to if kind != "original" else None,
+        refund_to=refund_to if kind != "original" or request.args.get("legs") else None,
         now=now,
         # A person's exception stays one: the same rules waived, the same dual control.
         waive=frozenset(request.waived_rules or ()),

@@ -26,7 +26,7 @@ from django.utils import timezone
 from ledger.exceptions import InvalidInput, NotFound
 from ledger.models import RefundEntry, RefundStatus
 from ledger.selectors import order_refund_position
-from ledger.signals import refund_entry_status_changed
+from ledger.signals import order_dispute_changed, refund_entry_status_changed
 from ledger.tenancy import tenant_for_user
 
 from .decisions import approval_decider_check
@@ -34,6 +34,7 @@ from .exceptions import ApprovalConflict
 from .execution import approval_payment_failed
 from .followups import approval_followups_waiting
 from .gate import policy_current
+from .invalidation import approval_request_invalidate
 from .locks import order_lock
 from .models import ApprovalRequest
 from .outbox import approval_execution_publish
@@ -69,6 +70,43 @@ def approval_follow_refund_status(*, entry: RefundEntry, to_status: str, reason:
         request_id = request.pk
         transaction.on_commit(lambda: approval_execution_publish(request_id=request_id))
     return request
+
+
+@receiver(order_dispute_changed, dispatch_uid="approvals.approval_hold_on_dispute")
+def on_order_dispute_changed(sender, dispute, order, **kwargs):
+    # Inside the ledger's transaction, under the order's lock. A failure here is logged: the
+    # decision and the execution re-run the gate (which escalates a disputed order) anyway.
+    if not dispute.is_open:
+        return
+    try:
+        with transaction.atomic():
+            approval_requests_hold_for_dispute(order=order, dispute=dispute)
+    except Exception:  # noqa: BLE001 - the ledger's record of the dispute must stand
+        logger.exception("holding the refunds of order %s for dispute %s failed", order.pk, dispute.provider_ref)
+
+
+def approval_requests_hold_for_dispute(*, order, dispute) -> list[ApprovalRequest]:
+    """A dispute opened on the order: its requests waiting for a decision, or approved but not yet
+    written to the ledger, are held (invalidated with the dispute as the reason; the gate makes no
+    replacement while the dispute is open, so the ticket goes to a person). Nothing is paid until a
+    person decides again. A refund already written to the ledger is the provider's to answer."""
+    held = []
+    now = timezone.now()
+    waiting = ApprovalRequest.objects.filter(
+        order_id=order.pk,
+        status__in=(ApprovalRequest.Status.PENDING, ApprovalRequest.Status.APPROVED),
+        ledger_entry__isnull=True,
+    ).order_by("id")
+    for request in waiting:
+        if RefundEntry.objects.filter(idempotency_key=request.idempotency_key).exists():
+            continue  # written by an execution that is paying it now
+        reason = (
+            f"the order is disputed ({dispute.provider_ref}: {dispute.status}); "
+            f"the charge is {'still' if dispute.is_charge_refundable else 'not'} refundable at the provider"
+        )
+        approval_request_invalidate(request=request, reason=reason, now=now, from_status=request.status)
+        held.append(request)
+    return held
 
 
 def approval_request_payment_retry(*, request_id: int, user, note: str = "") -> ApprovalRequest:

@@ -29,7 +29,7 @@ def refund_args_canonical(*, order: Order, verdict: GateVerdict, ticket_ref: int
     """The exact arguments `refunds.issue_refund` will be executed with. Hash these, show these,
     execute these: nothing else. `destination` is the kind ('original', 'gift_card'),
     `destination_method` the exact payment method's external id (None only when the order's
-    payment recorded no method)."""
+    payment recorded no method), `legs` the tender legs that receive the money (gate.py)."""
     return {
         "action": ISSUE_REFUND,
         "tenant": order.tenant.slug,
@@ -40,6 +40,7 @@ def refund_args_canonical(*, order: Order, verdict: GateVerdict, ticket_ref: int
         "destination": verdict.destination,
         "destination_method": verdict.destination_method,
         "items": list(verdict.item_ids),
+        "legs": list(verdict.legs),
         "policy_version": verdict.policy_version,
         "ticket": ticket_ref,
     }

@@ -7,6 +7,10 @@ exactly the approved payment method, the order's refunds within its total, the o
 policy window when the request was made (unless a person's policy exception waived the window
 as the policy allows), and the approvals the policy asked for, none by the filer.
 
+Where the request names its tender leg (the order's payment, its method, the amount), the entry
+must be that leg, paid the way that tender is paid, and the provider's refund must be on that
+leg's payment (its reference as the ledger records it).
+
 It also asks where the money moved: the entry must be `succeeded`, and for a refund paid through
 a provider (stripe) the provider's own record of the refund, read through the gateway by its
 provider_ref, must be that refund: succeeded, the same amount and currency, carrying this
@@ -20,7 +24,7 @@ from decimal import Decimal
 from django.db import transaction
 from django.utils import timezone
 
-from ledger.models import Order, RefundEntry, RefundStatus
+from ledger.models import Order, Payment, PaymentMethod, RefundEntry, RefundStatus
 from ledger.money import CENT
 from ledger.payouts import refund_entry_provider_record
 from ledger.selectors import order_refunded_total, refund_entries_with_effective_amount
@@ -107,6 +111,7 @@ def approval_verdict(*, request: ApprovalRequest) -> dict:
                     actual,
                 )
             )
+        checks.extend(_leg_checks(args=args, entry=entry))
         entry_items = sorted(ri.order_item.item_id for ri in entry.items.all() for _ in range(ri.quantity))
         checks.append(
             _check(
@@ -198,14 +203,54 @@ def approval_verdict(*, request: ApprovalRequest) -> dict:
     }
 
 
+def _leg_checks(*, args: dict, entry: RefundEntry) -> list[dict]:
+    """The ledger's entry against the tender leg the request names (requests made before legs were
+    named, and orders with no recorded payment, name none): the same method, the same amount, and
+    paid the way that tender is paid (store credit for a gift card, never for anything else)."""
+    legs = args.get("legs") or []
+    if not legs:
+        return []
+    leg = legs[0]
+    method = entry.destination.external_id if entry.destination_id else None
+    store_credit = entry.gateway == RefundEntry.Gateway.STORE_CREDIT
+    return [
+        _check("leg_one", len(legs) == 1, 1, len(legs)),
+        _check("leg_method", method == leg.get("method"), leg.get("method"), method),
+        _check(
+            "leg_amount", str(entry.effective_amount) == leg.get("amount"), leg.get("amount"), entry.effective_amount
+        ),
+        _check(
+            "leg_tender",
+            store_credit == (leg.get("kind") == PaymentMethod.Kind.GIFT_CARD),
+            "store credit" if leg.get("kind") == PaymentMethod.Kind.GIFT_CARD else "the provider or by hand",
+            entry.gateway,
+        ),
+    ]
+
+
 def _provider_checks(*, request: ApprovalRequest, entry: RefundEntry) -> list[dict]:
-    """The provider's record of the refund against the ledger's (none for manual / store credit)."""
+    """The provider's record of the refund against the ledger's (none for manual / store credit),
+    and against the leg the request names: refunded on that leg's payment, no other."""
     if entry.gateway != RefundEntry.Gateway.STRIPE:
         return []
     record = refund_entry_provider_record(entry_id=entry.pk)
     if record is None:
         return [_check("provider_has_refund", False, entry.provider_ref or "a provider refund", None)]
-    return [
+    leg_checks = []
+    legs = (request.args or {}).get("legs") or []
+    if legs:
+        payment = Payment.objects.filter(pk=legs[0].get("payment"), order_id=request.order_id).first()
+        expected = payment.payment_ref if payment is not None else None
+        # Evidence names the payment by its id: references stay out of stored verdicts (redacted data).
+        leg_checks.append(
+            _check(
+                "leg_provider_payment",
+                expected is not None and expected in record.payment_refs,
+                f"payment #{legs[0].get('payment')}",
+                "that payment" if expected in record.payment_refs else "another payment",
+            )
+        )
+    return leg_checks + [
         _check(
             "provider_refund_id", record.provider_ref == entry.provider_ref, entry.provider_ref, record.provider_ref
         ),

@@ -22,6 +22,7 @@ from django.db.models.constants import LOOKUP_SEP
 from .models import (
     ApiToken,
     Customer,
+    Dispute,
     IdempotencyKey,
     Membership,
     Order,
@@ -348,6 +349,15 @@ class WebhookEventAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelA
     list_display = ("event_id", "type", "provider", "account", "tenant", "received_at", "processed_at", "result")
     list_filter = ("provider", "type", ("processed_at", admin.EmptyFieldListFilter), "tenant")
     search_fields = ("event_id", "type", "result")
+
+
+@admin.register(Dispute)
+class DisputeAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Disputes as the provider reported them (webhooks, reconciliation): read-only, the provider's facts."""
+
+    list_display = ("provider_ref", "order", "status", "reason", "amount", "currency", "is_charge_refundable", "tenant")
+    list_filter = ("status", "is_charge_refundable", "tenant")
+    search_fields = ("provider_ref", "order__external_id")
 
 
 @admin.register(ReconciliationRun)

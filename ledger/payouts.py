@@ -7,6 +7,11 @@ the answer with `ledger_refund_record_outcome`. A process that dies between the 
 answer and our record is safe: the retry sends the same Idempotency-Key (the entry's, which is
 the approval's) and gets the same refund back; past the provider's idempotency window the
 refund is first looked up by its metadata, so a late retry never pays twice.
+
+Before the first payout the payment reference (imported with the order) is checked against the
+provider (`payment_ref_problem`): on the shop's account, the shop's, in the refund's currency, able
+to return the amount. A payment that fails it is never paid against: the entry is recorded
+`failed` with the reason, and the request goes back to finance (`payment_failed`).
 """
 
 import logging
@@ -26,15 +31,16 @@ PROVIDER_PREFIXES = ("pi_", "ch_", "py_")
 
 def refund_entry_payment_ref(*, entry: RefundEntry) -> str:
     """The provider payment the refund goes back to: the order's payment made with the entry's
-    destination method if there is one, else the order's first payment with a provider reference."""
+    destination method (the approved leg), and only that one: a refund approved to one tender is
+    never paid to another ("" when that method paid nothing through the provider). An entry with
+    no method (the order's payment recorded none) goes to the order's first provider payment."""
     payments = [
         p
         for p in Payment.objects.filter(order_id=entry.order_id).order_by("id")
         if p.payment_ref.startswith(PROVIDER_PREFIXES)
     ]
-    for payment in payments:
-        if entry.destination_id and payment.payment_method_id == entry.destination_id:
-            return payment.payment_ref
+    if entry.destination_id:
+        return next((p.payment_ref for p in payments if p.payment_method_id == entry.destination_id), "")
     return payments[0].payment_ref if payments else ""
 
 
@@ -92,7 +98,21 @@ def ledger_refund_payout(*, entry_id: int, metadata: dict | None = None) -> Refu
     result = None
     window = gateway.idempotency_window_seconds
     try:
-        if window is not None and timezone.now() - entry.created_at > timedelta(seconds=window):
+        if gateway.executes_refunds and not entry.provider_ref:
+            # Before the first payout: the payment is the provider's fact, not the import's.
+            problem = payment_ref_problem(entry=entry, payment_ref=payment_ref, gateway=gateway)
+            if problem:
+                # A refund an earlier attempt made (its answer lost) has taken back part of the
+                # payment already: it is ours, and it is the answer.
+                result = gateway.refund_find(
+                    payment_ref=payment_ref,
+                    metadata_key="ledger_entry",
+                    metadata_value=str(entry.pk),
+                    account=request.account,
+                )
+                if result is None:
+                    return _payout_record(entry=entry, order_ref=order_ref, status=RefundStatus.FAILED, reason=problem)
+        if result is None and window is not None and timezone.now() - entry.created_at > timedelta(seconds=window):
             # The provider may have forgotten our key: a refund made by an earlier attempt is only
             # found by its metadata.
             result = gateway.refund_find(
@@ -115,6 +135,38 @@ def ledger_refund_payout(*, entry_id: int, metadata: dict | None = None) -> Refu
     return _payout_record(
         entry=entry, order_ref=order_ref, status=result.status, provider_ref=result.provider_ref, reason=result.reason
     )
+
+
+def payment_ref_problem(*, entry: RefundEntry, payment_ref: str, gateway) -> str:
+    """Why the provider's payment cannot take this refund, or "" when it can: it must exist on the
+    shop's own account (its Stripe account, or the platform's for a shop without one), belong to
+    this shop where it says whose it is (its Connect destination, its `metadata[tenant]`), not be
+    disputed, be in the entry's currency, and still be able to return the amount (Stripe's own rule). Raises
+    PaymentProviderUnavailable when the provider cannot be asked (the entry stays pending)."""
+    tenant = entry.tenant
+    account = tenant.stripe_account
+    payment = gateway.payment_get(payment_ref=payment_ref, account=account)
+    where = f"the shop's account ({account})" if account else "the platform's account"
+    if payment is None:
+        return f"payment_ref_unknown: the provider has no payment {payment_ref} on {where}."
+    if payment.destination and payment.destination != account:
+        return f"payment_ref_foreign: payment {payment_ref} was paid to another account ({payment.destination})."
+    owner = payment.metadata.get("tenant")
+    if owner and owner != tenant.slug:
+        return f"payment_ref_foreign: payment {payment_ref} belongs to another shop ({owner})."
+    if payment.disputed:
+        return (
+            f"payment_disputed: payment {payment_ref} is disputed at the provider: the customer's bank may "
+            "have returned the money already; a person decides."
+        )
+    if payment.currency != entry.currency:
+        return f"payment_ref_currency: payment {payment_ref} was paid in {payment.currency}, the refund is in {entry.currency}."
+    if payment.returnable < entry.amount:
+        return (
+            f"payment_ref_exceeds: payment {payment_ref} can return only {payment.returnable} {payment.currency} "
+            f"({payment.refunded} of {payment.amount} already refunded at the provider), not {entry.amount}."
+        )
+    return ""
 
 
 def _payout_record(*, entry: RefundEntry, order_ref: str, status: str, provider_ref: str = "", reason: str = ""):

@@ -8,6 +8,8 @@ flagged for review, with a `missing_in_ledger` finding.
 
 `payments_reconcile` lists the provider's refunds of a period and stores a finding for every
 difference left: missing in the ledger, missing at the provider, amount differs, status differs.
+It also lists the provider's disputes of the period and records each on its order
+(`ledger.disputes.dispute_record`), so a lost `charge.dispute.*` webhook still makes it disputed.
 It also compares every gift card the ledger credited with the ledger (`store_credit_reconcile`):
 a kept balance that is not the opening balance plus the ledger's store credit is a
 `store_credit_differs` finding, whatever the gateway.
@@ -20,7 +22,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from .gateways import ProviderRefund, gateway_get
+from .disputes import dispute_record
+from .gateways import ProviderDispute, ProviderRefund, gateway_get
 from .models import (
     COUNTING_STATUSES,
     Payment,
@@ -117,6 +120,16 @@ def _payment_for(refund: ProviderRefund) -> Payment | None:
             .first()
         )
         if refund.payment_refs
+        else None
+    )
+
+
+def _dispute_payment(dispute: ProviderDispute) -> Payment | None:
+    return (
+        Payment.objects.select_related("order")
+        .filter(payment_ref__in=dispute.payment_refs, order__tenant__stripe_account=dispute.account)
+        .first()
+        if dispute.payment_refs
         else None
     )
 
@@ -224,8 +237,15 @@ def payments_reconcile(*, tenant: Tenant | None = None, since: datetime | None =
     listed = [
         (account, refund) for account in accounts for refund in gateway.refunds_list(since=since, account=account)
     ]
+    disputes = [dispute for account in accounts for dispute in gateway.disputes_list(since=since, account=account)]
     with transaction.atomic():
         run = ReconciliationRun.objects.create(tenant=tenant, gateway=gateway.name, since=since)
+        # Disputes a lost webhook never told us about: the order becomes disputed all the same.
+        in_scope_tenants = {t.pk for ts in accounts.values() for t in ts}
+        for dispute in disputes:
+            payment = _dispute_payment(dispute)
+            if payment is not None and payment.order.tenant_id in in_scope_tenants:
+                dispute_record(dispute=dispute, provider=gateway.name)
         findings: set[int] = set()
         seen_refs: set[str] = set()
         for account, refund in listed:

@@ -12,6 +12,7 @@ from .exceptions import NotFound
 from .models import (
     COUNTING_STATUSES,
     Customer,
+    Dispute,
     Order,
     OrderItem,
     PaymentMethod,
@@ -227,3 +228,57 @@ def reconciliation_findings_unresolved(*, tenant: Tenant | None = None):
     """Findings finance has not resolved yet (for the finance queue's count, and the command)."""
     findings = ReconciliationFinding.objects.unresolved()
     return findings if tenant is None else findings.filter(tenant=tenant)
+
+
+@dataclass(frozen=True)
+class PaymentReturnable:
+    """One payment of an order (a tender) and what it can still return, from the ledger."""
+
+    payment_id: int
+    method_id: int | None  # the PaymentMethod's pk, None when the shop recorded none
+    method: str | None  # its external id
+    kind: str  # card, paypal, gift_card
+    payment_ref: str  # pi_…/ch_… for a provider payment, "" for a gift card
+    paid: Decimal
+    returnable: Decimal
+
+
+def order_payments_returnable(order: Order) -> list[PaymentReturnable]:
+    """The order's payments in the order they were made, each with what it can still return: what
+    it paid minus the counting refunds made to its method. A refund recorded without a method is
+    the first payment's (as it was paid out before methods were named)."""
+    payments = list(order.payments.select_related("payment_method").order_by("id"))
+    returned: dict[int | None, Decimal] = {}
+    for row in (
+        refund_entries_with_effective_amount(RefundEntry.objects.filter(order=order).counting())
+        .values("destination_id")
+        .annotate(total=Sum("effective_amount"))
+    ):
+        returned[row["destination_id"]] = row["total"] or ZERO
+    if payments and None in returned and payments[0].payment_method_id is not None:
+        returned[payments[0].payment_method_id] = returned.get(payments[0].payment_method_id, ZERO) + returned[None]
+    legs = []
+    for payment in payments:
+        method_id = payment.payment_method_id
+        # Payments made with one method share what it got back, the earliest first.
+        taken = min(returned.get(method_id, ZERO), payment.amount)
+        returned[method_id] = returned.get(method_id, ZERO) - taken
+        legs.append(
+            PaymentReturnable(
+                payment_id=payment.pk,
+                method_id=method_id,
+                method=payment.payment_method.external_id if payment.payment_method_id else None,
+                kind=payment.payment_method.kind if payment.payment_method_id else payment.method,
+                payment_ref=payment.payment_ref,
+                paid=payment.amount,
+                returnable=(payment.amount - taken).quantize(CENT),
+            )
+        )
+    return legs
+
+
+def order_open_disputes(order: Order) -> list[Dispute]:
+    """The order's disputes the customer's bank still holds against the shop (neither won nor a
+    closed inquiry), newest first: while there is one, a refund is a person's call."""
+    disputes = Dispute.objects.filter(order=order).exclude(status__in=Dispute.SETTLED_FOR_THE_SHOP)
+    return list(disputes.select_related("payment").order_by("-id"))

@@ -196,7 +196,9 @@ def _replay_raced(idempotency_key: str, request_hash: str, error: IntegrityError
 
 def _first_status(*, source: str, destination, destination_kind: str) -> tuple[str, str]:
     """(gateway, status) of a new entry; see `ledger_refund_issue`."""
-    if destination_kind == "gift_card" and destination is not None and destination.kind == PaymentMethod.Kind.GIFT_CARD:
+    # A gift card takes store credit, whether it is where the customer asked for the refund or
+    # the tender it paid with (a split-tender or gift-card-only order): no provider can pay it.
+    if destination is not None and destination.kind == PaymentMethod.Kind.GIFT_CARD:
         return RefundEntry.Gateway.STORE_CREDIT, RefundStatus.SUCCEEDED
     if source == RefundEntry.Source.APPROVAL and settings.PAYMENT_GATEWAY == "stripe":
         return RefundEntry.Gateway.STRIPE, RefundStatus.PENDING

@@ -6,7 +6,8 @@
 `webhook_event_process` applies the event's refunds to the ledger through
 `ledger.reconciliation.provider_refund_reconcile` (compare-and-set on the entry's status, so
 events in any order end in the same state) and marks the event processed in the same
-transaction: a crash leaves it unprocessed, and a retry redoes it whole.
+transaction: a crash leaves it unprocessed, and a retry redoes it whole. `charge.dispute.*`
+events are applied by `ledger.disputes.dispute_record` the same way (the order becomes disputed).
 """
 
 import json
@@ -21,9 +22,10 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError, model_validator
 
+from .disputes import dispute_record
 from .exceptions import InvalidInput
 from .gateways import gateway_for
-from .gateways.stripe import provider_refund_from_stripe
+from .gateways.stripe import provider_dispute_from_stripe, provider_refund_from_stripe
 from .models import RefundEntryEvent, WebhookEvent
 from .money import currency_exponent
 from .reconciliation import provider_refund_reconcile
@@ -32,6 +34,13 @@ logger = logging.getLogger(__name__)
 
 REFUND_EVENTS = {"refund.created", "refund.updated", "refund.failed", "charge.refund.updated"}
 CHARGE_EVENTS = {"charge.refunded"}
+DISPUTE_EVENTS = {
+    "charge.dispute.created",
+    "charge.dispute.updated",
+    "charge.dispute.closed",
+    "charge.dispute.funds_withdrawn",
+    "charge.dispute.funds_reinstated",
+}
 
 # --- the shape of what the webhook stores and acts on ----------------------------------------------
 # Checked at the door, before anything is stored: a malformed event that was stored made its
@@ -80,6 +89,23 @@ class StripeChargeShape(_Shape):
     refunds: _RefundList | None = None
 
 
+class StripeDisputeShape(_Shape):
+    id: StripeId
+    amount: Annotated[int, Field(ge=0)]
+    currency: Annotated[str, StringConstraints(pattern=r"^[A-Za-z]{3}$")]
+    status: Annotated[str, StringConstraints(min_length=1, max_length=40)]
+    charge: StripeId | _Expanded
+    payment_intent: StripeId | _Expanded | None = None
+    reason: Annotated[str, StringConstraints(max_length=100)] | None = None
+    is_charge_refundable: bool = False
+
+    @model_validator(mode="after")
+    def _fits_the_ledger(self):
+        if self.amount >= 10 ** (10 + currency_exponent(self.currency)):
+            raise ValueError("amount is beyond what the ledger can hold")
+        return self
+
+
 class StripeEventShape(_Shape):
     id: Annotated[str, StringConstraints(min_length=1, max_length=100)]
     type: Annotated[str, StringConstraints(min_length=1, max_length=100)]
@@ -92,6 +118,14 @@ class _RefundData(_Shape):
 
 class _ChargeData(_Shape):
     object: StripeChargeShape
+
+
+class _DisputeData(_Shape):
+    object: StripeDisputeShape
+
+
+class StripeDisputeEvent(StripeEventShape):
+    data: _DisputeData
 
 
 class StripeRefundEvent(StripeEventShape):
@@ -107,6 +141,8 @@ def _shape_for(event_type: str) -> type[StripeEventShape]:
         return StripeRefundEvent
     if event_type in CHARGE_EVENTS:
         return StripeChargeEvent
+    if event_type in DISPUTE_EVENTS:
+        return StripeDisputeEvent
     return StripeEventShape  # a type the product ignores: its envelope only
 
 
@@ -222,6 +258,18 @@ def webhook_event_process(*, webhook_event_id: int) -> WebhookEvent:
     with transaction.atomic():
         event = WebhookEvent.objects.select_for_update().get(pk=webhook_event_id)
         if event.processed_at is not None:
+            return event
+        if event.type in DISPUTE_EVENTS and not malformed:
+            dispute, outcome = dispute_record(
+                dispute=provider_dispute_from_stripe(event.payload["data"]["object"], account=event.account),
+                provider=event.provider,
+            )
+            WebhookEvent.objects.filter(pk=event.pk, processed_at=None).update(
+                processed_at=timezone.now(),
+                result=f"{dispute.provider_ref if dispute else 'dispute'}: {outcome}"[:200],
+                tenant_id=dispute.tenant_id if dispute else None,
+            )
+            event.refresh_from_db()
             return event
         applied = [
             provider_refund_reconcile(

@@ -311,13 +311,9 @@ def ticket_follow_payment_failed(*, request: ApprovalRequest, entry, reason: str
         f"The payment provider refused the refund of {_money(request)} (request #{request.pk}, ledger entry "
         f"#{entry.pk} {entry.status}): {reason}. Nothing was paid; the amount is refundable again."
     )
-    if (
-        not ticket_transition(ticket=ticket, to=Ticket.Status.PAYMENT_FAILED, detail=detail)
-        and ticket.status == Ticket.Status.REFUNDED
-    ):
-        # The provider reported the refund succeeded, then failed it: a settled ticket moves
-        # only by the alert.
-        ticket_transition(ticket=ticket, to=Ticket.Status.FAILED, detail=detail)
+    # Also from `refunded`: the provider reported the refund paid, then failed it; the money did
+    # not move, so the ticket is finance's again, not the evaluator's alert.
+    ticket_transition(ticket=ticket, to=Ticket.Status.PAYMENT_FAILED, detail=detail)
     trace_record(
         ticket=ticket,
         span="ledger",

@@ -26,7 +26,8 @@ from django.utils import timezone
 from .models import QUEUE_STATUSES, Ticket
 from .replies import ticket_reply_compose
 
-# A ticket in one of these is done: nothing but the verification alert moves it again.
+# A ticket in one of these is done: nothing but the verification alert and the provider's late
+# failure of a paid refund move it again.
 SETTLED: frozenset[str] = frozenset({Ticket.Status.REFUNDED, Ticket.Status.CLOSED})
 
 _EVERY: frozenset[str] = frozenset(Ticket.Status)
@@ -58,8 +59,9 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     Ticket.Status.APPROVED: frozenset({Ticket.Status.APPROVAL_REQUIRED}),
     # Only the evaluator's verdict on an executed refund settles a ticket as refunded.
     Ticket.Status.REFUNDED: frozenset({Ticket.Status.APPROVED}),
-    # The provider refused the payout: back with finance.
-    Ticket.Status.PAYMENT_FAILED: frozenset({Ticket.Status.APPROVED}),
+    # The provider refused the payout: back with finance. Also after it reported the refund paid
+    # (a refund can fail days later): the money did not move, so finance files it again.
+    Ticket.Status.PAYMENT_FAILED: frozenset({Ticket.Status.APPROVED, Ticket.Status.REFUNDED}),
     # A person (or finance, or an expiry) can hand any unsettled ticket to the human queue.
     Ticket.Status.ESCALATED: _EVERY - SETTLED,
     # A run that failed, or an execution whose verification failed (the alert moves even a

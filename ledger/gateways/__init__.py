@@ -3,11 +3,19 @@
 
 from django.conf import settings
 
-from .base import PaymentGateway, ProviderRefund, RefundRequest
+from .base import PaymentGateway, ProviderDispute, ProviderPayment, ProviderRefund, RefundRequest
 from .manual import ManualGateway
 from .stripe import StripeGateway
 
-__all__ = ["PaymentGateway", "ProviderRefund", "RefundRequest", "gateway_get", "gateway_for"]
+__all__ = [
+    "PaymentGateway",
+    "ProviderDispute",
+    "ProviderPayment",
+    "ProviderRefund",
+    "RefundRequest",
+    "gateway_get",
+    "gateway_for",
+]
 
 
 def gateway_for(name: str) -> PaymentGateway:

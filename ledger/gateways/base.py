@@ -36,6 +36,44 @@ class ProviderRefund:
         return [ref for ref in (self.payment_ref, self.charge) if ref]
 
 
+@dataclass(frozen=True)
+class ProviderPayment:
+    """A payment (PaymentIntent or Charge) as the provider knows it: what a refund is made against."""
+
+    payment_ref: str
+    currency: str
+    amount: Decimal  # captured
+    refunded: Decimal  # already refunded at the provider (pending included)
+    account: str = ""  # the account it was found on ("" the platform's own)
+    destination: str = ""  # a Connect destination (transfer_data.destination or on_behalf_of), if any
+    metadata: dict[str, str] = field(default_factory=dict)
+    charge: str = ""  # the charge it was paid by (for a PaymentIntent: its latest charge)
+    disputed: bool = False
+
+    @property
+    def returnable(self) -> Decimal:
+        return self.amount - self.refunded
+
+
+@dataclass(frozen=True)
+class ProviderDispute:
+    """A dispute (chargeback or inquiry) on a payment, as the provider reports it."""
+
+    provider_ref: str  # dp_…
+    status: str  # the provider's own (needs_response, under_review, won, lost, warning_…)
+    amount: Decimal
+    currency: str
+    charge: str = ""
+    payment_intent: str = ""
+    reason: str = ""
+    is_charge_refundable: bool = False
+    account: str = ""
+
+    @property
+    def payment_refs(self) -> list[str]:
+        return [ref for ref in (self.payment_intent, self.charge) if ref]
+
+
 class PaymentGateway:
     """A provider that executes refunds. Implementations raise
     `ledger.exceptions.PaymentProviderUnavailable` for anything transient, and return a
@@ -61,6 +99,14 @@ class PaymentGateway:
         raise NotImplementedError
 
     def refunds_for_payment(self, *, payment_ref: str, account: str = "") -> list[ProviderRefund]:
+        raise NotImplementedError
+
+    def disputes_list(self, *, since: datetime, account: str = ""):
+        """Every dispute created since `since` (an iterator of ProviderDispute; pages are followed)."""
+        raise NotImplementedError
+
+    def payment_get(self, *, payment_ref: str, account: str = "") -> ProviderPayment | None:
+        """The provider's record of a payment (pi_… or ch_…) on `account`, or None if it has none there."""
         raise NotImplementedError
 
     def refunds_list(self, *, since: datetime, account: str = ""):

@@ -15,7 +15,7 @@ import stripe
 
 from ..exceptions import PaymentProviderUnavailable
 from ..money import from_minor_units, to_minor_units
-from .base import PaymentGateway, ProviderRefund, RefundRequest
+from .base import PaymentGateway, ProviderDispute, ProviderPayment, ProviderRefund, RefundRequest
 
 logger = logging.getLogger(__name__)
 
@@ -74,6 +74,24 @@ def provider_refund_from_stripe(refund, *, account: str = "") -> ProviderRefund:
         reason=get("failure_reason") or "",
         metadata={str(k): str(v) for k, v in dict(get("metadata") or {}).items()},
         created=datetime.fromtimestamp(int(created), tz=UTC) if created else None,
+        account=account,
+    )
+
+
+def provider_dispute_from_stripe(dispute, *, account: str = "") -> ProviderDispute:
+    """A Stripe Dispute object (SDK object or plain dict from a webhook) as a ProviderDispute."""
+    if hasattr(dispute, "to_dict"):
+        dispute = dispute.to_dict()
+    currency = (dispute.get("currency") or "").upper()
+    return ProviderDispute(
+        provider_ref=dispute.get("id") or "",
+        status=dispute.get("status") or "",
+        amount=from_minor_units(int(dispute.get("amount") or 0), currency),
+        currency=currency,
+        charge=_id(dispute.get("charge")),
+        payment_intent=_id(dispute.get("payment_intent")),
+        reason=dispute.get("reason") or "",
+        is_charge_refundable=bool(dispute.get("is_charge_refundable")),
         account=account,
     )
 
@@ -174,3 +192,47 @@ class StripeGateway(PaymentGateway):
     def refunds_list(self, *, since: datetime, account: str = ""):
         for refund in self._list({"created": {"gte": int(since.timestamp())}}, account):
             yield provider_refund_from_stripe(refund, account=account)
+
+    def disputes_list(self, *, since: datetime, account: str = ""):
+        try:
+            page = self.client.v1.disputes.list(
+                params={"limit": 100, "created": {"gte": int(since.timestamp())}}, options=self._options(account)
+            )
+            for dispute in page.auto_paging_iter():
+                yield provider_dispute_from_stripe(dispute, account=account)
+        except stripe.StripeError as exc:
+            raise PaymentProviderUnavailable(f"Stripe: {type(exc).__name__}: {exc}") from exc
+
+    def payment_get(self, *, payment_ref: str, account: str = "") -> ProviderPayment | None:
+        field_name = payment_field(payment_ref)
+        try:
+            if field_name == "payment_intent":
+                intent = self.client.v1.payment_intents.retrieve(
+                    payment_ref, params={"expand": ["latest_charge"]}, options=self._options(account)
+                ).to_dict()
+                charge = intent.get("latest_charge") if isinstance(intent.get("latest_charge"), dict) else {}
+                owner = intent
+            else:
+                charge = self.client.v1.charges.retrieve(payment_ref, options=self._options(account)).to_dict()
+                owner = charge
+        except stripe.InvalidRequestError as exc:
+            if exc.http_status == 404:
+                return None
+            raise PaymentProviderUnavailable(f"Stripe: {type(exc).__name__}: {exc}") from exc
+        except stripe.StripeError as exc:
+            raise PaymentProviderUnavailable(f"Stripe: {type(exc).__name__}: {exc}") from exc
+        currency = (owner.get("currency") or "").upper()
+        captured = charge.get("amount_captured")
+        if captured is None:
+            captured = owner.get("amount_received", owner.get("amount")) or 0
+        return ProviderPayment(
+            payment_ref=payment_ref,
+            currency=currency,
+            amount=from_minor_units(int(captured), currency),
+            refunded=from_minor_units(int(charge.get("amount_refunded") or 0), currency),
+            account=account,
+            destination=_id((owner.get("transfer_data") or {}).get("destination")) or _id(owner.get("on_behalf_of")),
+            metadata={str(k): str(v) for k, v in dict(owner.get("metadata") or {}).items()},
+            charge=_id(charge) if charge else "",
+            disputed=bool(charge.get("disputed")),
+        )

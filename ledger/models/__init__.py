@@ -4,7 +4,7 @@ its status events) and payments (webhook events and reconciliation findings).
 Every name is re-exported here, so `from ledger.models import X` is the one import path."""
 
 from .orders import MONEY, Customer, Order, OrderItem, OrderQuerySet, Payment, PaymentMethod
-from .payments import ReconciliationFinding, ReconciliationFindingQuerySet, ReconciliationRun, WebhookEvent
+from .payments import Dispute, ReconciliationFinding, ReconciliationFindingQuerySet, ReconciliationRun, WebhookEvent
 from .refunds import (
     COUNTING_STATUSES,
     STATUS_TRANSITIONS,
@@ -21,6 +21,7 @@ from .refunds import (
 from .tenancy import ApiToken, IdempotencyKey, Membership, Tenant, TenantQuerySet
 
 __all__ = [
+    "Dispute",
     "COUNTING_STATUSES",
     "STATUS_TRANSITIONS",
     "RefundEntryEvent",

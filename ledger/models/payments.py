@@ -5,7 +5,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from .orders import MONEY, PaymentMethod
+from .orders import MONEY, Order, Payment, PaymentMethod
 from .refunds import RefundEntry
 from .tenancy import Tenant, TenantQuerySet
 
@@ -100,3 +100,40 @@ class ReconciliationFinding(models.Model):
 
     def __str__(self):
         return f"{self.get_kind_display()}: {self.provider_ref or f'entry #{self.entry_id}'}"
+
+
+class Dispute(models.Model):
+    """A chargeback (or an inquiry) on one of an order's payments, as the provider reports it
+    (`charge.dispute.*` webhooks, the reconciliation's listing). Its latest status is kept; the
+    payment's order is disputed while any of its disputes is open (see `OPEN_STATUSES`)."""
+
+    # Stripe's statuses after which the customer's bank no longer holds the charge against the shop.
+    SETTLED_FOR_THE_SHOP = ("won", "warning_closed")
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, related_name="disputes")
+    payment = models.ForeignKey(Payment, on_delete=models.PROTECT, related_name="disputes")
+    provider = models.CharField(max_length=20, default="stripe")
+    provider_ref = models.CharField(max_length=100, help_text="The provider's dispute id (dp_…).")
+    status = models.CharField(max_length=40)
+    reason = models.CharField(max_length=100, blank=True)
+    amount = models.DecimalField(**MONEY)
+    currency = models.CharField(max_length=3)
+    is_charge_refundable = models.BooleanField(
+        default=False, help_text="The provider's word on whether the disputed charge may still be refunded."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [models.UniqueConstraint(fields=["provider", "provider_ref"], name="dispute_once")]
+
+    def __str__(self):
+        return f"dispute {self.provider_ref} ({self.status}) on {self.order_id}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.status not in self.SETTLED_FOR_THE_SHOP

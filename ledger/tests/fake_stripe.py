@@ -4,7 +4,10 @@
 It implements what the ledger uses: POST /v1/refunds (honouring Idempotency-Key like Stripe:
 the same key and parameters replay the first answer, other parameters answer 400
 idempotency_error), GET /v1/refunds (newest first, filters payment_intent / charge /
-created[gte], limit + starting_after pages) and GET /v1/refunds/{id}. Faults are queued per
+created[gte], limit + starting_after pages), GET /v1/refunds/{id}, and the payments refunds are
+made against: GET /v1/payment_intents/{id} (its latest charge expanded) and GET /v1/charges/{id},
+per account, with what the fake's refunds took back (`add_payment`; `payments_follow_ledger`
+adds every payment the shops record, as if each was paid at Stripe). Faults are queued per
 POST (`fail_next(...)`): "drop" (the refund is made, then the connection is closed without an
 answer), "500", "402" (card_declined) and "400"; `delay` seconds are slept on every call.
 Every call is recorded in `calls`.
@@ -30,6 +33,9 @@ def sign_webhook(payload: bytes, secret: str, timestamp: int | None = None) -> s
 class FakeStripe:
     def __init__(self):
         self.refunds: dict[str, dict] = {}
+        # (account, pi_…/ch_…) -> the payment: amount and currency as paid, metadata, Connect destination.
+        self.payments: dict[tuple[str, str], dict] = {}
+        self.disputes: dict[str, dict] = {}
         self.idempotency: dict[tuple[str, str], tuple[dict, int, dict]] = {}
         self.calls: list[dict] = []
         self.faults: list[str] = []
@@ -84,6 +90,104 @@ class FakeStripe:
                 currency=currency,
                 created=created,
             )
+
+    def add_payment(
+        self,
+        payment_ref: str,
+        *,
+        amount: int,
+        currency="usd",
+        account="",
+        metadata=None,
+        destination="",
+        disputed=False,
+    ) -> dict:
+        """A payment made at Stripe (pi_… or ch_…); the same reference again on one account adds to
+        it (tests share `pi_test` across orders)."""
+        with self.lock:
+            payment = self.payments.get((account, payment_ref))
+            if payment is None:
+                payment = self.payments[(account, payment_ref)] = {
+                    "amount": 0,
+                    "currency": currency.lower(),
+                    "metadata": dict(metadata or {}),
+                    "destination": destination,
+                    "disputed": disputed,
+                }
+            payment["amount"] += amount
+            return payment
+
+    def add_dispute(
+        self,
+        *,
+        charge="",
+        payment_intent="",
+        amount: int,
+        currency="usd",
+        status="needs_response",
+        is_charge_refundable=False,
+        reason="fraudulent",
+        account="",
+        created: int | None = None,
+    ) -> dict:
+        """A dispute the customer's bank opened on a payment (also marks the payment disputed)."""
+        with self.lock:
+            dispute = {
+                "id": f"dp_fake{next(self._ids):06d}",
+                "object": "dispute",
+                "amount": amount,
+                "currency": currency,
+                "charge": charge or f"ch_of_{payment_intent}",
+                "payment_intent": payment_intent or None,
+                "status": status,
+                "reason": reason,
+                "is_charge_refundable": is_charge_refundable,
+                "created": created if created is not None else next(self._clock),
+                "_account": account,
+            }
+            self.disputes[dispute["id"]] = dispute
+            for ref in (charge, payment_intent):
+                if (account, ref) in self.payments:
+                    self.payments[(account, ref)]["disputed"] = True
+            return dispute
+
+    def _payment_object(self, account: str, payment_ref: str, expand: bool) -> dict | None:
+        payment = self.payments.get((account, payment_ref))
+        if payment is None:
+            return None
+        field = "payment_intent" if payment_ref.startswith("pi_") else "charge"
+        refunded = sum(
+            r["amount"]
+            for r in self.refunds.values()
+            if r["_account"] == account and r[field] == payment_ref and r["status"] in ("pending", "succeeded")
+        )
+        charge_id = payment_ref if field == "charge" else f"ch_of_{payment_ref}"
+        charge = {
+            "id": charge_id,
+            "object": "charge",
+            "amount": payment["amount"],
+            "amount_captured": payment["amount"],
+            "amount_refunded": refunded,
+            "currency": payment["currency"],
+            "disputed": payment["disputed"],
+            "refunded": refunded >= payment["amount"],
+            "payment_intent": payment_ref if field == "payment_intent" else None,
+            "metadata": payment["metadata"],
+            "transfer_data": {"destination": payment["destination"]} if payment["destination"] else None,
+        }
+        if field == "charge":
+            return charge
+        return {
+            "id": payment_ref,
+            "object": "payment_intent",
+            "amount": payment["amount"],
+            "amount_received": payment["amount"],
+            "currency": payment["currency"],
+            "status": "succeeded",
+            "latest_charge": charge if expand else charge_id,
+            "metadata": payment["metadata"],
+            "transfer_data": {"destination": payment["destination"]} if payment["destination"] else None,
+        }
 
     def _make_refund(self, params, metadata, account, *, status=None, currency="usd", created=None) -> dict:
         refund_id = f"re_fake{next(self._ids):06d}"
@@ -217,11 +321,31 @@ class FakeStripe:
                 try:
                     if parts.path == "/v1/refunds":
                         return self._list(query)
+                    if parts.path == "/v1/disputes":
+                        account = self.headers.get("Stripe-Account") or ""
+                        with fake.lock:
+                            listed = [
+                                fake.public(d)
+                                for d in sorted(fake.disputes.values(), key=lambda d: d["created"], reverse=True)
+                                if d["_account"] == account and d["created"] >= int(query.get("created[gte]") or 0)
+                            ]
+                        return self._send(
+                            200, {"object": "list", "url": "/v1/disputes", "has_more": False, "data": listed}
+                        )
                     if parts.path.startswith("/v1/refunds/"):
                         refund = fake.refunds.get(parts.path.rsplit("/", 1)[1])
                         if refund is None:
                             return self._error(404, "invalid_request_error", "No such refund.", "resource_missing")
                         return self._send(200, fake.public(refund))
+                    for prefix in ("/v1/payment_intents/", "/v1/charges/"):
+                        if parts.path.startswith(prefix):
+                            account = self.headers.get("Stripe-Account") or ""
+                            expand = any(key.startswith("expand") for key in query)
+                            with fake.lock:
+                                found = fake._payment_object(account, parts.path[len(prefix) :], expand)
+                            if found is None:
+                                return self._error(404, "invalid_request_error", "No such payment.", "resource_missing")
+                            return self._send(200, found)
                     return self._error(404, "invalid_request_error", "Unrecognized request URL.")
                 finally:
                     self._leave()
@@ -253,3 +377,33 @@ class FakeStripe:
                 )
 
         return Handler
+
+
+def payments_follow_ledger(fake: FakeStripe):
+    """Every provider payment the shops record (ledger Payment rows, now and while this runs) is
+    known to `fake` as paid at Stripe on the shop's account. Returns the function that stops it."""
+    from django.db.models.signals import post_save
+
+    from ledger.models import Payment
+    from ledger.money import to_minor_units
+
+    def add(payment):
+        if payment.payment_ref.startswith(("pi_", "ch_", "py_")):
+            fake.add_payment(
+                payment.payment_ref,
+                amount=to_minor_units(payment.amount, payment.currency),
+                currency=payment.currency,
+                account=payment.order.tenant.stripe_account,
+            )
+
+    def on_save(sender, instance, created, **kwargs):
+        if created:
+            add(instance)
+
+    try:
+        for payment in Payment.objects.select_related("order__tenant"):
+            add(payment)
+    except Exception:  # noqa: BLE001 - no database in this test: nothing recorded yet
+        pass
+    post_save.connect(on_save, sender=Payment, weak=False, dispatch_uid=f"fake-stripe-{id(fake)}")
+    return lambda: post_save.disconnect(sender=Payment, dispatch_uid=f"fake-stripe-{id(fake)}")

@@ -11,6 +11,7 @@ from django.utils import timezone
 from ledger.admin import TenantScopedAdminMixin
 from ledger.models import (
     ApiToken,
+    Dispute,
     IdempotencyKey,
     Order,
     Payment,
@@ -54,6 +55,15 @@ def history(demo):
             kind="missing_at_provider",
             entry=entry,
             detail=f"{order_id} not at the provider",
+        )
+        Dispute.objects.create(
+            tenant=order.tenant,
+            order=order,
+            payment=order.payments.first(),
+            provider_ref=f"dp_{order_id}",
+            status="needs_response",
+            amount=order.total,
+            currency=order.currency,
         )
     return entries
 

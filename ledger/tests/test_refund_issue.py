@@ -238,16 +238,15 @@ def test_store_credit_grows_the_gift_card_once_and_never_for_an_import(mode, mak
         issue(order, "25.00", "k1", destination=gift, destination_kind="gift_card"),  # a replay grows nothing
         issue(order, "5.00", "k2", destination=empty, destination_kind="gift_card"),  # no balance yet: from 0.00
         issue(order, "7.00", "k3", destination=gift, destination_kind="gift_card", source="import"),
-        issue(order, "3.00", "k4", destination=gift, destination_kind="original"),  # not store credit
+        # the gift card the order was paid with, refunded as its original tender: store credit too
+        issue(order, "3.00", "k4", destination=gift, destination_kind="original"),
     ]
     refused(order, "99.00", "k5", destination=gift, destination_kind="gift_card")  # refused: nothing grows
 
-    assert [(entry.gateway, entry.status) for entry in written] == [("store_credit", "succeeded")] * 4 + [
-        ("stripe", "pending")
-    ]
+    assert [(entry.gateway, entry.status) for entry in written] == [("store_credit", "succeeded")] * 5
     gift.refresh_from_db()
     empty.refresh_from_db()
-    assert (gift.balance, empty.balance) == (Decimal("35.00"), Decimal("5.00"))
+    assert (gift.balance, empty.balance) == (Decimal("38.00"), Decimal("5.00"))
     assert position(order) == ("40.00", "60.00", [], 4)
 
 

@@ -21,7 +21,7 @@ from approvals.decisions import approval_request_decide
 from approvals.models import ApprovalRequest
 from approvals.tasks import approval_execute_task
 from ledger.models import RefundEntry
-from ledger.tests.fake_stripe import FakeStripe
+from ledger.tests.fake_stripe import FakeStripe, payments_follow_ledger
 from refundagent.models import Ticket
 from refundagent.sweep import outbox_sweep_task
 from refundagent.tests.payments_support import ticket_awaiting_approval
@@ -106,6 +106,7 @@ def private_redis(tmp_path):
 @pytest.fixture
 def stripe_env(settings):
     server = FakeStripe().start()
+    stop_following = payments_follow_ledger(server)
     env = {
         "PAYMENT_GATEWAY": "stripe",
         "STRIPE_API_KEY": "sk_test_fake",
@@ -115,6 +116,7 @@ def stripe_env(settings):
     }
     settings.PAYMENT_GATEWAY, settings.STRIPE_API_KEY, settings.STRIPE_API_BASE = "stripe", "sk_test_fake", server.url
     yield server, env
+    stop_following()
     server.stop()
 
 

@@ -11,7 +11,7 @@ from django.db import connection
 from approvals.exceptions import ApprovalConflict
 from ledger.models import RefundEntry
 from ledger.selectors import order_refund_position
-from ledger.tests.fake_stripe import FakeStripe
+from ledger.tests.fake_stripe import FakeStripe, payments_follow_ledger
 from refundagent.tests.payments_support import approve, ticket_awaiting_approval
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -20,10 +20,12 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def slow_stripe(settings):
     server = FakeStripe().start()
+    stop_following = payments_follow_ledger(server)
     server.delay = 1.0
     settings.PAYMENT_GATEWAY, settings.STRIPE_API_KEY, settings.STRIPE_API_BASE = "stripe", "sk_test_fake", server.url
     settings.STRIPE_TIMEOUT_SECONDS = 20
     yield server
+    stop_following()
     server.stop()
 
 

@@ -271,8 +271,8 @@ def test_verification_fails_when_the_entry_went_to_another_method(approved_gift_
     )
     # when the evaluator checks it
     verdict = approval_verify(request_id=request.pk)
-    # then it fails on the destination, with the evidence
-    assert verdict["ok"] is False and verdict["failed"] == ["destination_method_exact"]
+    # then it fails on the destination (and on the tender leg the request names), with the evidence
+    assert verdict["ok"] is False and verdict["failed"] == ["destination_method_exact", "leg_method"]
     check = next(c for c in verdict["checks"] if c["name"] == "destination_method_exact")
     assert (check["expected"], check["actual"]) == (GIFT_CARD, "gift_card_second")
     request.refresh_from_db()

@@ -163,8 +163,13 @@ def test_a_ticket_with_the_agent_or_with_finance_cannot_be_closed(ticket, status
 def test_every_status_has_a_row_and_a_stop_reason():
     assert set(TRANSITIONS) == set(Ticket.Status)
     assert set(STOP_REASON_FOR_STATUS) == set(Ticket.Status)
-    # A settled ticket is moved again only by the verification alert (to failed).
-    assert {to for to, sources in TRANSITIONS.items() if sources & SETTLED} == {Ticket.Status.FAILED}
+    # A settled ticket is moved again only by the verification alert (to failed) and by the
+    # provider failing a refund it had reported paid (to payment_failed, from refunded only).
+    assert {to for to, sources in TRANSITIONS.items() if sources & SETTLED} == {
+        Ticket.Status.FAILED,
+        Ticket.Status.PAYMENT_FAILED,
+    }
+    assert TRANSITIONS[Ticket.Status.PAYMENT_FAILED] & SETTLED == {Ticket.Status.REFUNDED}
 
 
 @pytest.mark.django_db(transaction=True)
