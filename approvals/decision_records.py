@@ -122,6 +122,8 @@ def decision_record_create(
         outcome=verdict.outcome,
         allowed_amount=verdict.allowed_amount if verdict.outcome == Outcome.APPROVAL_REQUIRED else None,
         codes=list(verdict.codes),
+        order_disputes=verdict.facts.get("disputes", []),
+        order_payments=verdict.facts.get("payments", []),
         required_approvals=required_approvals,
         **fields,
     )

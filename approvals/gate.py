@@ -13,7 +13,13 @@ from decimal import Decimal
 from ledger.exceptions import InvalidAmount
 from ledger.models import Order, PaymentMethod
 from ledger.money import ZERO, money_check_currency
-from ledger.selectors import RefundPosition, order_open_disputes, order_payments_returnable, order_refund_position
+from ledger.selectors import (
+    PaymentReturnable,
+    RefundPosition,
+    order_open_disputes,
+    order_payments_returnable,
+    order_refund_position,
+)
 from ledger.telemetry import traced
 
 from .models import RefundPolicy
@@ -57,6 +63,10 @@ class GateVerdict:
     legs: list[dict] = field(default_factory=list)
     codes: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
+    # The ledger's facts the gate read beside the position (open disputes, what each payment can
+    # still return), as plain data: a decision record keeps them, so that a replay decides on
+    # what was true then (approvals.decision_records). Not part of the verdict's dict.
+    facts: dict = field(default_factory=dict, repr=False)
 
     @property
     def reason(self) -> str:
@@ -64,6 +74,7 @@ class GateVerdict:
 
     def as_dict(self) -> dict:
         data = asdict(self)
+        data.pop("facts")
         for key in ("refundable", "allowed_amount"):
             data[key] = None if data[key] is None else str(data[key])
         return data
@@ -135,6 +146,8 @@ def policy_gate_evaluate(
     waive: frozenset[str] = frozenset(),
     original_method=_UNREAD,
     position: RefundPosition | None = None,
+    disputes: list | None = None,
+    payments: list[PaymentReturnable] | None = None,
 ) -> GateVerdict:
     """Decide what a draft may lead to. Pure: reads the ledger, writes nothing.
 
@@ -148,7 +161,8 @@ def policy_gate_evaluate(
     `original_method`: the order's original payment method, when the caller read it with the
     policy (`decision_facts`); else it is read here. `position`: the order's refund position when
     the caller read it (the decision records it; a policy replay passes the recorded one); else
-    it is read here."""
+    it is read here. `disputes` (the order's open disputes) and `payments` (what each of its
+    payments can still return) likewise: a replay passes the recorded ones."""
     if position is None:
         position = order_refund_position(order)
     item_ids = list(item_ids or [])
@@ -177,7 +191,17 @@ def policy_gate_evaluate(
             "foreign_destination",
             f"Payment method {refund_to.external_id} is not one of customer {order.customer.external_id}'s.",
         )
-    disputes = order_open_disputes(order)
+    if disputes is None:
+        disputes = order_open_disputes(order)
+    verdict.facts["disputes"] = [
+        {
+            "provider_ref": dispute.provider_ref,
+            "status": dispute.status,
+            "reason": dispute.reason,
+            "is_charge_refundable": dispute.is_charge_refundable,
+        }
+        for dispute in disputes
+    ]
     if disputes:
         # The customer's bank may already have returned the money (a chargeback): a refund now
         # could pay it twice. Stripe's `is_charge_refundable` says whether it could be refunded at all.
@@ -268,7 +292,22 @@ def policy_gate_evaluate(
             f"{allowed} {order.currency} has more decimal places than {order.currency} has: a person decides.",
         )
     # 'original' with no method named: any of the order's payments may take it.
-    legs, why = _refund_legs(order=order, destination=destination, method=refund_to, amount=allowed)
+    if payments is None and destination == "original":
+        payments = order_payments_returnable(order)
+    verdict.facts["payments"] = [
+        {
+            "payment_id": payment.payment_id,
+            "method_id": payment.method_id,
+            "method": payment.method,
+            "kind": payment.kind,
+            "paid": str(payment.paid),
+            "returnable": str(payment.returnable),
+        }
+        for payment in payments or []
+    ]
+    legs, why = _refund_legs(
+        order=order, destination=destination, method=refund_to, amount=allowed, payments=payments or []
+    )
     if why:
         return stop(Outcome.ESCALATED, "split_tender", why)
     verdict.legs = legs
@@ -282,7 +321,9 @@ def policy_gate_evaluate(
     return verdict
 
 
-def _refund_legs(*, order: Order, destination: str, method, amount: Decimal) -> tuple[list[dict], str]:
+def _refund_legs(
+    *, order: Order, destination: str, method, amount: Decimal, payments: list[PaymentReturnable]
+) -> tuple[list[dict], str]:
     """The tender leg that receives `amount`, or why none can (a person splits it).
 
     A refund to the order's own payments ('original') goes back to one payment that can still
@@ -292,10 +333,10 @@ def _refund_legs(*, order: Order, destination: str, method, amount: Decimal) -> 
     if destination != "original":  # a gift card the order was not paid with: store credit
         leg = {"payment": None, "method": method.external_id, "kind": method.kind, "amount": str(amount)}
         return [{**leg, "returnable": None}], ""
-    payments = order_payments_returnable(order)
     if not payments:
         return [], ""
-    candidates = [p for p in payments if method is None or p.method_id == method.pk]
+    # By the method's id at the shop, unique per customer (a replay's methods have no row).
+    candidates = [p for p in payments if method is None or p.method == method.external_id]
     for payment in candidates:
         if payment.returnable >= amount:
             leg = {"payment": payment.payment_id, "method": payment.method, "kind": payment.kind, "amount": str(amount)}

@@ -455,6 +455,12 @@ class DecisionRecord(models.Model):
     policy_version = models.CharField(max_length=100, blank=True)
     outcome = models.CharField(max_length=20)
     allowed_amount = models.DecimalField(**MONEY, null=True, blank=True)
+    order_disputes = models.JSONField(
+        default=list, blank=True, help_text="The order's open disputes then (provider ref, status, reason)."
+    )
+    order_payments = models.JSONField(
+        default=list, blank=True, help_text="What each of the order's payments could still return then."
+    )
     codes = models.JSONField(default=list, blank=True)
     required_approvals = models.PositiveSmallIntegerField(default=0, help_text="0 when no approval was needed.")
     backfilled = models.BooleanField(

@@ -23,7 +23,7 @@ from django.utils import timezone
 from ledger.exceptions import InvalidInput
 from ledger.models import PaymentMethod, Tenant
 from ledger.money import ZERO
-from ledger.selectors import LinePosition, RefundPosition
+from ledger.selectors import LinePosition, PaymentReturnable, RefundPosition
 
 from .gate import Outcome, Proposal, policy_gate_evaluate
 from .models import DecisionRecord, PolicyReplay, RefundPolicy
@@ -39,8 +39,8 @@ MAX_FLIPPED_LISTED = 1000
 READ_CHUNK = 5000
 # The words of a direction: refund (a refund for finance to approve), escalate, deny.
 OUTCOME_WORDS = {Outcome.APPROVAL_REQUIRED: "refund", Outcome.ESCALATED: "escalate", Outcome.DENIED: "deny"}
-# The JSON columns come back as one object per row: one decode instead of five.
-JSON_FIELDS = ("order_lines", "item_ids", "destination", "proposal", "codes")
+# The JSON columns come back as one object per row: one decode instead of seven.
+JSON_FIELDS = ("order_lines", "item_ids", "destination", "proposal", "codes", "order_disputes", "order_payments")
 RECORD_FIELDS = (
     "id",
     "ticket_ref",
@@ -192,6 +192,20 @@ def _decide(record, policy, order, position, original, refund_to, proposal, refu
         now=record["decided_at"],
         original_method=original,
         position=position,
+        # A record from before disputes and payments were kept has none: decided as then.
+        disputes=[SimpleNamespace(**dispute) for dispute in record.get("order_disputes") or []],
+        payments=[
+            PaymentReturnable(
+                payment_id=payment["payment_id"],
+                method_id=payment["method_id"],
+                method=payment["method"],
+                kind=payment["kind"],
+                payment_ref="",
+                paid=Decimal(payment["paid"]),
+                returnable=Decimal(payment["returnable"]),
+            )
+            for payment in record.get("order_payments") or []
+        ],
     )
     approvals = 0
     if verdict.outcome == Outcome.APPROVAL_REQUIRED and verdict.allowed_amount:

@@ -17,7 +17,7 @@ from approvals.models import (
     PolicyReplay,
     RefundPolicy,
 )
-from ledger.models import Order, RefundEntry, Tenant
+from ledger.models import Dispute, Order, RefundEntry, Tenant
 from refundagent.agent.loop import agent_run_ticket
 from refundagent.agent.providers.offline import OfflineProvider
 from refundagent.models import AgentRun, RefundDraft, Ticket, TraceEvent
@@ -312,3 +312,45 @@ def test_the_summary_gives_amounts_per_currency_where_there_are_several():
         "replay draft=v5 decisions=3 flipped=1 allowed_before=EUR:40.00,USD:120.00 "
         "allowed_after=EUR:40.00,USD:0.00 difference=EUR:0.00,USD:-120.00"
     )
+
+
+def test_a_replay_decides_on_the_disputes_and_payments_recorded_then_not_as_they_are_now(file_ticket):
+    # given ORD-5001's ticket decided while a chargeback on its card payment was open
+    order = Order.objects.get(tenant__slug="acme", external_id="ORD-5001")
+    payment = order.payments.order_by("id").first()
+    dispute = Dispute.objects.create(
+        tenant=order.tenant,
+        order=order,
+        payment=payment,
+        provider_ref="dp_replay_1",
+        status="needs_response",
+        reason="fraudulent",
+        amount=order.total,
+        currency=order.currency,
+    )
+    ticket = file_ticket(order="ORD-5001")
+    agent_run_ticket(ticket_id=ticket.pk, provider=OfflineProvider())
+    record = DecisionRecord.objects.get(ticket_ref=ticket.pk)
+    assert record.outcome == "escalated" and "disputed" in record.codes
+    assert record.order_disputes[0]["provider_ref"] == "dp_replay_1"
+    # and the dispute was won since: the order as it is now has none open
+    Dispute.objects.filter(pk=dispute.pk).update(status="won")
+
+    # when an unchanged copy of the policy is replayed
+    run("policy_draft", "--tenant", "acme", "--name", "refund-policy-same")
+    line = summary(run("replay_policy", "--tenant", "acme", "--draft", "refund-policy-same"))
+
+    # then the decision is taken on the facts of then: still escalated, nothing flips
+    assert line["flipped"] == "0"
+    replay = PolicyReplay.objects.get(draft__version="refund-policy-same")
+    assert replay.result["rules"]["disputed"] == {"before": 1, "after": 1}
+
+
+def test_a_recorded_decision_keeps_what_each_payment_could_still_return(file_ticket):
+    ticket = file_ticket(order="ORD-5001")
+    agent_run_ticket(ticket_id=ticket.pk, provider=OfflineProvider())
+    record = DecisionRecord.objects.get(ticket_ref=ticket.pk)
+    assert record.outcome == "approval_required"
+    assert [Decimal(payment["returnable"]) for payment in record.order_payments] == [
+        payment.amount for payment in record.order.payments.order_by("id")
+    ]
