@@ -41,7 +41,7 @@ from .models import QUEUE_RANK, ApprovalRequest, ApprovalVote, Capability, Refun
 from .payouts import approval_request_payment_retry
 from .policies import refund_policy_publish
 from .review import review_sections
-from .selectors import approvals_refused_by_provider
+from .selectors import approval_changes_asked, approvals_refused_by_provider
 
 BADGE_COLOURS = {
     ApprovalRequest.Status.PENDING: "#205067",
@@ -344,6 +344,9 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
             "review_payments": payments,
             "review_position": position,
             "review_refundable_changed": position.refundable != obj.refundable_at_request,
+            "review_changes_asked": approval_changes_asked(
+                tenant=obj.tenant_id, ticket_ref=obj.ticket_ref, exclude_pk=obj.pk
+            ),
             "review_ledger": list(order_ledger(order)),
             "review_policy": obj.policy,
             "review_expired": expired,
@@ -401,15 +404,21 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
                         wanted_amount=form.cleaned_data.get("wanted_amount"),
                     )
                 except DomainError as exc:
-                    messages.error(request, f"Not decided: {exc.message}")
+                    field = (exc.details or {}).get("field")
+                    if field not in form.fields:
+                        messages.error(request, f"Not decided: {exc.message}")
+                        return HttpResponseRedirect(change_url)
+                    # About one field (a wanted amount above the cap): the same form, what was
+                    # typed kept, the reason at the field.
+                    form.add_error(field, exc.message)
+                else:
+                    obj.refresh_from_db()
+                    messages.success(
+                        request,
+                        f"Request #{obj.pk}: {DECISION_LABELS[decision].lower()} recorded; "
+                        f"it is now {obj.get_status_display()}.",
+                    )
                     return HttpResponseRedirect(change_url)
-                obj.refresh_from_db()
-                messages.success(
-                    request,
-                    f"Request #{obj.pk}: {DECISION_LABELS[decision].lower()} recorded; "
-                    f"it is now {obj.get_status_display()}.",
-                )
-                return HttpResponseRedirect(change_url)
         else:
             form = DecisionForm(initial={"args_hash": obj.args_hash}, decision=decision)
         context = {
@@ -426,7 +435,9 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
             "cannot": cannot,
             "is_nav_sidebar_enabled": False,
         }
-        return TemplateResponse(request, "admin/approvals/approvalrequest/decide.html", context)
+        return TemplateResponse(
+            request, "admin/approvals/approvalrequest/decide.html", context, status=422 if form.errors else 200
+        )
 
 
 @admin.register(ApprovalVote)

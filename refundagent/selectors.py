@@ -4,7 +4,7 @@ from django.db.models import QuerySet
 
 from approvals.models import ApprovalRequest
 from approvals.schemas import approval_serialize
-from approvals.selectors import approval_latest_for_ticket
+from approvals.selectors import approval_changes_asked, approval_latest_for_ticket
 from ledger.exceptions import NotFound
 
 from .models import QUEUE_STATUSES, RefundDraft, Ticket
@@ -57,6 +57,11 @@ def ticket_approval_latest(ticket: Ticket) -> ApprovalRequest | None:
     """The newest approval request made for this ticket (ticket_ref is an opaque id to the
     approvals layer, so the tenant is checked here too)."""
     return approval_latest_for_ticket(tenant=ticket.tenant_id, ticket_ref=ticket.pk)
+
+
+def ticket_changes_asked(ticket: Ticket, *, exclude_pk: int | None = None) -> ApprovalRequest | None:
+    """The newest of the ticket's requests finance sent back, with what they asked for."""
+    return approval_changes_asked(tenant=ticket.tenant_id, ticket_ref=ticket.pk, exclude_pk=exclude_pk)
 
 
 def ticket_summary_serialize(ticket: Ticket) -> dict:

@@ -170,6 +170,7 @@ def _ticket_page(request, ticket: Ticket, *, close_form=None, status: int = 200)
             "draft_superseded": _draft_superseded(draft, approval),
             "verdict": draft.gate_verdict if draft else None,
             "approval": approval_serialize(approval) if approval else None,
+            "changes_asked": selectors.ticket_changes_asked(ticket, exclude_pk=approval.pk if approval else None),
             "position": order_refund_position(order) if order is not None else None,
             "payments": payments,
             "ledger": order_ledger_serialize(order) if order is not None else None,
