@@ -33,6 +33,9 @@ from .requests import approval_request_create
 MAX_REASON_LENGTH = 2000
 # What a policy's `waivable_rules` may name: the gate's rules a person's exception can go outside.
 WAIVABLE = frozenset({"window", "order_status"})
+# The waivable rules in words: what a refusal tells a person, and the label table's entries
+# (refundagent/labels.py reads them from here).
+WAIVABLE_RULE_WORDS = {"window": "the refund window", "order_status": "the order status rule"}
 
 
 def approval_proposal_create(
@@ -120,7 +123,14 @@ def approval_proposal_create(
             hint = (
                 ""
                 if exception
-                else (f" A policy exception may go outside: {', '.join(sorted(policy.waivable_rules)) or 'nothing'}.")
+                else (
+                    " A policy exception (two finance approvers) may go outside "
+                    + (
+                        " and ".join(WAIVABLE_RULE_WORDS.get(rule, rule) for rule in sorted(policy.waivable_rules))
+                        or "no rule of this policy"
+                    )
+                    + "."
+                )
             )
             raise InvalidInput(
                 f"The policy gate refuses this refund: {verdict.reason}{hint}",

@@ -13,6 +13,8 @@ from django.utils import timezone
 from django.utils.dateformat import format as date_format
 from django.utils.dateparse import parse_datetime
 
+from approvals.proposals import WAIVABLE_RULE_WORDS
+
 # Every date a person sees: one format, with the time zone (settings.TIME_ZONE). The format
 # module hands these to Django, so `when` and Django's own rendering print the same string.
 DATETIME_FORMAT = "Y-m-d H:i T"
@@ -88,7 +90,7 @@ LABELS: dict[str, dict[str, str]] = {
         "eligible": "Eligible",
     },
     "origin": {"agent": "Drafted by the agent", "human": "Proposed by a person"},
-    "waivable_rule": {"window": "The refund window", "order_status": "The order status rule"},
+    "waivable_rule": {code: words[0].upper() + words[1:] for code, words in WAIVABLE_RULE_WORDS.items()},
 }
 
 

@@ -145,8 +145,9 @@ def ticket_detail(request, pk: int):
     return _ticket_page(request, _ticket_get(request, pk))
 
 
-def _ticket_page(request, ticket: Ticket, *, close_form=None, status: int = 200):
-    """The ticket page; after a refused close, with the posted form (its errors and the text typed)."""
+def _ticket_page(request, ticket: Ticket, *, close_form=None, proposal_form=None, status: int = 200):
+    """The ticket page; after a refused close or proposal, with the posted form (its errors at
+    their fields and the text typed)."""
     approval = selectors.ticket_approval_latest(ticket)
     draft = selectors.ticket_draft_latest(ticket)
     order = ticket.order
@@ -183,7 +184,7 @@ def _ticket_page(request, ticket: Ticket, *, close_form=None, status: int = 200)
             "note_form": NoteForm(),
             "close_form": close_form or CloseForm(),
             "in_queue": ticket.status in QUEUE_STATUSES,
-            "proposal_form": ProposalForm(),
+            "proposal_form": proposal_form or ProposalForm(),
             "roles": request.roles,
             "review_queue_url": REVIEW_QUEUE_URL,
             "nav": "tickets",
@@ -290,16 +291,16 @@ def ticket_propose_view(request, pk: int):
         try:
             made = form.propose(ticket=ticket, user=request.user)
         except DomainError as exc:
-            messages.error(request, f"Not proposed: {exc.message}")
+            form.add_domain_error(exc)
         else:
             messages.success(
                 request,
                 f"Refund of {made.amount} {made.currency} proposed (request #{made.pk}): "
                 "finance decides it in the review queue.",
             )
-    else:
-        messages.error(request, f"Not proposed: {_form_errors(form)}")
-    return redirect(reverse("ticket", kwargs={"pk": ticket.pk}))
+            return redirect(reverse("ticket", kwargs={"pk": ticket.pk}))
+    # Refused: the same page with what was typed, each reason at its field (the gate's at the form).
+    return _ticket_page(request, ticket, proposal_form=form, status=422)
 
 
 @tenant_view
