@@ -117,6 +117,30 @@ class NoteForm(forms.Form):
     )
 
 
+class EscalateForm(NoteForm):
+    """Escalating. While finance has a request of the ticket pending, escalating withdraws it:
+    the person names that request (`withdraw`, its id, from the page they saw) and says why."""
+
+    withdraw = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+
+    def clean_note(self):
+        return self.cleaned_data["note"].strip()
+
+    def check_pending(self, pending) -> bool:
+        """With `pending` (the ticket's request waiting for finance), the confirmation of exactly
+        that request and a note are needed; False, with the form error, when they are missing."""
+        if pending is None:
+            return True
+        if self.cleaned_data.get("withdraw") == pending.pk and self.cleaned_data.get("note"):
+            return True
+        self.add_error(
+            None,
+            f"Escalating withdraws finance's pending request #{pending.pk} for {pending.amount} {pending.currency}: "
+            "tick the box to confirm and say why in the note.",
+        )
+        return False
+
+
 class CloseForm(forms.Form):
     """Closing a ticket: an internal note (to the trace) and, optionally, the reply to send."""
 

@@ -23,7 +23,7 @@ from ledger.selectors import order_refund_position
 from ledger.tenancy import tenant_for_user, user_require_role, user_roles
 
 from . import selectors
-from .forms import CloseForm, NoteForm, ProposalForm, QueueFilterForm, TicketFilterForm, TicketForm
+from .forms import CloseForm, EscalateForm, NoteForm, ProposalForm, QueueFilterForm, TicketFilterForm, TicketForm
 from .labels import label
 from .models import QUEUE_STATUSES, Ticket
 from .services import ticket_assign, ticket_close, ticket_create, ticket_escalate
@@ -145,7 +145,9 @@ def ticket_detail(request, pk: int):
     return _ticket_page(request, _ticket_get(request, pk))
 
 
-def _ticket_page(request, ticket: Ticket, *, close_form=None, proposal_form=None, status: int = 200):
+def _ticket_page(
+    request, ticket: Ticket, *, close_form=None, proposal_form=None, escalate_form=None, status: int = 200
+):
     """The ticket page; after a refused close or proposal, with the posted form (its errors at
     their fields and the text typed)."""
     approval = selectors.ticket_approval_latest(ticket)
@@ -182,6 +184,9 @@ def _ticket_page(request, ticket: Ticket, *, close_form=None, proposal_form=None
             "can_escalate": ticket_transition_allowed(ticket=ticket, to=Ticket.Status.ESCALATED),
             "can_close": ticket_transition_allowed(ticket=ticket, to=Ticket.Status.CLOSED),
             "note_form": NoteForm(),
+            "escalate_form": escalate_form or EscalateForm(),
+            # Escalating withdraws this request: the form asks for a confirmation and a note.
+            "pending_request": approval if approval is not None and approval.status == "pending" else None,
             "close_form": close_form or CloseForm(),
             "in_queue": ticket.status in QUEUE_STATUSES,
             "proposal_form": proposal_form or ProposalForm(),
@@ -231,11 +236,17 @@ def _form_errors(form) -> str:
 @require_POST
 def ticket_escalate_view(request, pk: int):
     ticket = _ticket_get(request, pk)
-    form = NoteForm(request.POST)
+    form = EscalateForm(request.POST)
     # A note the form refuses is no note: escalating without it would drop what was typed.
     if not form.is_valid():
         messages.error(request, f"Not escalated: {_form_errors(form)}")
-        return _ticket_page(request, ticket, status=422)
+        return _ticket_page(request, ticket, escalate_form=form, status=422)
+    # A pending finance request is withdrawn by escalating: only when the person confirmed that
+    # very request (not one that appeared since the page was drawn) and said why.
+    approval = selectors.ticket_approval_latest(ticket)
+    if not form.check_pending(approval if approval is not None and approval.status == "pending" else None):
+        messages.error(request, f"Not escalated: {' '.join(form.non_field_errors())}")
+        return _ticket_page(request, ticket, escalate_form=form, status=422)
     try:
         ticket_escalate(ticket=ticket, user=request.user, note=form.cleaned_data["note"])
     except DomainError as exc:
