@@ -124,6 +124,10 @@ class CappedCountPaginator(Paginator):
         return self.object_list.order_by().values("pk")[:QUEUE_COUNT_CAP].count()
 
 
+# The support app's page of a ticket (its URL is the product's, docs/api.md): the queue and the
+# review page link a request to the ticket it was made for.
+SUPPORT_TICKET_URL = "/tickets/{}/"
+
 # The count the queue's paginator stops at (200 pages of 50).
 QUEUE_COUNT_CAP = 10_000
 
@@ -224,7 +228,9 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
 
     @admin.display(description="ticket", ordering="ticket_ref")
     def ticket(self, obj):
-        return f"#{obj.ticket_ref}" if obj.ticket_ref else "—"
+        if not obj.ticket_ref:
+            return "—"
+        return format_html('<a href="{}">#{}</a>', SUPPORT_TICKET_URL.format(obj.ticket_ref), obj.ticket_ref)
 
     @admin.display(description="order", ordering="order__external_id")
     def order_id_display(self, obj):
@@ -301,7 +307,9 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
                 request,
                 f"{payment_failed} refund(s) refused by the payment provider: file them again or close the ticket.",
             )
-        return super().changelist_view(request, {**self.WIDE, **(extra_context or {})})
+        return super().changelist_view(
+            request, {**self.WIDE, "title": "Approval requests to review", **(extra_context or {})}
+        )
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         extra_context = {**self.WIDE, **(extra_context or {})}
@@ -344,6 +352,7 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
             "review_payments": payments,
             "review_position": position,
             "review_refundable_changed": position.refundable != obj.refundable_at_request,
+            "review_ticket_url": SUPPORT_TICKET_URL.format(obj.ticket_ref) if obj.ticket_ref else "",
             "review_changes_asked": approval_changes_asked(
                 tenant=obj.tenant_id, ticket_ref=obj.ticket_ref, exclude_pk=obj.pk
             ),
