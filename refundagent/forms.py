@@ -163,6 +163,10 @@ class ProposalForm(_ItemsAndDestination, forms.Form):
     (`ticket_refund_propose`). The amount takes only the strict money syntax: "1e30", "１２０"
     (full-width digits) or "120.001" are form errors, never a number the service sees."""
 
+    order = forms.ChoiceField(
+        label="Order",
+        help_text="The ticket names no order: which of the customer's orders the refund is for.",
+    )
     amount = MoneyFormField(
         label="Amount",
         min_value=CENT,
@@ -194,6 +198,25 @@ class ProposalForm(_ItemsAndDestination, forms.Form):
         "approvers, never you.",
     )
 
+    def __init__(self, *args, orders=None, **kwargs):
+        """`orders`: the customer's orders to pick from (`ticket_customer_orders`), on a ticket
+        that names none; otherwise the form has no order field."""
+        super().__init__(*args, **kwargs)
+        if orders is None:
+            del self.fields["order"]
+        else:
+            self.fields["order"].choices = [
+                ("", "Pick an order"),
+                *(
+                    (
+                        row["order"].external_id,
+                        f"{row['order'].external_id} · {row['refundable']} {row['order'].currency} refundable"
+                        f" · {row['order'].status}",
+                    )
+                    for row in orders
+                ),
+            ]
+
     def propose(self, *, ticket: Ticket, user):
         """The valid proposal, through `ticket_refund_propose` (the support page's and the admin's
         one call; the service raises DomainError for what it refuses)."""
@@ -206,6 +229,7 @@ class ProposalForm(_ItemsAndDestination, forms.Form):
             exception=data["exception"],
             items=data["items"] or None,
             refund_to=data["refund_to"],
+            order=data.get("order") or None,
         )
 
     def add_domain_error(self, error: DomainError) -> None:
@@ -226,6 +250,9 @@ PROPOSAL_ERROR_FIELDS = {
     "exception_reason_required": "reason",
     "reason_too_long": "reason",
     "items_not_refundable": "items",
+    "order_required": "order",
+    "order_not_customers": "order",
+    "order_mismatch": "order",
 }
 
 

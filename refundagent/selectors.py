@@ -6,6 +6,8 @@ from approvals.models import ApprovalRequest
 from approvals.schemas import approval_serialize
 from approvals.selectors import approval_changes_asked, approval_latest_for_ticket
 from ledger.exceptions import NotFound
+from ledger.models import Order
+from ledger.selectors import order_refund_position
 
 from .models import QUEUE_STATUSES, RefundDraft, Ticket
 
@@ -57,6 +59,15 @@ def ticket_approval_latest(ticket: Ticket) -> ApprovalRequest | None:
     """The newest approval request made for this ticket (ticket_ref is an opaque id to the
     approvals layer, so the tenant is checked here too)."""
     return approval_latest_for_ticket(tenant=ticket.tenant_id, ticket_ref=ticket.pk)
+
+
+def ticket_customer_orders(ticket: Ticket, *, limit: int = 20) -> list[dict]:
+    """The ticket's customer's orders, newest first, each with what is still refundable: what a
+    person picks from on a ticket filed without an order."""
+    orders = Order.objects.filter(tenant_id=ticket.tenant_id, customer_id=ticket.customer_id).order_by(
+        "-placed_at", "-id"
+    )[:limit]
+    return [{"order": order, "refundable": order_refund_position(order).refundable} for order in orders]
 
 
 def ticket_changes_asked(ticket: Ticket, *, exclude_pk: int | None = None) -> ApprovalRequest | None:

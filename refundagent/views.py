@@ -164,6 +164,9 @@ def _ticket_page(
         for p in (order.payments.all() if order is not None else [])
     ]
     trace = trace_export(ticket)
+    in_queue = ticket.status in QUEUE_STATUSES
+    # No order named: the person who has the ticket picks one of the customer's orders.
+    customer_orders = selectors.ticket_customer_orders(ticket) if order is None else None
     return render(
         request,
         "refundagent/ticket_detail.html",
@@ -188,8 +191,9 @@ def _ticket_page(
             # Escalating withdraws this request: the form asks for a confirmation and a note.
             "pending_request": approval if approval is not None and approval.status == "pending" else None,
             "close_form": close_form or CloseForm(),
-            "in_queue": ticket.status in QUEUE_STATUSES,
-            "proposal_form": proposal_form or ProposalForm(),
+            "in_queue": in_queue,
+            "customer_orders": customer_orders,
+            "proposal_form": proposal_form or ProposalForm(orders=customer_orders),
             "roles": request.roles,
             "review_queue_url": REVIEW_QUEUE_URL,
             "nav": "tickets",
@@ -297,7 +301,9 @@ def ticket_assign_view(request, pk: int):
 @require_POST
 def ticket_propose_view(request, pk: int):
     ticket = _ticket_get(request, pk)
-    form = ProposalForm(request.POST)
+    form = ProposalForm(
+        request.POST, orders=selectors.ticket_customer_orders(ticket) if ticket.order_id is None else None
+    )
     if form.is_valid():
         try:
             made = form.propose(ticket=ticket, user=request.user)
