@@ -22,6 +22,7 @@ from ledger.selectors import order_refund_position
 from .forms import ProposalForm
 from .labels import label, when
 from .models import QUEUE_STATUSES, AgentRun, EscalatedTicket, RefundDraft, Ticket, TraceEvent
+from .selectors import ticket_customer_orders
 from .services import ticket_assign
 from .tracing import trace_export
 
@@ -256,8 +257,10 @@ class EscalationQueueAdmin(TicketAdmin):
             raise Http404("No such ticket.")
         ticket = Ticket.objects.select_related("order", "customer", "refund_to", "owner", "tenant").get(pk=found.pk)
         status = 200
+        # A ticket filed without an order: the form picks one of the customer's orders.
+        orders = ticket_customer_orders(ticket) if ticket.order_id is None else None
         if request.method == "POST":
-            form = ProposalForm(request.POST)
+            form = ProposalForm(request.POST, orders=orders)
             if form.is_valid():
                 try:
                     made = form.propose(ticket=ticket, user=request.user)
@@ -281,7 +284,7 @@ class EscalationQueueAdmin(TicketAdmin):
             else:
                 status = 422
         else:
-            form = ProposalForm()
+            form = ProposalForm(orders=orders)
         order = ticket.order
         context = {
             **self.admin_site.each_context(request),

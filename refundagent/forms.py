@@ -234,7 +234,8 @@ class ProposalForm(_ItemsAndDestination, forms.Form):
 
     def add_domain_error(self, error: DomainError) -> None:
         """Show the service's refusal next to the field it is about (else above the form)."""
-        self.add_error(PROPOSAL_ERROR_FIELDS.get(error.code), error.message)
+        field = PROPOSAL_ERROR_FIELDS.get(error.code)
+        self.add_error(field if field in self.fields else None, error.message)
 
 
 # The proposal service's refusals that are about one field (approvals.proposals,

@@ -73,3 +73,15 @@ def test_the_api_takes_the_order_too(orderless, api_client):
     )
     assert response.status_code == 201, response.content
     assert response.json()["order"] == "ORD-5003"
+
+
+def test_the_admins_proposal_page_picks_the_order_too(orderless, user, client):
+    client.force_login(user("acme-lead"))
+    url = f"/admin/refundagent/escalatedticket/{orderless.pk}/propose/"
+    assert '<option value="ORD-5001"' in client.get(url).content.decode()
+    refused = client.post(url, {"amount": "50.00", "reason": "Broken"})
+    assert refused.status_code == 422 and refused.context["form"].errors.get("order")
+    made = client.post(url, {"order": "ORD-5001", "amount": "50.00", "reason": "Broken"})
+    assert made.status_code == 302
+    orderless.refresh_from_db()
+    assert orderless.order.external_id == "ORD-5001"
