@@ -216,6 +216,13 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
             .get_queryset(request)
             .annotate(
                 approvals_so_far=Coalesce(Subquery(approvals, output_field=IntegerField()), Value(0)),
+                # Another pending request on the same order (two tickets asking for the same money).
+                shares_order_with=Subquery(
+                    ApprovalRequest.objects.filter(order=OuterRef("order"), status=ApprovalRequest.Status.PENDING)
+                    .exclude(pk=OuterRef("pk"))
+                    .order_by("pk")
+                    .values("pk")[:1]
+                ),
             )
         )
 
@@ -234,7 +241,15 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
 
     @admin.display(description="order", ordering="order__external_id")
     def order_id_display(self, obj):
-        return obj.order.external_id
+        other = getattr(obj, "shares_order_with", None)
+        if other is None or obj.status != ApprovalRequest.Status.PENDING:
+            return obj.order.external_id
+        return format_html(
+            '{}<br><small class="ra-shared" title="Another pending request asks for money of the same order">'
+            "&#9888; also #{}</small>",
+            obj.order.external_id,
+            other,
+        )
 
     @admin.display(description="customer", ordering="order__customer__external_id")
     def customer(self, obj):

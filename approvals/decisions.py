@@ -277,6 +277,15 @@ def approval_decisions_open(*, request: ApprovalRequest, user, now=None) -> tupl
         approval_decider_check(user=user, request=request)
     except DomainError as exc:
         return [], exc.message
+    refundable = order_refund_position(request.order).refundable
+    if refundable < request.amount:
+        # Another refund of the order (a second ticket's) was paid since: approving would only
+        # invalidate it, so Approve is not offered; the page says why.
+        return [str(d) for d in DECISIONS if d != ApprovalVote.Decision.APPROVE], (
+            f"Request #{request.pk} can no longer be approved: only {refundable} {request.currency} is still "
+            f"refundable on {request.order.external_id}, less than its {request.amount} {request.currency} "
+            "(another refund of the order was recorded since). Deny it, or request changes."
+        )
     if request.votes.filter(approver=user, decision=ApprovalVote.Decision.APPROVE).exists():
         return [str(d) for d in DECISIONS if d != ApprovalVote.Decision.APPROVE], (
             f"You already approved request #{request.pk}; it needs {request.required_approvals} distinct approvers, "

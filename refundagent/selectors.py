@@ -70,6 +70,20 @@ def ticket_customer_orders(ticket: Ticket, *, limit: int = 20) -> list[dict]:
     return [{"order": order, "refundable": order_refund_position(order).refundable} for order in orders]
 
 
+def ticket_others_open_on_order(ticket: Ticket) -> list[Ticket]:
+    """Other tickets still open on the ticket's order: two tickets on one order would ask
+    finance for the same money twice, so the page warns and links them."""
+    if ticket.order_id is None:
+        return []
+    settled = (Ticket.Status.CLOSED, Ticket.Status.REFUNDED, Ticket.Status.DENIED)
+    return list(
+        Ticket.objects.filter(tenant_id=ticket.tenant_id, order_id=ticket.order_id)
+        .exclude(pk=ticket.pk)
+        .exclude(status__in=settled)
+        .order_by("pk")[:10]
+    )
+
+
 def ticket_changes_asked(ticket: Ticket, *, exclude_pk: int | None = None) -> ApprovalRequest | None:
     """The newest of the ticket's requests finance sent back, with what they asked for."""
     return approval_changes_asked(tenant=ticket.tenant_id, ticket_ref=ticket.pk, exclude_pk=exclude_pk)

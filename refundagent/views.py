@@ -193,6 +193,7 @@ def _ticket_page(
             "close_form": close_form or CloseForm(),
             "in_queue": in_queue,
             "customer_orders": customer_orders,
+            "others_open": selectors.ticket_others_open_on_order(ticket),
             "proposal_form": proposal_form or ProposalForm(orders=customer_orders),
             "roles": request.roles,
             "review_queue_url": REVIEW_QUEUE_URL,
