@@ -65,8 +65,9 @@ class TicketForm(_ItemsAndDestination, forms.Form):
         label="Refund to",
         required=False,
         max_length=100,
-        widget=forms.TextInput(attrs={"placeholder": "gift_card_7"}),
-        help_text="Payment method id; blank = original payment method.",
+        widget=forms.TextInput(attrs={"placeholder": "blank: the original payment method"}),
+        help_text="One of the customer's payment method ids (the ticket page lists them); blank = original "
+        "payment method.",
     )
 
     def clean_order(self):
@@ -157,6 +158,15 @@ class CloseForm(forms.Form):
     )
 
 
+def payment_method_label(method) -> str:
+    """A payment method as a person recognises it: "Card visa ****4242 (card_4242)"."""
+    if method.kind == "gift_card":
+        balance = f", balance {method.balance}" if method.balance is not None else ""
+        return f"Gift card{balance} ({method.external_id})"
+    card = " ".join(part for part in (method.brand, f"****{method.last4}" if method.last4 else "") if part)
+    return f"{method.get_kind_display()} {card} ({method.external_id})".replace("  ", " ")
+
+
 class ProposalForm(_ItemsAndDestination, forms.Form):
     """A person's refund proposal on an escalated, failed or payment-failed ticket: the support
     app's ticket page and the admin's proposal page post the same form to the same service
@@ -182,7 +192,7 @@ class ProposalForm(_ItemsAndDestination, forms.Form):
         label="Refund to",
         required=False,
         max_length=100,
-        widget=forms.TextInput(attrs={"placeholder": "card_1"}),
+        widget=forms.TextInput(attrs={"placeholder": "blank: the ticket's choice"}),
         help_text="One of the customer's payment methods; blank: the ticket's choice, else the original method.",
     )
     reason = TextareaField(
@@ -198,10 +208,19 @@ class ProposalForm(_ItemsAndDestination, forms.Form):
         "approvers, never you.",
     )
 
-    def __init__(self, *args, orders=None, **kwargs):
+    def __init__(self, *args, orders=None, methods=None, **kwargs):
         """`orders`: the customer's orders to pick from (`ticket_customer_orders`), on a ticket
-        that names none; otherwise the form has no order field."""
+        that names none; otherwise the form has no order field. `methods`: the customer's own
+        payment methods, which make "refund to" a picker instead of a typed id."""
         super().__init__(*args, **kwargs)
+        if methods is not None:
+            self.fields["refund_to"] = forms.ChoiceField(
+                label="Refund to",
+                required=False,
+                choices=[("", "The ticket's choice, else the original payment method")]
+                + [(method.external_id, payment_method_label(method)) for method in methods],
+                help_text="One of the customer's own payment methods.",
+            )
         if orders is None:
             del self.fields["order"]
         else:

@@ -6,7 +6,7 @@ from approvals.models import ApprovalRequest
 from approvals.schemas import approval_serialize
 from approvals.selectors import approval_changes_asked, approval_latest_for_ticket
 from ledger.exceptions import NotFound
-from ledger.models import Order
+from ledger.models import Order, PaymentMethod
 from ledger.selectors import order_refund_position
 
 from .models import QUEUE_STATUSES, RefundDraft, Ticket
@@ -82,6 +82,11 @@ def ticket_others_open_on_order(ticket: Ticket) -> list[Ticket]:
         .exclude(status__in=settled)
         .order_by("pk")[:10]
     )
+
+
+def ticket_customer_methods(ticket: Ticket) -> list[PaymentMethod]:
+    """The ticket's customer's own payment methods: what "refund to" picks from."""
+    return list(PaymentMethod.objects.filter(customer_id=ticket.customer_id).order_by("kind", "external_id"))
 
 
 def ticket_changes_asked(ticket: Ticket, *, exclude_pk: int | None = None) -> ApprovalRequest | None:

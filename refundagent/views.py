@@ -194,7 +194,8 @@ def _ticket_page(
             "in_queue": in_queue,
             "customer_orders": customer_orders,
             "others_open": selectors.ticket_others_open_on_order(ticket),
-            "proposal_form": proposal_form or ProposalForm(orders=customer_orders),
+            "proposal_form": proposal_form
+            or ProposalForm(orders=customer_orders, methods=selectors.ticket_customer_methods(ticket)),
             "roles": request.roles,
             "review_queue_url": REVIEW_QUEUE_URL,
             "nav": "tickets",
@@ -303,7 +304,9 @@ def ticket_assign_view(request, pk: int):
 def ticket_propose_view(request, pk: int):
     ticket = _ticket_get(request, pk)
     form = ProposalForm(
-        request.POST, orders=selectors.ticket_customer_orders(ticket) if ticket.order_id is None else None
+        request.POST,
+        orders=selectors.ticket_customer_orders(ticket) if ticket.order_id is None else None,
+        methods=selectors.ticket_customer_methods(ticket),
     )
     if form.is_valid():
         try:

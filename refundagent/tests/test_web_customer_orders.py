@@ -85,3 +85,27 @@ def test_the_admins_proposal_page_picks_the_order_too(orderless, user, client):
     assert made.status_code == 302
     orderless.refresh_from_db()
     assert orderless.order.external_id == "ORD-5001"
+
+
+def test_the_page_names_the_customer_and_refund_to_picks_their_own_methods(orderless, lead):
+    html = lead.get(reverse("ticket", args=[orderless.pk])).content.decode()
+    # the customer by name beside the id
+    evidence = html.split('id="evidence"', 1)[1].split("</section>", 1)[0]
+    assert "Jane Doe" in evidence and "CUST-1001" in evidence
+    # refund to: a picker of the customer's own payment methods, not a free-text id
+    form = html.split('id="propose-form"', 1)[1].split("</form>", 1)[0]
+    assert '<select name="refund_to"' in form
+    assert '<option value="card_4242"' in form and '<option value="gift_card_cust-1001"' in form
+    assert "gift_card_7" not in form and "card_1" not in form.replace("card_1001", "")
+    # another customer's method is refused at the field, nothing written
+    refused = lead.post(
+        reverse("ticket_propose", args=[orderless.pk]),
+        {"order": "ORD-5001", "amount": "50.00", "reason": "x", "refund_to": "card_1881"},
+    )
+    assert refused.status_code == 422 and refused.context["proposal_form"].errors.get("refund_to")
+    assert not ApprovalRequest.objects.exists()
+
+
+def test_the_ticket_list_names_the_customer(orderless, lead):
+    html = lead.get(reverse("tickets")).content.decode()
+    assert "Jane Doe" in html
