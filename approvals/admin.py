@@ -262,7 +262,9 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
     @admin.display(description="filed", ordering="created_at")
     def filed(self, obj):
         who = obj.requested_by.get_username() if obj.requested_by_id else "—"
-        return format_html("{}<br><small>{} ago</small>", who, timesince(obj.created_at, depth=1))
+        recent = (timezone.now() - obj.created_at).total_seconds() < 60
+        ago = "just now" if recent else f"{timesince(obj.created_at, depth=1)} ago"
+        return format_html("{}<br><small>{}</small>", who, ago)
 
     @admin.display(description="time to expiry", ordering="expires_at")
     def time_to_expiry(self, obj):
@@ -331,6 +333,13 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
         obj = self.get_object(request, object_id)
         if obj is not None and self.has_view_permission(request, obj):
             extra_context.update(self.review_context(request, obj))
+            # In words, not the action's code and the status's ("refunds.issue_refund ... (changes_requested)").
+            extra_context.setdefault("subtitle", None)
+            extra_context.setdefault(
+                "title",
+                f"Request #{obj.pk}: refund of {obj.amount} {obj.currency} on {obj.order.external_id} "
+                f"({obj.get_status_display()})",
+            )
         return super().change_view(request, object_id, form_url, extra_context)
 
     def review_context(self, request, obj: ApprovalRequest) -> dict:

@@ -6,6 +6,7 @@ from django import forms
 from ledger.exceptions import DomainError
 from ledger.money import CENT, MoneyFormField
 
+from .labels import label
 from .models import Ticket
 from .services import MAX_REPLY_LENGTH, ticket_refund_propose
 
@@ -103,7 +104,11 @@ def _field_for(error: DomainError, data: dict) -> str | None:
 
 
 class TicketFilterForm(forms.Form):
-    status = forms.ChoiceField(required=False, choices=[("", "All statuses"), *Ticket.Status.choices])
+    # The badges' words (the one label table), not the model's codes.
+    status = forms.ChoiceField(
+        required=False,
+        choices=[("", "All statuses"), *((code, label(code, "ticket_status")) for code in Ticket.Status.values)],
+    )
     q = forms.CharField(
         required=False,
         max_length=100,

@@ -124,3 +124,16 @@ def when(value) -> str:
     if isinstance(value, date):
         return date_format(value, DATE_FORMAT)
     return str(value)
+
+
+def ago(value) -> str:
+    """How long ago, in words: "3 days ago", and "just now" under a minute (never "0 minutes ago")."""
+    from django.utils.timesince import timesince
+
+    if value in (None, ""):
+        return ""
+    if isinstance(value, str):
+        value = parse_datetime(value)
+    if (timezone.now() - value).total_seconds() < 60:
+        return "just now"
+    return f"{timesince(value, depth=1)} ago"

@@ -1,6 +1,6 @@
 """Tenant-scoped reads of tickets, their drafts and approvals."""
 
-from django.db.models import QuerySet
+from django.db.models import OuterRef, QuerySet, Subquery, Sum
 
 from approvals.models import ApprovalRequest
 from approvals.schemas import approval_serialize
@@ -14,8 +14,22 @@ from .models import QUEUE_STATUSES, RefundDraft, Ticket
 
 def ticket_list(*, tenant, status: str | None = None) -> QuerySet:
     """The tenant's tickets, newest first."""
+    # What the ticket's executed requests refunded, beside what it asked (ticket_ref is opaque to
+    # approvals, so the tenant is matched too).
+    refunded = (
+        ApprovalRequest.objects.filter(
+            tenant_id=OuterRef("tenant_id"), ticket_ref=OuterRef("pk"), status=ApprovalRequest.Status.EXECUTED
+        )
+        .order_by()
+        .values("ticket_ref")
+        .annotate(total=Sum("amount"))
+        .values("total")
+    )
     queryset = (
-        Ticket.objects.for_tenant(tenant).select_related("order", "customer", "owner").order_by("-created_at", "-id")
+        Ticket.objects.for_tenant(tenant)
+        .select_related("order", "customer", "owner")
+        .annotate(refunded_amount=Subquery(refunded))
+        .order_by("-created_at", "-id")
     )
     if status:
         queryset = queryset.filter(status=status)

@@ -130,8 +130,13 @@ def ticket_new(request):
         except DomainError as exc:
             form.add_domain_error(exc)
         else:
-            about = f"order {ticket.order}" if ticket.order_id else f"the orders of customer {ticket.customer}"
-            messages.success(request, f"Ticket #{ticket.pk} filed. The agent is investigating {about}.")
+            # The page itself says whether the agent is still investigating (it polls): a flash
+            # saying so would stay above a result that arrived meanwhile.
+            ticket.refresh_from_db()
+            finished = (
+                "" if ticket.status in ACTIVE else f" The agent finished: {label(ticket.status, 'ticket_status')}."
+            )
+            messages.success(request, f"Ticket #{ticket.pk} filed.{finished}")
             return redirect("ticket", pk=ticket.pk)
     status = 422 if form.errors else 200
     return render(
