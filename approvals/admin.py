@@ -128,6 +128,39 @@ class CappedCountPaginator(Paginator):
 # review page link a request to the ticket it was made for.
 SUPPORT_TICKET_URL = "/tickets/{}/"
 
+# The evaluator's checks (approvals.verification) in words for the review page; a check without
+# an entry is shown humanised ("new_check" -> "New check"), never as its code.
+VERIFICATION_CHECK_WORDS = {
+    "one_entry_under_key": "One ledger entry under the request's key",
+    "args_match_hash": "The executed arguments match the approved hash",
+    "entry_on_order": "The entry is on the request's order",
+    "entry_same_tenant": "The entry is in the request's shop",
+    "entry_recorded_on_request": "The request records the entry",
+    "approval_ref": "The entry names the approval",
+    "amount_exact": "The amount is the approved amount",
+    "amount_within_refundable_at_request": "Within what was refundable when requested",
+    "currency_exact": "The currency is the approved currency",
+    "destination": "Paid to the approved destination",
+    "destination_method_exact": "Paid to the approved payment method",
+    "items_exact": "The items are the approved items",
+    "distinct_approvers": "Enough distinct finance approvers",
+    "filer_not_approver": "Nobody approved what they filed or proposed",
+    "within_policy_window": "Within the policy's refund window",
+    "exception_within_policy": "The exception waives only waivable rules",
+    "entry_succeeded": "The ledger entry succeeded",
+    "order_refunds_within_total": "The order's refunds stay within its total",
+    "provider_has_refund": "The payment provider has the refund",
+    "provider_status": "The provider says it succeeded",
+    "provider_amount": "The provider's amount matches",
+    "provider_refund_id": "The provider's refund id matches",
+    "provider_metadata_approval": "The provider's record names the approval",
+}
+
+
+def verification_check_words(name: str) -> str:
+    return VERIFICATION_CHECK_WORDS.get(name) or str(name).replace("_", " ").capitalize()
+
+
 # The count the queue's paginator stops at (200 pages of 50).
 QUEUE_COUNT_CAP = 10_000
 
@@ -385,6 +418,10 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
             "review_expired": expired,
             "review_verification": obj.verification,
             "review_verification_json": json.dumps(obj.verification, indent=2, default=str) if obj.verification else "",
+            "review_checks": [
+                {**check, "words": verification_check_words(check.get("name", ""))}
+                for check in ((obj.verification or {}).get("checks") or [])
+            ],
             "review_sections": review_sections(obj),
             "review_decidable": bool(open_decisions),
             "review_is_maker": is_maker,

@@ -174,3 +174,32 @@ def test_the_review_queue_at_1280_keeps_headers_and_order_ids_whole(live_server,
                  return new Set([...r.getClientRects()].map(x => Math.round(x.top))).size; }"""
     )
     assert lines == 1
+
+
+@pytest.mark.parametrize("size", ["1280", "390"])
+def test_the_executed_review_page_fits_and_says_its_checks_in_words(live_server, page, screens, size):
+    from django.contrib.auth import get_user_model
+    from playwright.sync_api import expect
+
+    from approvals.decisions import approval_request_decide
+    from approvals.models import ApprovalRequest
+
+    # given finance approved the 120.00 request, and it was paid and verified
+    request = screens["request"]
+    approval_request_decide(
+        request_id=request.pk,
+        user=get_user_model().objects.get(username="acme-finance"),
+        decision="approve",
+        args_hash=request.args_hash,
+    )
+    assert ApprovalRequest.objects.get(pk=request.pk).status == "executed"
+    base = live_server.url
+    page.set_viewport_size(SIZES[size])
+    admin_log_in(page, base, "acme-finance2", f"/admin/approvals/approvalrequest/{request.pk}/change/")
+    expect(page.locator("#ra-verification")).to_be_visible()
+    shot(page, f"review-executed-{size}.png")
+    # then nothing scrolls sideways, and the evaluator's checks are in words
+    assert page_width(page)[0] <= SIZES[size]["width"]
+    checks = page.locator("#ra-verification").inner_text()
+    assert "one_entry_under_key" not in checks and "args_match_hash" not in checks
+    assert "One ledger entry under the request's key" in checks
