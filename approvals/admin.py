@@ -65,7 +65,7 @@ DECISION_LABELS = {
 
 def status_badge_html(request: ApprovalRequest):
     colour = BADGE_COLOURS.get(request.status, "#6b6b6b")
-    label = "FAILED" if request.status == ApprovalRequest.Status.FAILED else request.get_status_display()
+    label = "FAILED" if request.status == ApprovalRequest.Status.FAILED else status_words(request.status)
     return format_html(
         '<span class="ra-badge ra-badge-{}" style="background:{};color:#fff;padding:2px 7px;border-radius:9px;'
         'font-weight:600;white-space:nowrap">{}</span>',
@@ -112,6 +112,24 @@ class PolicyVersionFilter(admin.SimpleListFilter):
 
     def queryset(self, request, queryset):
         return queryset.filter(policy_version=self.value()) if self.value() else queryset
+
+
+def status_words(status: str) -> str:
+    """An approval status as the queue writes it: the model's label with a capital first letter,
+    so "Pending" and "Executed and verified" read alike (filter, badge, review page)."""
+    words = ApprovalRequest.Status(status).label if status in ApprovalRequest.Status.values else str(status)
+    return words[:1].upper() + words[1:]
+
+
+class StatusFilter(admin.SimpleListFilter):
+    title = "status"
+    parameter_name = "status__exact"
+
+    def lookups(self, request, model_admin):
+        return [(code, status_words(code)) for code in ApprovalRequest.Status.values]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(status=self.value()) if self.value() else queryset
 
 
 class CappedCountPaginator(Paginator):
@@ -204,7 +222,7 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
         "payment_problem",
     )
     list_display_links = ("id", "order_id_display")
-    list_filter = ("status", PolicyVersionFilter, ExpiryFilter)
+    list_filter = (StatusFilter, PolicyVersionFilter, ExpiryFilter)
     search_fields = ("order__external_id", "ticket_ref__exact", "=idempotency_key")
     search_help_text = "Order id (e.g. ORD-5001), ticket id, or idempotency key."
     list_select_related = ("order", "order__customer", "requested_by")
@@ -371,7 +389,7 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
             extra_context.setdefault(
                 "title",
                 f"Request #{obj.pk}: refund of {obj.amount} {obj.currency} on {obj.order.external_id} "
-                f"({obj.get_status_display()})",
+                f"({status_words(obj.status)})",
             )
         return super().change_view(request, object_id, form_url, extra_context)
 

@@ -38,3 +38,12 @@ def test_the_ticket_column_and_the_review_page_link_to_the_support_ticket(approv
     assert 'href="/tickets/4321/"' in queue
     review = finance.get(f"{QUEUE}{request.pk}/change/").content.decode()
     assert 'href="/tickets/4321/"' in review
+
+
+def test_the_queues_statuses_are_written_one_way(approval_request_make, finance):
+    approval_request_make(order="ORD-5001")
+    html = finance.get(QUEUE).content.decode()
+    filters = html.split('id="changelist-filter"', 1)[1]
+    # every status starts with a capital, as the badges do: not "Pending" beside "executed and verified"
+    assert "Executed and verified" in filters and "executed and verified" not in filters
+    assert "Changes requested" in filters and "Pending" in filters
