@@ -12,6 +12,7 @@ from datetime import date, datetime
 from django.utils import timezone
 from django.utils.dateformat import format as date_format
 from django.utils.dateparse import parse_datetime
+from django.utils.timesince import timesince
 
 from approvals.proposals import WAIVABLE_RULE_WORDS
 
@@ -128,8 +129,6 @@ def when(value) -> str:
 
 def ago(value) -> str:
     """How long ago, in words: "3 days ago", and "just now" under a minute (never "0 minutes ago")."""
-    from django.utils.timesince import timesince
-
     if value in (None, ""):
         return ""
     if isinstance(value, str):
