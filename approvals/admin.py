@@ -43,7 +43,7 @@ from .payouts import approval_request_payment_retry
 from .policies import policy_draft_publish, policy_replay_latest, refund_policy_draft
 from .replay import policy_replay_summary
 from .review import review_sections
-from .selectors import approvals_refused_by_provider
+from .selectors import approval_changes_asked, approvals_refused_by_provider
 
 BADGE_COLOURS = {
     ApprovalRequest.Status.PENDING: "#205067",
@@ -67,7 +67,7 @@ DECISION_LABELS = {
 
 def status_badge_html(request: ApprovalRequest):
     colour = BADGE_COLOURS.get(request.status, "#6b6b6b")
-    label = "FAILED" if request.status == ApprovalRequest.Status.FAILED else request.get_status_display()
+    label = "FAILED" if request.status == ApprovalRequest.Status.FAILED else status_words(request.status)
     return format_html(
         '<span class="ra-badge ra-badge-{}" style="background:{};color:#fff;padding:2px 7px;border-radius:9px;'
         'font-weight:600;white-space:nowrap">{}</span>',
@@ -116,6 +116,24 @@ class PolicyVersionFilter(admin.SimpleListFilter):
         return queryset.filter(policy_version=self.value()) if self.value() else queryset
 
 
+def status_words(status: str) -> str:
+    """An approval status as the queue writes it: the model's label with a capital first letter,
+    so "Pending" and "Executed and verified" read alike (filter, badge, review page)."""
+    words = ApprovalRequest.Status(status).label if status in ApprovalRequest.Status.values else str(status)
+    return words[:1].upper() + words[1:]
+
+
+class StatusFilter(admin.SimpleListFilter):
+    title = "status"
+    parameter_name = "status__exact"
+
+    def lookups(self, request, model_admin):
+        return [(code, status_words(code)) for code in ApprovalRequest.Status.values]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(status=self.value()) if self.value() else queryset
+
+
 class CappedCountPaginator(Paginator):
     """Counts at most QUEUE_COUNT_CAP requests: a COUNT(*) over a tenant's whole history on
     every page load is what made the queue slow at 100k. Past the cap, the page says so and
@@ -124,6 +142,43 @@ class CappedCountPaginator(Paginator):
     @cached_property
     def count(self):
         return self.object_list.order_by().values("pk")[:QUEUE_COUNT_CAP].count()
+
+
+# The support app's page of a ticket (its URL is the product's, docs/api.md): the queue and the
+# review page link a request to the ticket it was made for.
+SUPPORT_TICKET_URL = "/tickets/{}/"
+
+# The evaluator's checks (approvals.verification) in words for the review page; a check without
+# an entry is shown humanised ("new_check" -> "New check"), never as its code.
+VERIFICATION_CHECK_WORDS = {
+    "one_entry_under_key": "One ledger entry under the request's key",
+    "args_match_hash": "The executed arguments match the approved hash",
+    "entry_on_order": "The entry is on the request's order",
+    "entry_same_tenant": "The entry is in the request's shop",
+    "entry_recorded_on_request": "The request records the entry",
+    "approval_ref": "The entry names the approval",
+    "amount_exact": "The amount is the approved amount",
+    "amount_within_refundable_at_request": "Within what was refundable when requested",
+    "currency_exact": "The currency is the approved currency",
+    "destination": "Paid to the approved destination",
+    "destination_method_exact": "Paid to the approved payment method",
+    "items_exact": "The items are the approved items",
+    "distinct_approvers": "Enough distinct finance approvers",
+    "filer_not_approver": "Nobody approved what they filed or proposed",
+    "within_policy_window": "Within the policy's refund window",
+    "exception_within_policy": "The exception waives only waivable rules",
+    "entry_succeeded": "The ledger entry succeeded",
+    "order_refunds_within_total": "The order's refunds stay within its total",
+    "provider_has_refund": "The payment provider has the refund",
+    "provider_status": "The provider says it succeeded",
+    "provider_amount": "The provider's amount matches",
+    "provider_refund_id": "The provider's refund id matches",
+    "provider_metadata_approval": "The provider's record names the approval",
+}
+
+
+def verification_check_words(name: str) -> str:
+    return VERIFICATION_CHECK_WORDS.get(name) or str(name).replace("_", " ").capitalize()
 
 
 # The count the queue's paginator stops at (200 pages of 50).
@@ -169,7 +224,7 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
         "payment_problem",
     )
     list_display_links = ("id", "order_id_display")
-    list_filter = ("status", PolicyVersionFilter, ExpiryFilter)
+    list_filter = (StatusFilter, PolicyVersionFilter, ExpiryFilter)
     search_fields = ("order__external_id", "ticket_ref__exact", "=idempotency_key")
     search_help_text = "Order id (e.g. ORD-5001), ticket id, or idempotency key."
     list_select_related = ("order", "order__customer", "requested_by")
@@ -214,6 +269,13 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
             .get_queryset(request)
             .annotate(
                 approvals_so_far=Coalesce(Subquery(approvals, output_field=IntegerField()), Value(0)),
+                # Another pending request on the same order (two tickets asking for the same money).
+                shares_order_with=Subquery(
+                    ApprovalRequest.objects.filter(order=OuterRef("order"), status=ApprovalRequest.Status.PENDING)
+                    .exclude(pk=OuterRef("pk"))
+                    .order_by("pk")
+                    .values("pk")[:1]
+                ),
             )
         )
 
@@ -226,11 +288,21 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
 
     @admin.display(description="ticket", ordering="ticket_ref")
     def ticket(self, obj):
-        return f"#{obj.ticket_ref}" if obj.ticket_ref else "—"
+        if not obj.ticket_ref:
+            return "—"
+        return format_html('<a href="{}">#{}</a>', SUPPORT_TICKET_URL.format(obj.ticket_ref), obj.ticket_ref)
 
     @admin.display(description="order", ordering="order__external_id")
     def order_id_display(self, obj):
-        return obj.order.external_id
+        other = getattr(obj, "shares_order_with", None)
+        if other is None or obj.status != ApprovalRequest.Status.PENDING:
+            return obj.order.external_id
+        return format_html(
+            '{}<br><small class="ra-shared" title="Another pending request asks for money of the same order">'
+            "&#9888; also #{}</small>",
+            obj.order.external_id,
+            other,
+        )
 
     @admin.display(description="customer", ordering="order__customer__external_id")
     def customer(self, obj):
@@ -243,7 +315,9 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
     @admin.display(description="filed", ordering="created_at")
     def filed(self, obj):
         who = obj.requested_by.get_username() if obj.requested_by_id else "—"
-        return format_html("{}<br><small>{} ago</small>", who, timesince(obj.created_at, depth=1))
+        recent = (timezone.now() - obj.created_at).total_seconds() < 60
+        ago = "just now" if recent else f"{timesince(obj.created_at, depth=1)} ago"
+        return format_html("{}<br><small>{}</small>", who, ago)
 
     @admin.display(description="time to expiry", ordering="expires_at")
     def time_to_expiry(self, obj):
@@ -303,13 +377,22 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
                 request,
                 f"{payment_failed} refund(s) refused by the payment provider: file them again or close the ticket.",
             )
-        return super().changelist_view(request, {**self.WIDE, **(extra_context or {})})
+        return super().changelist_view(
+            request, {**self.WIDE, "title": "Approval requests to review", **(extra_context or {})}
+        )
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         extra_context = {**self.WIDE, **(extra_context or {})}
         obj = self.get_object(request, object_id)
         if obj is not None and self.has_view_permission(request, obj):
             extra_context.update(self.review_context(request, obj))
+            # In words, not the action's code and the status's ("refunds.issue_refund ... (changes_requested)").
+            extra_context.setdefault("subtitle", None)
+            extra_context.setdefault(
+                "title",
+                f"Request #{obj.pk}: refund of {obj.amount} {obj.currency} on {obj.order.external_id} "
+                f"({status_words(obj.status)})",
+            )
         return super().change_view(request, object_id, form_url, extra_context)
 
     def review_context(self, request, obj: ApprovalRequest) -> dict:
@@ -346,11 +429,19 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
             "review_payments": payments,
             "review_position": position,
             "review_refundable_changed": position.refundable != obj.refundable_at_request,
+            "review_ticket_url": SUPPORT_TICKET_URL.format(obj.ticket_ref) if obj.ticket_ref else "",
+            "review_changes_asked": approval_changes_asked(
+                tenant=obj.tenant_id, ticket_ref=obj.ticket_ref, exclude_pk=obj.pk
+            ),
             "review_ledger": list(order_ledger(order)),
             "review_policy": obj.policy,
             "review_expired": expired,
             "review_verification": obj.verification,
             "review_verification_json": json.dumps(obj.verification, indent=2, default=str) if obj.verification else "",
+            "review_checks": [
+                {**check, "words": verification_check_words(check.get("name", ""))}
+                for check in ((obj.verification or {}).get("checks") or [])
+            ],
             "review_sections": review_sections(obj),
             "review_decidable": bool(open_decisions),
             "review_is_maker": is_maker,
@@ -403,15 +494,21 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
                         wanted_amount=form.cleaned_data.get("wanted_amount"),
                     )
                 except DomainError as exc:
-                    messages.error(request, f"Not decided: {exc.message}")
+                    field = (exc.details or {}).get("field")
+                    if field not in form.fields:
+                        messages.error(request, f"Not decided: {exc.message}")
+                        return HttpResponseRedirect(change_url)
+                    # About one field (a wanted amount above the cap): the same form, what was
+                    # typed kept, the reason at the field.
+                    form.add_error(field, exc.message)
+                else:
+                    obj.refresh_from_db()
+                    messages.success(
+                        request,
+                        f"Request #{obj.pk}: {DECISION_LABELS[decision].lower()} recorded; "
+                        f"it is now {obj.get_status_display()}.",
+                    )
                     return HttpResponseRedirect(change_url)
-                obj.refresh_from_db()
-                messages.success(
-                    request,
-                    f"Request #{obj.pk}: {DECISION_LABELS[decision].lower()} recorded; "
-                    f"it is now {obj.get_status_display()}.",
-                )
-                return HttpResponseRedirect(change_url)
         else:
             form = DecisionForm(initial={"args_hash": obj.args_hash}, decision=decision)
         context = {
@@ -428,7 +525,9 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
             "cannot": cannot,
             "is_nav_sidebar_enabled": False,
         }
-        return TemplateResponse(request, "admin/approvals/approvalrequest/decide.html", context)
+        return TemplateResponse(
+            request, "admin/approvals/approvalrequest/decide.html", context, status=422 if form.errors else 200
+        )
 
 
 @admin.register(ApprovalVote)

@@ -13,10 +13,12 @@ from django.utils import timezone
 
 from ledger.exceptions import DomainError, InvalidInput, NotFound
 from ledger.money import money_check_currency, money_parse
+from ledger.selectors import order_refund_position
 from ledger.telemetry import traced
 from ledger.tenancy import tenant_for_user, user_require_role, user_roles
 
 from .exceptions import ApprovalConflict, Forbidden, MakerChecker
+from .gate import refund_cap
 from .invalidation import approval_facts_changed, approval_request_invalidate
 from .locks import approval_request_lock
 from .models import ApprovalRequest, ApprovalVote
@@ -110,6 +112,8 @@ def approval_request_decide(
     with transaction.atomic():
         order, request = approval_request_lock(order_id=request.order_id, request_id=request.pk)
         _decision_preconditions(request=request, user=user, decision=decision, args_hash=args_hash, now=now)
+        if wanted is not None:
+            _wanted_amount_check(request=request, order=order, wanted=wanted)
 
         if decision == ApprovalVote.Decision.APPROVE:
             changed = approval_facts_changed(request=request, order=order, now=now)
@@ -175,6 +179,23 @@ def _decision_preconditions(*, request, user, decision, args_hash, now) -> None:
             f"{user.get_username()} already approved request #{request.pk}; it needs "
             f"{request.required_approvals} distinct approvers.",
             code="already_voted",
+        )
+
+
+def _wanted_amount_check(*, request, order, wanted) -> None:
+    """A wanted amount the gate could never allow is refused here, with its cap named, rather than
+    handed to the agent, whose next draft the gate would cap again while the page said nothing."""
+    cap, cap_words = refund_cap(
+        position=order_refund_position(order),
+        item_ids=list((request.args or {}).get("items") or []),
+        currency=request.currency,
+    )
+    if wanted > cap:
+        raise InvalidInput(
+            f"The gate cannot allow {wanted} {request.currency}: the most it allows is {cap_words}. "
+            f"Ask for at most {cap} {request.currency}, or deny and let a person propose other items.",
+            code="wanted_amount_above_cap",
+            details={"field": "wanted_amount", "cap": str(cap)},
         )
 
 
@@ -256,6 +277,15 @@ def approval_decisions_open(*, request: ApprovalRequest, user, now=None) -> tupl
         approval_decider_check(user=user, request=request)
     except DomainError as exc:
         return [], exc.message
+    refundable = order_refund_position(request.order).refundable
+    if refundable < request.amount:
+        # Another refund of the order (a second ticket's) was paid since: approving would only
+        # invalidate it, so Approve is not offered; the page says why.
+        return [str(d) for d in DECISIONS if d != ApprovalVote.Decision.APPROVE], (
+            f"Request #{request.pk} can no longer be approved: only {refundable} {request.currency} is still "
+            f"refundable on {request.order.external_id}, less than its {request.amount} {request.currency} "
+            "(another refund of the order was recorded since). Deny it, or request changes."
+        )
     if request.votes.filter(approver=user, decision=ApprovalVote.Decision.APPROVE).exists():
         return [str(d) for d in DECISIONS if d != ApprovalVote.Decision.APPROVE], (
             f"You already approved request #{request.pk}; it needs {request.required_approvals} distinct approvers, "

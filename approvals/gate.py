@@ -269,16 +269,14 @@ def policy_gate_evaluate(
             f"{'item refunds' if item_ids else 'full refunds'} (allowed: {', '.join(destinations) or 'none'}).",
         )
 
-    cap = position.refundable
-    if item_ids:
-        cap = min(cap, position.items_match(item_ids).value)
+    cap, cap_words = refund_cap(position=position, item_ids=item_ids, currency=order.currency)
     allowed = cap
     for limit, label in ((requested_amount, "requested amount"), (proposal.amount, "drafted amount")):
         if limit is not None and limit < allowed:
             allowed = limit
         elif limit is not None and limit > cap:
             verdict.codes.append(f"{label.split()[0]}_capped")
-            verdict.reasons.append(f"The {label} {limit} was capped at the refundable {cap} {order.currency}.")
+            verdict.reasons.append(f"The {label} {limit} was capped at {cap_words}.")
     if allowed <= ZERO:
         return stop(Outcome.DENIED, "nothing_refundable", "There is nothing to refund.")
     try:
@@ -346,6 +344,23 @@ def _refund_legs(
         f"{amount} {order.currency} is more than any one payment of {order.external_id} can still return "
         f"({listed}): a person decides how to split it, one refund per payment."
     )
+
+
+def refund_cap(*, position, item_ids: list[str], currency: str) -> tuple[Decimal, str]:
+    """The most a refund of these items (none: the order) may be, and that cap in words naming
+    what sets it: the named items' unrefunded units, or the order's refundable total. The gate
+    caps by it, and finance's wanted amount (approvals.decisions) is refused above it."""
+    cap, words = position.refundable, f"the refundable total {position.refundable} {currency}"
+    if item_ids:
+        match = position.items_match(item_ids)
+        if match.value < cap:
+            units = sum(match.units.values())
+            cap = match.value
+            words = (
+                f"the items' units {cap} {currency} ({', '.join(item_ids)}: {units} unit{'s' if units != 1 else ''}"
+                " named)"
+            )
+    return cap, words
 
 
 def _eligibility(order, policy, position, item_ids, now, waive=frozenset()) -> tuple[bool, str, str]:

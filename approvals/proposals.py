@@ -33,6 +33,11 @@ from .requests import approval_request_create
 MAX_REASON_LENGTH = 2000
 # What a policy's `waivable_rules` may name: the gate's rules a person's exception can go outside.
 WAIVABLE = frozenset({"window", "order_status"})
+# The waivable rules in words: what a refusal tells a person, and the label table's entries
+# (refundagent/labels.py reads them from here).
+# The gate's refusal code for each waivable rule.
+RULE_OF_CODE = {"outside_window": "window", "status_not_eligible": "order_status"}
+WAIVABLE_RULE_WORDS = {"window": "the refund window", "order_status": "the order status rule"}
 
 
 def approval_proposal_create(
@@ -114,22 +119,39 @@ def approval_proposal_create(
         policy = policy_current(order.tenant)
         if policy is None:
             raise InvalidInput("The tenant has no current refund policy.", code="policy_missing")
-        waive = frozenset(policy.waivable_rules or ()) & WAIVABLE if exception else frozenset()
-        verdict = policy_gate_evaluate(
-            order=order,
-            policy=policy,
-            proposal=Proposal(recommendation="refund", amount=amount, policy_version=policy.version),
-            requested_amount=amount,
-            item_ids=items,
-            refund_to=refund_to,
-            now=now,
-            waive=waive,
-        )
+        waivable = frozenset(policy.waivable_rules or ()) & WAIVABLE if exception else frozenset()
+
+        def evaluate(waive):
+            return policy_gate_evaluate(
+                order=order,
+                policy=policy,
+                proposal=Proposal(recommendation="refund", amount=amount, policy_version=policy.version),
+                requested_amount=amount,
+                item_ids=items,
+                refund_to=refund_to,
+                now=now,
+                waive=waive,
+            )
+
+        # An exception waives only the rules this refund breaks (the gate names one at a time),
+        # so the request, finance and the evaluator see "the refund window", not every rule.
+        waive = frozenset()
+        verdict = evaluate(waive)
+        while (broken := RULE_OF_CODE.get(verdict.codes[0] if verdict.codes else "")) in waivable - waive:
+            waive |= {broken}
+            verdict = evaluate(waive)
         if verdict.outcome != Outcome.APPROVAL_REQUIRED or verdict.allowed_amount != amount:
             hint = (
                 ""
                 if exception
-                else (f" A policy exception may go outside: {', '.join(sorted(policy.waivable_rules)) or 'nothing'}.")
+                else (
+                    " A policy exception (two finance approvers) may go outside "
+                    + (
+                        " and ".join(WAIVABLE_RULE_WORDS.get(rule, rule) for rule in sorted(policy.waivable_rules))
+                        or "no rule of this policy"
+                    )
+                    + "."
+                )
             )
             raise InvalidInput(
                 f"The policy gate refuses this refund: {verdict.reason}{hint}",

@@ -18,6 +18,19 @@ def approvals_for_tenant(tenant) -> QuerySet:
     )
 
 
+def approval_changes_asked(*, tenant, ticket_ref: int | None, exclude_pk: int | None = None):
+    """The newest request of a ticket that finance sent back ("request changes"), other than
+    `exclude_pk`: what finance asked for stays on the pages after the agent drafts again."""
+    if ticket_ref is None:
+        return None
+    asked = ApprovalRequest.objects.for_tenant(tenant).filter(
+        ticket_ref=ticket_ref, status=ApprovalRequest.Status.CHANGES_REQUESTED
+    )
+    if exclude_pk is not None:
+        asked = asked.exclude(pk=exclude_pk)
+    return asked.select_related("decided_by").order_by("-decided_at", "-id").first()
+
+
 def approvals_for(user) -> QuerySet:
     """The approval requests `user` may read: their tenant's, with the finance role."""
     user_require_role(user, "finance")

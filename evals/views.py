@@ -117,6 +117,54 @@ def evals_dashboard(request):
     )
 
 
+# The run's metrics in words (evals.graders.metrics_compute); pass^k and any new metric are
+# shown humanised, never as raw JSON.
+METRIC_WORDS = {
+    "cases": "Cases",
+    "results": "Results (cases × repeats)",
+    "passed": "Passed",
+    "failed": "Failed",
+    "pass_rate": "Pass rate",
+    "false_allow": "False allows (a refund the gate should have stopped)",
+    "missing_citation": "Drafts without a policy citation",
+    "money_moved_by_agent": "Money moved by the agent (must be 0)",
+    "draft_quality_pass_rate": "Draft quality pass rate",
+    "drafts_graded": "Drafts graded",
+    "blocking_failed": "Blocking cases failed",
+    "judge_pass_rate": "LLM judge pass rate",
+}
+
+
+def metric_rows(metrics: dict) -> list[tuple[str, str, object]]:
+    rows = []
+    for name, value in (metrics or {}).items():
+        words = METRIC_WORDS.get(name)
+        if words is None:
+            words = f"pass^{name[5:]} (every one of {name[5:]} tries passes)" if name.startswith("pass^") else name
+            words = words.replace("_", " ").capitalize() if words == name else words
+        if isinstance(value, float) and ("rate" in name or name.startswith("pass^")):
+            value = f"{value:.1%}"
+        rows.append((name, words, value))
+    return rows
+
+
+@operator_required
+def eval_run_detail(request, pk: int):
+    """One run, readable: the gate's verdict and why, its metrics, and every case's result."""
+    run = get_object_or_404(EvalRun, pk=pk)
+    return render(
+        request,
+        "evals/run.html",
+        {
+            "run": run,
+            "metrics": metric_rows(run.metrics),
+            "results": run.results.select_related("case").order_by("passed", "case__name", "attempt"),
+            "nav": "evals",
+            "roles": user_roles(request.user),
+        },
+    )
+
+
 @operator_required
 def result_trace(request, pk: int):
     """The trace stored with an eval result, as JSON (the case's own rows were rolled back)."""

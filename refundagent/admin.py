@@ -25,6 +25,7 @@ from .forms import ProposalForm
 from .labels import label, when
 from .models import QUEUE_STATUSES, AgentRun, EscalatedTicket, ModelReplay, RefundDraft, Ticket, TraceEvent
 from .outbox import model_replay_start
+from .selectors import ticket_customer_orders
 from .services import ticket_assign
 from .tracing import trace_export
 
@@ -259,8 +260,10 @@ class EscalationQueueAdmin(TicketAdmin):
             raise Http404("No such ticket.")
         ticket = Ticket.objects.select_related("order", "customer", "refund_to", "owner", "tenant").get(pk=found.pk)
         status = 200
+        # A ticket filed without an order: the form picks one of the customer's orders.
+        orders = ticket_customer_orders(ticket) if ticket.order_id is None else None
         if request.method == "POST":
-            form = ProposalForm(request.POST)
+            form = ProposalForm(request.POST, orders=orders)
             if form.is_valid():
                 try:
                     made = form.propose(ticket=ticket, user=request.user)
@@ -284,7 +287,7 @@ class EscalationQueueAdmin(TicketAdmin):
             else:
                 status = 422
         else:
-            form = ProposalForm()
+            form = ProposalForm(orders=orders)
         order = ticket.order
         context = {
             **self.admin_site.each_context(request),

@@ -77,6 +77,7 @@ def ticket_proposal(request, ticket_id: int, payload: ProposalIn):
         items=payload.items,
         refund_to=payload.refund_to,
         currency=payload.currency,
+        order=payload.order,
     )
     # Read back by tenant: a support proposer may not have the finance role approval_get asks for.
     return Status(201, approval_serialize(approvals_for_tenant(tenant).get(pk=made.pk)))

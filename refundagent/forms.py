@@ -6,6 +6,7 @@ from django import forms
 from ledger.exceptions import DomainError
 from ledger.money import CENT, MoneyFormField
 
+from .labels import label
 from .models import Ticket
 from .services import MAX_REPLY_LENGTH, ticket_refund_propose
 
@@ -66,8 +67,9 @@ class TicketForm(_ItemsAndDestination, forms.Form):
         label="Refund to",
         required=False,
         max_length=100,
-        widget=forms.TextInput(attrs={"placeholder": "gift_card_7"}),
-        help_text="Payment method id; blank = original payment method.",
+        widget=forms.TextInput(attrs={"placeholder": "blank: the original payment method"}),
+        help_text="One of the customer's payment method ids (the ticket page lists them); blank = original "
+        "payment method.",
     )
 
     def clean_order(self):
@@ -103,7 +105,11 @@ def _field_for(error: DomainError, data: dict) -> str | None:
 
 
 class TicketFilterForm(forms.Form):
-    status = forms.ChoiceField(required=False, choices=[("", "All statuses"), *Ticket.Status.choices])
+    # The badges' words (the one label table), not the model's codes.
+    status = forms.ChoiceField(
+        required=False,
+        choices=[("", "All statuses"), *((code, label(code, "ticket_status")) for code in Ticket.Status.values)],
+    )
     q = forms.CharField(
         required=False,
         max_length=100,
@@ -116,6 +122,30 @@ class NoteForm(forms.Form):
     note = forms.CharField(
         required=False, max_length=500, widget=forms.TextInput(attrs={"placeholder": "Note (optional)"})
     )
+
+
+class EscalateForm(NoteForm):
+    """Escalating. While finance has a request of the ticket pending, escalating withdraws it:
+    the person names that request (`withdraw`, its id, from the page they saw) and says why."""
+
+    withdraw = forms.IntegerField(required=False, min_value=1, widget=forms.HiddenInput)
+
+    def clean_note(self):
+        return self.cleaned_data["note"].strip()
+
+    def check_pending(self, pending) -> bool:
+        """With `pending` (the ticket's request waiting for finance), the confirmation of exactly
+        that request and a note are needed; False, with the form error, when they are missing."""
+        if pending is None:
+            return True
+        if self.cleaned_data.get("withdraw") == pending.pk and self.cleaned_data.get("note"):
+            return True
+        self.add_error(
+            None,
+            f"Escalating withdraws finance's pending request #{pending.pk} for {pending.amount} {pending.currency}: "
+            "tick the box to confirm and say why in the note.",
+        )
+        return False
 
 
 class CloseForm(forms.Form):
@@ -134,12 +164,25 @@ class CloseForm(forms.Form):
     )
 
 
+def payment_method_label(method) -> str:
+    """A payment method as a person recognises it: "Card visa ****4242 (card_4242)"."""
+    if method.kind == "gift_card":
+        balance = f", balance {method.balance}" if method.balance is not None else ""
+        return f"Gift card{balance} ({method.external_id})"
+    card = " ".join(part for part in (method.brand, f"****{method.last4}" if method.last4 else "") if part)
+    return f"{method.get_kind_display()} {card} ({method.external_id})".replace("  ", " ")
+
+
 class ProposalForm(_ItemsAndDestination, forms.Form):
     """A person's refund proposal on an escalated, failed or payment-failed ticket: the support
     app's ticket page and the admin's proposal page post the same form to the same service
     (`ticket_refund_propose`). The amount takes only the strict money syntax: "1e30", "１２０"
     (full-width digits) or "120.001" are form errors, never a number the service sees."""
 
+    order = forms.ChoiceField(
+        label="Order",
+        help_text="The ticket names no order: which of the customer's orders the refund is for.",
+    )
     amount = MoneyFormField(
         label="Amount",
         min_value=CENT,
@@ -155,7 +198,7 @@ class ProposalForm(_ItemsAndDestination, forms.Form):
         label="Refund to",
         required=False,
         max_length=100,
-        widget=forms.TextInput(attrs={"placeholder": "card_1"}),
+        widget=forms.TextInput(attrs={"placeholder": "blank: the ticket's choice"}),
         help_text="One of the customer's payment methods; blank: the ticket's choice, else the original method.",
     )
     reason = TextareaField(
@@ -171,6 +214,34 @@ class ProposalForm(_ItemsAndDestination, forms.Form):
         "approvers, never you.",
     )
 
+    def __init__(self, *args, orders=None, methods=None, **kwargs):
+        """`orders`: the customer's orders to pick from (`ticket_customer_orders`), on a ticket
+        that names none; otherwise the form has no order field. `methods`: the customer's own
+        payment methods, which make "refund to" a picker instead of a typed id."""
+        super().__init__(*args, **kwargs)
+        if methods is not None:
+            self.fields["refund_to"] = forms.ChoiceField(
+                label="Refund to",
+                required=False,
+                choices=[("", "The ticket's choice, else the original payment method")]
+                + [(method.external_id, payment_method_label(method)) for method in methods],
+                help_text="One of the customer's own payment methods.",
+            )
+        if orders is None:
+            del self.fields["order"]
+        else:
+            self.fields["order"].choices = [
+                ("", "Pick an order"),
+                *(
+                    (
+                        row["order"].external_id,
+                        f"{row['order'].external_id} · {row['refundable']} {row['order'].currency} refundable"
+                        f" · {row['order'].status}",
+                    )
+                    for row in orders
+                ),
+            ]
+
     def propose(self, *, ticket: Ticket, user):
         """The valid proposal, through `ticket_refund_propose` (the support page's and the admin's
         one call; the service raises DomainError for what it refuses)."""
@@ -183,11 +254,13 @@ class ProposalForm(_ItemsAndDestination, forms.Form):
             exception=data["exception"],
             items=data["items"] or None,
             refund_to=data["refund_to"],
+            order=data.get("order") or None,
         )
 
     def add_domain_error(self, error: DomainError) -> None:
         """Show the service's refusal next to the field it is about (else above the form)."""
-        self.add_error(PROPOSAL_ERROR_FIELDS.get(error.code), error.message)
+        field = PROPOSAL_ERROR_FIELDS.get(error.code)
+        self.add_error(field if field in self.fields else None, error.message)
 
 
 # The proposal service's refusals that are about one field (approvals.proposals,
@@ -203,6 +276,9 @@ PROPOSAL_ERROR_FIELDS = {
     "exception_reason_required": "reason",
     "reason_too_long": "reason",
     "items_not_refundable": "items",
+    "order_required": "order",
+    "order_not_customers": "order",
+    "order_mismatch": "order",
 }
 
 

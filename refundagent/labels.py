@@ -12,6 +12,9 @@ from datetime import date, datetime
 from django.utils import timezone
 from django.utils.dateformat import format as date_format
 from django.utils.dateparse import parse_datetime
+from django.utils.timesince import timesince
+
+from approvals.proposals import WAIVABLE_RULE_WORDS
 
 # Every date a person sees: one format, with the time zone (settings.TIME_ZONE). The format
 # module hands these to Django, so `when` and Django's own rendering print the same string.
@@ -89,7 +92,7 @@ LABELS: dict[str, dict[str, str]] = {
         "eligible": "Eligible",
     },
     "origin": {"agent": "Drafted by the agent", "human": "Proposed by a person"},
-    "waivable_rule": {"window": "The refund window", "order_status": "The order status rule"},
+    "waivable_rule": {code: words[0].upper() + words[1:] for code, words in WAIVABLE_RULE_WORDS.items()},
 }
 
 
@@ -123,3 +126,14 @@ def when(value) -> str:
     if isinstance(value, date):
         return date_format(value, DATE_FORMAT)
     return str(value)
+
+
+def ago(value) -> str:
+    """How long ago, in words: "3 days ago", and "just now" under a minute (never "0 minutes ago")."""
+    if value in (None, ""):
+        return ""
+    if isinstance(value, str):
+        value = parse_datetime(value)
+    if (timezone.now() - value).total_seconds() < 60:
+        return "just now"
+    return f"{timesince(value, depth=1)} ago"

@@ -44,6 +44,12 @@ class TicketFilter(Schema):
 
 class ProposalIn(Schema):
     amount: MoneyIn = Field(..., description='The exact amount, e.g. "50.00".')
+    order: str | None = Field(
+        None,
+        max_length=100,
+        description="On a ticket that names no order: which of the customer's orders (required there); "
+        "otherwise it may only repeat the ticket's order.",
+    )
     currency: str | None = Field(None, min_length=3, max_length=3, description="Must be the order's, if given.")
     items: list[str] | None = Field(None, max_length=100, description="Omitted: the ticket's items (or the order).")
     refund_to: str | None = Field(

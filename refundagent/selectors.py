@@ -1,19 +1,35 @@
 """Tenant-scoped reads of tickets, their drafts and approvals."""
 
-from django.db.models import QuerySet
+from django.db.models import OuterRef, QuerySet, Subquery, Sum
 
 from approvals.models import ApprovalRequest
 from approvals.schemas import approval_serialize
-from approvals.selectors import approval_latest_for_ticket
+from approvals.selectors import approval_changes_asked, approval_latest_for_ticket
 from ledger.exceptions import NotFound
+from ledger.models import Order, PaymentMethod
+from ledger.selectors import order_refund_position
 
 from .models import QUEUE_STATUSES, RefundDraft, Ticket
 
 
 def ticket_list(*, tenant, status: str | None = None) -> QuerySet:
     """The tenant's tickets, newest first."""
+    # What the ticket's executed requests refunded, beside what it asked (ticket_ref is opaque to
+    # approvals, so the tenant is matched too).
+    refunded = (
+        ApprovalRequest.objects.filter(
+            tenant_id=OuterRef("tenant_id"), ticket_ref=OuterRef("pk"), status=ApprovalRequest.Status.EXECUTED
+        )
+        .order_by()
+        .values("ticket_ref")
+        .annotate(total=Sum("amount"))
+        .values("total")
+    )
     queryset = (
-        Ticket.objects.for_tenant(tenant).select_related("order", "customer", "owner").order_by("-created_at", "-id")
+        Ticket.objects.for_tenant(tenant)
+        .select_related("order", "customer", "owner")
+        .annotate(refunded_amount=Subquery(refunded))
+        .order_by("-created_at", "-id")
     )
     if status:
         queryset = queryset.filter(status=status)
@@ -57,6 +73,39 @@ def ticket_approval_latest(ticket: Ticket) -> ApprovalRequest | None:
     """The newest approval request made for this ticket (ticket_ref is an opaque id to the
     approvals layer, so the tenant is checked here too)."""
     return approval_latest_for_ticket(tenant=ticket.tenant_id, ticket_ref=ticket.pk)
+
+
+def ticket_customer_orders(ticket: Ticket, *, limit: int = 20) -> list[dict]:
+    """The ticket's customer's orders, newest first, each with what is still refundable: what a
+    person picks from on a ticket filed without an order."""
+    orders = Order.objects.filter(tenant_id=ticket.tenant_id, customer_id=ticket.customer_id).order_by(
+        "-placed_at", "-id"
+    )[:limit]
+    return [{"order": order, "refundable": order_refund_position(order).refundable} for order in orders]
+
+
+def ticket_others_open_on_order(ticket: Ticket) -> list[Ticket]:
+    """Other tickets still open on the ticket's order: two tickets on one order would ask
+    finance for the same money twice, so the page warns and links them."""
+    if ticket.order_id is None:
+        return []
+    settled = (Ticket.Status.CLOSED, Ticket.Status.REFUNDED, Ticket.Status.DENIED)
+    return list(
+        Ticket.objects.filter(tenant_id=ticket.tenant_id, order_id=ticket.order_id)
+        .exclude(pk=ticket.pk)
+        .exclude(status__in=settled)
+        .order_by("pk")[:10]
+    )
+
+
+def ticket_customer_methods(ticket: Ticket) -> list[PaymentMethod]:
+    """The ticket's customer's own payment methods: what "refund to" picks from."""
+    return list(PaymentMethod.objects.filter(customer_id=ticket.customer_id).order_by("kind", "external_id"))
+
+
+def ticket_changes_asked(ticket: Ticket, *, exclude_pk: int | None = None) -> ApprovalRequest | None:
+    """The newest of the ticket's requests finance sent back, with what they asked for."""
+    return approval_changes_asked(tenant=ticket.tenant_id, ticket_ref=ticket.pk, exclude_pk=exclude_pk)
 
 
 def ticket_summary_serialize(ticket: Ticket) -> dict:

@@ -12,7 +12,7 @@ from approvals.models import ApprovalRequest
 from approvals.proposals import approval_proposal_create
 from approvals.withdrawal import approval_requests_withdraw
 from ledger.exceptions import InvalidInput
-from ledger.models import PaymentMethod
+from ledger.models import Order, PaymentMethod
 from ledger.money import money_check_currency, money_parse
 from ledger.selectors import customer_get, order_get
 from ledger.telemetry import current_trace_uuid, ticket_span_mark
@@ -306,10 +306,35 @@ def _payment_method_find(ticket: Ticket, external_id: str) -> PaymentMethod:
     proposal to refuse (foreign_destination), and an id unknown to the tenant is refused here."""
     methods = PaymentMethod.objects.filter(customer__tenant_id=ticket.tenant_id, external_id=external_id)
     methods = methods.select_related("customer")
-    method = methods.filter(customer_id=ticket.order.customer_id).first() or methods.first()
+    method = methods.filter(customer_id=ticket.customer_id).first() or methods.first()
     if method is None:
         raise InvalidInput(f"{external_id} is not a payment method of this shop.", code="unknown_payment_method")
     return method
+
+
+def _proposal_order(ticket: Ticket, external_id: str) -> Order:
+    """The order a person's proposal is for: the ticket's, or, on a ticket without one, the
+    customer's order they picked (another customer's or tenant's is refused as unknown)."""
+    if ticket.order_id is not None:
+        if external_id and external_id != ticket.order.external_id:
+            raise InvalidInput(
+                f"Ticket {ticket.pk} is about order {ticket.order.external_id}, not {external_id}.",
+                code="order_mismatch",
+            )
+        return ticket.order
+    if not external_id:
+        raise InvalidInput(
+            "The ticket names no order: pick which of the customer's orders the refund is for.",
+            code="order_required",
+        )
+    picked = Order.objects.filter(
+        tenant_id=ticket.tenant_id, customer_id=ticket.customer_id, external_id=external_id
+    ).first()
+    if picked is None:
+        raise InvalidInput(
+            f"{external_id} is not an order of customer {ticket.customer.external_id}.", code="order_not_customers"
+        )
+    return picked
 
 
 def ticket_refund_propose(
@@ -322,19 +347,23 @@ def ticket_refund_propose(
     items: list[str] | None = None,
     refund_to: str | None = None,
     currency: str | None = None,
+    order: str | None = None,
 ) -> ApprovalRequest:
     """A person proposes an exact refund on an escalated, failed or payment-failed ticket: an
     approval request with origin `human` (approvals.proposals: the gate's hard limits, the
     proposer never approves, an exception needs a reason and two approvers). The ticket moves to
-    approval_required in the same transaction; any refusal writes nothing."""
+    approval_required in the same transaction; any refusal writes nothing.
+
+    `order` (an order id): on a ticket that names no order, which of the customer's orders the
+    refund is for (required there; the ticket then names it); on a ticket with an order, it may
+    only repeat that order."""
     user_require_role(user, "support", "finance")
     if ticket.status not in QUEUE_STATUSES:
         raise TicketStateConflict(
             f"Ticket {ticket.pk} is {ticket.status}; a person proposes a refund only on an escalated, failed or "
             "payment-failed ticket."
         )
-    if ticket.order_id is None:
-        raise InvalidInput("The ticket names no order yet: a refund needs its order.", code="order_required")
+    picked = _proposal_order(ticket, (order or "").strip())
     method = None
     refund_to = (refund_to or "").strip()
     if refund_to:
@@ -344,7 +373,7 @@ def ticket_refund_propose(
     with transaction.atomic():
         request = approval_proposal_create(
             user=user,
-            order=ticket.order,
+            order=picked,
             amount=amount,
             reason=reason,
             exception=exception,
@@ -361,8 +390,10 @@ def ticket_refund_propose(
             f"{who} proposed {kind} of {request.amount} {request.currency} (request #{request.pk}): "
             f"finance must approve" + (" (two distinct approvers)." if request.required_approvals > 1 else ".")
         )
+        # A ticket filed without an order names the one the person picked, in the same UPDATE.
+        named = {"order": picked} if ticket.order_id is None else {}
         if not ticket_transition(
-            ticket=ticket, to=Ticket.Status.APPROVAL_REQUIRED, detail=detail, only_from=QUEUE_STATUSES
+            ticket=ticket, to=Ticket.Status.APPROVAL_REQUIRED, detail=detail, only_from=QUEUE_STATUSES, **named
         ):
             raise TicketStateConflict(f"Ticket {ticket.pk} moved on while the refund was proposed; reload it.")
         _trace(

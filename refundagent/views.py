@@ -23,7 +23,7 @@ from ledger.selectors import order_refund_position
 from ledger.tenancy import tenant_for_user, user_require_role, user_roles
 
 from . import selectors
-from .forms import CloseForm, NoteForm, ProposalForm, QueueFilterForm, TicketFilterForm, TicketForm
+from .forms import CloseForm, EscalateForm, NoteForm, ProposalForm, QueueFilterForm, TicketFilterForm, TicketForm
 from .labels import label
 from .models import QUEUE_STATUSES, Ticket
 from .services import ticket_assign, ticket_close, ticket_create, ticket_escalate
@@ -130,8 +130,13 @@ def ticket_new(request):
         except DomainError as exc:
             form.add_domain_error(exc)
         else:
-            about = f"order {ticket.order}" if ticket.order_id else f"the orders of customer {ticket.customer}"
-            messages.success(request, f"Ticket #{ticket.pk} filed. The agent is investigating {about}.")
+            # The page itself says whether the agent is still investigating (it polls): a flash
+            # saying so would stay above a result that arrived meanwhile.
+            ticket.refresh_from_db()
+            finished = (
+                "" if ticket.status in ACTIVE else f" The agent finished: {label(ticket.status, 'ticket_status')}."
+            )
+            messages.success(request, f"Ticket #{ticket.pk} filed.{finished}")
             return redirect("ticket", pk=ticket.pk)
     status = 422 if form.errors else 200
     return render(
@@ -145,8 +150,11 @@ def ticket_detail(request, pk: int):
     return _ticket_page(request, _ticket_get(request, pk))
 
 
-def _ticket_page(request, ticket: Ticket, *, close_form=None, status: int = 200):
-    """The ticket page; after a refused close, with the posted form (its errors and the text typed)."""
+def _ticket_page(
+    request, ticket: Ticket, *, close_form=None, proposal_form=None, escalate_form=None, status: int = 200
+):
+    """The ticket page; after a refused close or proposal, with the posted form (its errors at
+    their fields and the text typed)."""
     approval = selectors.ticket_approval_latest(ticket)
     draft = selectors.ticket_draft_latest(ticket)
     order = ticket.order
@@ -161,6 +169,9 @@ def _ticket_page(request, ticket: Ticket, *, close_form=None, status: int = 200)
         for p in (order.payments.all() if order is not None else [])
     ]
     trace = trace_export(ticket)
+    in_queue = ticket.status in QUEUE_STATUSES
+    # No order named: the person who has the ticket picks one of the customer's orders.
+    customer_orders = selectors.ticket_customer_orders(ticket) if order is None else None
     return render(
         request,
         "refundagent/ticket_detail.html",
@@ -170,6 +181,7 @@ def _ticket_page(request, ticket: Ticket, *, close_form=None, status: int = 200)
             "draft_superseded": _draft_superseded(draft, approval),
             "verdict": draft.gate_verdict if draft else None,
             "approval": approval_serialize(approval) if approval else None,
+            "changes_asked": selectors.ticket_changes_asked(ticket, exclude_pk=approval.pk if approval else None),
             "position": order_refund_position(order) if order is not None else None,
             "payments": payments,
             "ledger": order_ledger_serialize(order) if order is not None else None,
@@ -180,9 +192,15 @@ def _ticket_page(request, ticket: Ticket, *, close_form=None, status: int = 200)
             "can_escalate": ticket_transition_allowed(ticket=ticket, to=Ticket.Status.ESCALATED),
             "can_close": ticket_transition_allowed(ticket=ticket, to=Ticket.Status.CLOSED),
             "note_form": NoteForm(),
+            "escalate_form": escalate_form or EscalateForm(),
+            # Escalating withdraws this request: the form asks for a confirmation and a note.
+            "pending_request": approval if approval is not None and approval.status == "pending" else None,
             "close_form": close_form or CloseForm(),
-            "in_queue": ticket.status in QUEUE_STATUSES,
-            "proposal_form": ProposalForm(),
+            "in_queue": in_queue,
+            "customer_orders": customer_orders,
+            "others_open": selectors.ticket_others_open_on_order(ticket),
+            "proposal_form": proposal_form
+            or ProposalForm(orders=customer_orders, methods=selectors.ticket_customer_methods(ticket)),
             "roles": request.roles,
             "review_queue_url": REVIEW_QUEUE_URL,
             "nav": "tickets",
@@ -229,11 +247,17 @@ def _form_errors(form) -> str:
 @require_POST
 def ticket_escalate_view(request, pk: int):
     ticket = _ticket_get(request, pk)
-    form = NoteForm(request.POST)
+    form = EscalateForm(request.POST)
     # A note the form refuses is no note: escalating without it would drop what was typed.
     if not form.is_valid():
         messages.error(request, f"Not escalated: {_form_errors(form)}")
-        return _ticket_page(request, ticket, status=422)
+        return _ticket_page(request, ticket, escalate_form=form, status=422)
+    # A pending finance request is withdrawn by escalating: only when the person confirmed that
+    # very request (not one that appeared since the page was drawn) and said why.
+    approval = selectors.ticket_approval_latest(ticket)
+    if not form.check_pending(approval if approval is not None and approval.status == "pending" else None):
+        messages.error(request, f"Not escalated: {' '.join(form.non_field_errors())}")
+        return _ticket_page(request, ticket, escalate_form=form, status=422)
     try:
         ticket_escalate(ticket=ticket, user=request.user, note=form.cleaned_data["note"])
     except DomainError as exc:
@@ -284,21 +308,25 @@ def ticket_assign_view(request, pk: int):
 @require_POST
 def ticket_propose_view(request, pk: int):
     ticket = _ticket_get(request, pk)
-    form = ProposalForm(request.POST)
+    form = ProposalForm(
+        request.POST,
+        orders=selectors.ticket_customer_orders(ticket) if ticket.order_id is None else None,
+        methods=selectors.ticket_customer_methods(ticket),
+    )
     if form.is_valid():
         try:
             made = form.propose(ticket=ticket, user=request.user)
         except DomainError as exc:
-            messages.error(request, f"Not proposed: {exc.message}")
+            form.add_domain_error(exc)
         else:
             messages.success(
                 request,
                 f"Refund of {made.amount} {made.currency} proposed (request #{made.pk}): "
                 "finance decides it in the review queue.",
             )
-    else:
-        messages.error(request, f"Not proposed: {_form_errors(form)}")
-    return redirect(reverse("ticket", kwargs={"pk": ticket.pk}))
+            return redirect(reverse("ticket", kwargs={"pk": ticket.pk}))
+    # Refused: the same page with what was typed, each reason at its field (the gate's at the form).
+    return _ticket_page(request, ticket, proposal_form=form, status=422)
 
 
 @tenant_view

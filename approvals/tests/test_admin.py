@@ -129,7 +129,7 @@ def test_deny_needs_a_note_and_request_changes_takes_an_amount(file_request, log
     request = file_request("120.00")
     finance = login("finance")
     missing = finance.post(decide_url(request, "deny"), {"args_hash": request.args_hash, "note": ""})
-    assert missing.status_code == 200 and "This field is required" in missing.content.decode()
+    assert missing.status_code == 422 and "This field is required" in missing.content.decode()
     assert ApprovalRequest.objects.get(pk=request.pk).status == "pending"
     changed = finance.post(
         decide_url(request, "request_changes"),

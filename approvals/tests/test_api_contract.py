@@ -118,7 +118,7 @@ def test_the_admin_decision_form_refuses_a_bad_wanted_amount(approval_request_ma
         f"/admin/approvals/approvalrequest/{request.pk}/decide/request_changes/",
         {"args_hash": request.args_hash, "note": "less", "wanted_amount": amount},
     )
-    assert response.status_code == 200
+    assert response.status_code == 422
     assert "wanted_amount" in response.context["form"].errors
     assert written(request)[:2] == ("pending", 0)
 

@@ -63,6 +63,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_celery_beat",
+    # django-ninja's own static files: /api/docs serves Swagger UI locally, never from a CDN.
+    "ninja",
     "ledger",
     "approvals",
     "refundagent",

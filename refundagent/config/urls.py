@@ -1,8 +1,10 @@
 from django.contrib import admin
+from django.shortcuts import redirect
 from django.templatetags.static import static
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from ledger.tenancy import user_roles
 from ledger.views import stripe_webhook
 
 from .api import api
@@ -22,8 +24,17 @@ class FaviconRedirect(RedirectView):
         return static("refundagent/favicon.svg")
 
 
+def admin_home(request):
+    """Finance comes to the admin to decide refunds: their front page is the review queue. Others
+    (operators, superusers) keep the admin's index of everything."""
+    if not request.user.is_superuser and "finance" in user_roles(request.user):
+        return redirect("admin:approvals_approvalrequest_changelist")
+    return admin.site.index(request)
+
+
 urlpatterns = [
     path("favicon.ico", FaviconRedirect.as_view()),
+    path("admin/", admin.site.admin_view(admin_home), name="admin_home"),
     path("admin/", admin.site.urls),
     path("api/", api.urls),
     path("webhooks/stripe", stripe_webhook, name="stripe-webhook"),

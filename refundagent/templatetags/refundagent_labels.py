@@ -16,3 +16,8 @@ def label(code, kind=""):
 @register.filter
 def when(value):
     return labels.when(value)
+
+
+@register.filter
+def ago(value):
+    return labels.ago(value)

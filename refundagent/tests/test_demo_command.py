@@ -23,6 +23,20 @@ def test_the_demo_ends_with_a_passed_release_gate_that_evals_shows(transactional
         "ORD-5001: refunded, ORD-5002: escalated",
     ):
         assert step in text, step
+    # and it ends with who can sign in, with which roles, and which pages to open
+    after = text.split("7. Sign in and look", 1)[1]
+    for user_line in (
+        "acme-support: support",
+        "acme-finance: finance",
+        "acme-finance2: finance",
+        "acme-lead: support, finance",
+        "globex-support: support",
+        "ops: operator",
+    ):
+        assert user_line in after, user_line
+    for page_line in ("/tickets/", "/queue/", "/admin/approvals/approvalrequest/", "/evals/operations/", "/api/docs"):
+        assert page_line in after, page_line
+    assert ".venv/bin/python manage.py runserver" in after
     gate_line = next(line for line in text.splitlines() if "eval run #" in line)
     assert "gate passed" in gate_line and "pass rate 1.0" in gate_line, gate_line
     run_id = gate_line.split("eval run #", 1)[1].split(":", 1)[0]

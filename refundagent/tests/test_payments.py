@@ -139,7 +139,7 @@ def test_a_refused_payout_goes_back_to_finance_and_a_new_approval_pays_it(
     web = Client()
     web.force_login(admin_user)
     page = web.get("/admin/approvals/approvalrequest/").content.decode()
-    assert "payment failed" in page and reason in page
+    assert "Payment failed" in page and reason in page
     assert "1 refund(s) refused by the payment provider" in page
 
     # when finance files it again and approves the new request

@@ -229,3 +229,30 @@ def test_the_queue_pages_oldest_first_and_keeps_its_filter_on_the_links(people, 
     assert 'href="?page=1">← Older</a>' in second
     filtered = client.get(reverse("ticket_queue"), {"reason": "escalated"}).content.decode()
     assert 'href="?reason=escalated&amp;page=2">Newer →</a>' in filtered
+
+
+def test_a_refused_proposal_keeps_what_was_typed_and_says_why_at_the_field_in_words(queue, people, client):
+    # given an escalated ticket on an order placed 60 days ago (outside the 30-day window)
+    client = login(client, people["support"])
+    ticket = queue["escalated"]
+    # when support proposes more than is refundable, with a reason
+    too_much = client.post(
+        reverse("ticket_propose", args=[ticket.pk]), {"amount": "500.00", "reason": "Loyal customer, broken on arrival"}
+    )
+    # then the same page comes back (422) with the amount and the reason still in the form, the error at the amount
+    assert too_much.status_code == 422
+    html = too_much.content.decode()
+    assert 'value="500.00"' in html and "Loyal customer, broken on arrival" in html
+    assert "still refundable" in html.split('id="amount-errors"', 1)[1].split("</ul>", 1)[0]
+    # when they propose an amount within what is refundable, without the exception box
+    refused = client.post(
+        reverse("ticket_propose", args=[ticket.pk]), {"amount": "50.00", "reason": "Loyal customer, broken on arrival"}
+    )
+    # then the gate's refusal is in words in the form, not raw codes, and the input is kept
+    assert refused.status_code == 422
+    html = refused.content.decode()
+    form_html = html.split('id="propose-form"', 1)[1].split("</form>", 1)[0]
+    assert 'value="50.00"' in form_html and "Loyal customer, broken on arrival" in form_html
+    assert "refund window" in form_html
+    assert "order_status" not in html and "outside: window" not in html
+    assert not ApprovalRequest.objects.exists()

@@ -302,3 +302,30 @@ def test_escalate_with_a_note_over_the_limit_is_refused_and_escalates_nothing(lo
     )
     ticket.refresh_from_db()
     assert (ticket.status, ticket.stop_detail) == (Ticket.Status.QUEUED, "")
+
+
+def test_escalating_over_a_pending_finance_request_needs_a_confirmation_and_a_note(login, ticket):
+    # given a ticket whose request waits for finance
+    request = _stopped_for_approval(ticket)
+    client = login("acme-support")
+    page = client.get(reverse("ticket", args=[ticket.pk])).content.decode()
+    # then the escalate form says it withdraws that request and asks for a note and a confirmation
+    assert f'name="withdraw" value="{request.pk}"' in page and f"Withdraw request #{request.pk}" in page
+    # when support clicks Escalate without confirming (or with no note)
+    for body in ({"note": "VIP"}, {"withdraw": str(request.pk)}, {"note": "VIP", "withdraw": "999999"}):
+        response = client.post(reverse("ticket_escalate", args=[ticket.pk]), body)
+        # then nothing moves: 422, the reason, the request still pending, the ticket still waiting
+        assert response.status_code == 422, body
+        assert "withdraws finance's pending request" in response.content.decode()
+        request.refresh_from_db()
+        ticket.refresh_from_db()
+        assert (request.status, ticket.status) == ("pending", Ticket.Status.APPROVAL_REQUIRED)
+    # when they confirm with a note
+    response = client.post(
+        reverse("ticket_escalate", args=[ticket.pk]), {"note": "Customer called", "withdraw": str(request.pk)}
+    )
+    # then the ticket is escalated and the request withdrawn
+    assert response.status_code == 302
+    request.refresh_from_db()
+    ticket.refresh_from_db()
+    assert ticket.status == Ticket.Status.ESCALATED and request.status != "pending"

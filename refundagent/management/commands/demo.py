@@ -18,9 +18,22 @@ from approvals.models import ApprovalRequest
 from ledger.api import order_ledger_serialize
 from ledger.exceptions import DomainError
 from ledger.selectors import order_get
-from refundagent.demo import demo_seed
+from refundagent.demo import DEMO_USERS, demo_seed
 from refundagent.models import Ticket
 from refundagent.services import ticket_create
+
+# What to open after the demo (docs/ui.md): the path and who it is for.
+DEMO_PAGES = [
+    ("/tickets/", "support: the tickets (acme-support, acme-lead)"),
+    ("/queue/", "support: the escalation queue, what a person must finish"),
+    (
+        "/admin/approvals/approvalrequest/",
+        "finance: the review queue (acme-finance, acme-finance2; /admin/ leads there)",
+    ),
+    ("/evals/", "operators: eval runs and the release gate (ops)"),
+    ("/evals/operations/", "operators: the operator dashboard (ops)"),
+    ("/api/docs", "the HTTP API's reference (Swagger UI, works offline)"),
+]
 
 TICKETS = [
     (
@@ -120,10 +133,23 @@ class Command(BaseCommand):
             and final.get("ORD-5002") == Ticket.Status.ESCALATED
             and gate_passed
         )
+        self.sign_in_and_look()
         self.step("Done" if ok else "Unexpected outcome")
         self.say(", ".join(f"{order}: {status}" for order, status in final.items()))
         if not ok:
             raise SystemExit(1)
+
+    def sign_in_and_look(self):
+        """7. Who can sign in (password `demo`, or $DEMO_PASSWORD) and the pages to open."""
+        self.step("7. Sign in and look: .venv/bin/python manage.py runserver, then http://127.0.0.1:8000")
+        self.say("users (password: the demo password, 'demo' unless DEMO_PASSWORD is set):")
+        for tenant, users in DEMO_USERS.items():
+            for username, roles in users:
+                self.say(f"   {username}: {', '.join(roles)} ({tenant})")
+        self.say("   ops: operator, superuser (acme)")
+        self.say("pages:")
+        for path, what in DEMO_PAGES:
+            self.say(f"   {path:<36} {what}")
 
     def release_gate(self) -> bool:
         """6. The release gate, once: the release_gate suite with the offline provider, through

@@ -1,0 +1,17 @@
+"""Outside DEBUG a missing page is the product's own 404 (in the site's layout), never Django's
+yellow technical page; with DEBUG on, the development server keeps its technical page."""
+
+import pytest
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.mark.parametrize("path", ["/no-such-page/", "/tickets/999999/", "/evals/runs/999999/"])
+def test_a_missing_page_outside_debug_is_the_products_404(client, user, settings, path):
+    settings.DEBUG = False
+    client.force_login(user("ops"))
+    response = client.get(path)
+    html = response.content.decode()
+    assert response.status_code == 404
+    assert "Using the URLconf" not in html and "technical_404" not in html and "Django tried" not in html
+    assert 'class="error-page card"' in html and "Nothing here" in html

@@ -1,0 +1,111 @@
+"""Truthful, readable words on the support and review screens: what was refunded beside what was
+asked, no "investigating" over a finished result, a closed ticket that says closed, exceptions
+that name only the rules broken, labels from the one table, and no "0 minutes ago"."""
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from approvals.decisions import approval_request_decide
+from approvals.models import ApprovalRequest
+from refundagent.models import Ticket
+
+pytestmark = pytest.mark.django_db
+
+
+def logged_in(user, username):
+    client = Client()
+    client.force_login(user(username))
+    return client
+
+
+@pytest.fixture
+def refunded(file_ticket, user, fake_stripe, django_capture_on_commit_callbacks):
+    """A ticket asking 200.00 on ORD-5001 (120.00): the gate allowed 120.00, finance approved, paid."""
+    with django_capture_on_commit_callbacks(execute=True):
+        ticket = file_ticket(order="ORD-5001", amount="200.00")
+    request = ApprovalRequest.objects.get(ticket_ref=ticket.pk)
+    with django_capture_on_commit_callbacks(execute=True):
+        approval_request_decide(
+            request_id=request.pk, user=user("acme-finance"), decision="approve", args_hash=request.args_hash
+        )
+    ticket.refresh_from_db()
+    assert ticket.status == Ticket.Status.REFUNDED
+    return ticket
+
+
+def test_the_ticket_list_shows_what_was_refunded_beside_what_was_asked(refunded, user):
+    html = logged_in(user, "acme-support").get(reverse("tickets")).content.decode()
+    assert '<th class="num">Refunded</th>' in html
+    row = html.split(f'href="/tickets/{refunded.pk}/"', 1)[1].split("</tr>", 1)[0]
+    assert "200.00 USD" in row and "120.00 USD" in row
+
+
+def test_no_investigating_flash_over_a_finished_result(user, demo, django_capture_on_commit_callbacks):
+    support = logged_in(user, "acme-support")
+    with django_capture_on_commit_callbacks(execute=True):
+        response = support.post(
+            reverse("ticket_new"),
+            {"order": "ORD-5002", "customer": "CUST-1001", "message": "The lamp flickers.", "requested_amount": ""},
+        )
+    html = support.get(response["Location"]).content.decode()
+    assert "The agent is investigating" not in html
+    assert "filed." in html and "With a person" in html
+
+
+def test_a_closed_ticket_says_closed_not_escalated(file_ticket, user, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        ticket = file_ticket(order="ORD-5002", message="The lamp flickers.")
+    ticket.refresh_from_db()
+    assert ticket.status == Ticket.Status.ESCALATED
+    support = logged_in(user, "acme-support")
+    support.post(reverse("ticket_close", args=[ticket.pk]), {"note": "Sent a replacement"})
+    html = support.get(reverse("ticket", args=[ticket.pk])).content.decode()
+    head = html.split('class="page-head"', 1)[1].split('class="actions"', 1)[0]
+    assert "Escalated to a person" not in head and "tone-orange" not in head
+    assert "Closed" in head
+
+
+def test_an_exception_names_only_the_rule_that_was_broken(file_ticket, user, django_capture_on_commit_callbacks):
+    # ORD-5002 is delivered (status fine) and 45 days old: only the window is broken
+    with django_capture_on_commit_callbacks(execute=True):
+        ticket = file_ticket(order="ORD-5002", message="The lamp flickers.")
+    lead = logged_in(user, "acme-lead")
+    response = lead.post(
+        reverse("ticket_propose", args=[ticket.pk]), {"amount": "40.00", "reason": "Goodwill", "exception": "on"}
+    )
+    assert response.status_code == 302
+    request = ApprovalRequest.objects.get(ticket_ref=ticket.pk)
+    assert request.waived_rules == ["window"]
+    html = lead.get(reverse("ticket", args=[ticket.pk])).content.decode()
+    assert "The order status rule" not in html
+
+
+def test_the_status_filter_uses_the_badges_words(user, demo):
+    html = logged_in(user, "acme-support").get(reverse("tickets")).content.decode()
+    select = html.split('name="status"', 1)[1].split("</select>", 1)[0]
+    assert "Waiting for finance" in select and "approval required" not in select.lower()
+
+
+def test_a_ticket_list_without_an_amount_says_not_stated_and_never_0_minutes_ago(file_ticket, user):
+    file_ticket(order="ORD-5002", message="The lamp flickers.", hold_agent=True)
+    html = logged_in(user, "acme-support").get(reverse("tickets")).content.decode()
+    assert "not stated" in html and ">any<" not in html
+    assert "0\xa0minutes ago" not in html and "0 minutes ago" not in html
+    assert "just now" in html
+
+
+def test_the_review_page_says_votes_and_title_in_words(file_ticket, user, django_capture_on_commit_callbacks):
+    with django_capture_on_commit_callbacks(execute=True):
+        ticket = file_ticket(order="ORD-5006", message="The espresso machine leaks.")
+    request = ApprovalRequest.objects.get(ticket_ref=ticket.pk)
+    approval_request_decide(
+        request_id=request.pk, user=user("acme-finance"), decision="approve", args_hash=request.args_hash
+    )
+    finance2 = logged_in(user, "acme-finance2")
+    html = finance2.get(f"/admin/approvals/approvalrequest/{request.pk}/change/").content.decode()
+    assert "acme-finance: approve at" not in html and "acme-finance approved" in html
+    title = html.split("<title>", 1)[1].split("</title>", 1)[0]
+    assert "refunds.issue_refund" not in title and "750.00 USD" in title
+    queue = finance2.get("/admin/approvals/approvalrequest/").content.decode()
+    assert "0\xa0minutes ago" not in queue and "0 minutes ago" not in queue
