@@ -26,3 +26,12 @@ def agent_run_ticket_task(self, ticket_id: int) -> None:
     """Run the agent on a ticket. A redelivered message carries the same task id, which is how
     the loop recognises its own run and resumes it (see agent.loop.agent_run_claim)."""
     agent_run_ticket(ticket_id=ticket_id, task_id=self.request.id)
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def ticket_reply_deliver_task(reply_id: int) -> None:
+    """Deliver one customer reply (refundagent.emails). Safe to run twice: the row is claimed
+    by compare-and-set, and the sweep re-sends what a dead worker left."""
+    from .emails import ticket_reply_deliver
+
+    ticket_reply_deliver(reply_id=reply_id)

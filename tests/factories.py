@@ -95,3 +95,21 @@ def user_build(*, username, tenant, roles=(), **fields):
     Membership.objects.create(user=user, tenant=tenant)
     user.groups.add(*(groups[r] for r in roles))
     return user
+
+
+def manual_payout_record(request, *, user=None, reference="BANK-TRF-TEST"):
+    """What finance does after paying an approved `manual` refund by hand (the embedded default
+    gateway): record the payout, then the execution's rerun that the record sets off verifies it.
+    Returns the request as it now is (`executed` once verified)."""
+    from approvals.execution import approval_execute
+    from ledger.models import RefundEntry
+    from ledger.services import ledger_refund_record_paid
+
+    request.refresh_from_db()
+    entry = RefundEntry.objects.get(idempotency_key=request.idempotency_key)
+    ledger_refund_record_paid(
+        entry_id=entry.pk, tenant=entry.tenant, reference=reference, user=user or request.decided_by
+    )
+    approval_execute(request_id=request.pk)
+    request.refresh_from_db()
+    return request
