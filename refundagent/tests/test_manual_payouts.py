@@ -167,3 +167,39 @@ def test_a_refund_paid_through_stripe_is_not_recorded_by_hand(
     )
 
     assert response.status_code == 409 and response.json()["code"] == "not_awaiting_manual_payout"
+
+
+def test_finance_records_the_payout_on_the_admin_review_page(
+    approved, shop, client, django_capture_on_commit_callbacks
+):
+    ticket, request, entry = approved
+    client.force_login(shop["finance2"])
+    review = f"/admin/approvals/approvalrequest/{request.pk}/change/"
+    page = client.get(review).content.decode()
+    assert 'id="ra-record-payout"' in page and "Approved, not paid yet" in page
+
+    # a reference that looks like card digits is refused and nothing is recorded
+    refused = client.post(f"/admin/approvals/approvalrequest/{request.pk}/paid/", {"reference": "4111111111111111"})
+    assert refused.status_code == 302
+    entry.refresh_from_db()
+    assert entry.status == "pending"
+
+    with django_capture_on_commit_callbacks(execute=True):
+        done = client.post(f"/admin/approvals/approvalrequest/{request.pk}/paid/", {"reference": "SEPA-2026-11-26-7"})
+    approval_execute(request_id=request.pk)
+    assert done.status_code == 302
+    entry.refresh_from_db()
+    ticket.refresh_from_db()
+    assert (entry.status, entry.provider_ref) == ("succeeded", "SEPA-2026-11-26-7")
+    assert entry.events.order_by("-id").first().recorded_by == shop["finance2"]
+    assert ticket.status == Ticket.Status.REFUNDED
+    assert 'id="ra-record-payout"' not in client.get(review).content.decode()
+
+
+def test_support_cannot_record_a_payout_in_the_admin(approved, shop, client):
+    _, request, entry = approved
+    client.force_login(shop["support"])
+    response = client.post(f"/admin/approvals/approvalrequest/{request.pk}/paid/", {"reference": "TRF-1"})
+    assert response.status_code in (302, 403)  # the admin sends a non-staff user to its login
+    entry.refresh_from_db()
+    assert entry.status == "pending"

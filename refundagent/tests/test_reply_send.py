@@ -240,3 +240,21 @@ def test_recording_a_payout_twice_does_not_send_twice(
     with pytest.raises(EntryStatusConflict):
         ledger_refund_record_paid(entry_id=entry.pk, tenant=entry.tenant, reference="AGAIN", user=shop["finance"])
     assert len(smtp_server.messages) == 1
+
+
+def test_support_sends_the_reply_from_the_ticket_page_once(
+    smtp_server, refunded_ticket, shop, client, django_capture_on_commit_callbacks
+):
+    ticket, _ = refunded_ticket
+    client.force_login(shop["support"])
+    page = client.get(f"/tickets/{ticket.pk}/").content.decode()
+    assert 'id="reply-form"' in page and 'id="reply-send"' in page
+
+    for _ in range(2):  # a double click
+        with django_capture_on_commit_callbacks(execute=True):
+            response = client.post(f"/tickets/{ticket.pk}/reply/", {"text": ticket.customer_reply})
+        assert response.status_code == 302
+
+    assert len(smtp_server.messages) == 1
+    page = client.get(f"/tickets/{ticket.pk}/").content.decode()
+    assert 'id="reply-form"' not in page and 'id="replies"' in page and "ada@example.com" in page
