@@ -512,6 +512,15 @@ def ledger_refund_record_paid(*, entry_id: int, tenant, reference: str, user) ->
             raise NotFound(f"Refund {entry_id} not found.")
         Order.objects.select_for_update().filter(pk=order_id).values_list("pk", flat=True).get()
         entry = RefundEntry.objects.get(pk=entry_id)
+        if entry.gateway == RefundEntry.Gateway.MANUAL and entry.status == RefundStatus.PENDING:
+            # A payout's reference names one payout (PostgreSQL holds it unique per gateway, too).
+            used = RefundEntry.objects.filter(gateway=RefundEntry.Gateway.MANUAL, provider_ref=reference).first()
+            if used is not None:
+                raise EntryStatusConflict(
+                    f"The reference {reference} already records the payout of refund #{used.pk}.",
+                    code="reference_already_used",
+                    details={"refund_id": entry.pk},
+                )
         if entry.gateway != RefundEntry.Gateway.MANUAL or entry.status != RefundStatus.PENDING:
             raise EntryStatusConflict(
                 f"Refund #{entry.pk} is not waiting for a manual payout (it is {entry.status}, "

@@ -35,6 +35,8 @@ from approvals.selectors import approval_latest_for_ticket
 from ledger.exceptions import Conflict, InvalidInput, NotFound
 from ledger.tenancy import tenant_for_user, user_require_role
 
+# The module, not its names: tasks.py calls back into this one (a cycle resolved at call time).
+from . import tasks
 from .models import Ticket, TicketReply
 from .redaction import sensitive_values_for_ticket
 from .tracing import trace_record
@@ -83,6 +85,12 @@ def ticket_reply_message_id(*, ticket: Ticket, key: str) -> str:
     """A Message-ID that is the same for every attempt of one (ticket, outcome)."""
     slug = re.sub(r"[^A-Za-z0-9.-]", "-", ticket.tenant.slug)
     return f"<ticket-{ticket.pk}-{key.replace(':', '-')}.{slug}@{settings.EMAIL_MESSAGE_ID_DOMAIN}>"
+
+
+def ticket_denied_by_a_person(ticket: Ticket) -> bool:
+    """Finance denied the ticket's newest request (the gate's own denials make none)."""
+    request = approval_latest_for_ticket(tenant=ticket.tenant_id, ticket_ref=ticket.pk)
+    return request is not None and request.status == "denied" and request.decided_by_id is not None
 
 
 def _payment_values(ticket: Ticket) -> list[str]:
@@ -150,6 +158,14 @@ def ticket_reply_send(*, ticket_id: int, user, text: str | None = None) -> tuple
                 "has the ticket).",
                 details={"status": ticket.status},
             )
+        if ticket.status == Ticket.Status.DENIED and not ticket_denied_by_a_person(ticket):
+            # The gate's denial of the agent's draft is not a person's decision: a person reviews it
+            # (close with a reply, or escalate) before the customer hears it.
+            raise ReplyNotAllowed(
+                f"Ticket #{ticket.pk} was denied by the policy gate, not by a person: close it with a reply or "
+                "escalate it before the customer is told.",
+                details={"status": ticket.status},
+            )
         key = ticket_reply_key(ticket=ticket)
         existing = TicketReply.objects.filter(ticket=ticket, key=key).first()
         if existing is not None:
@@ -187,13 +203,11 @@ def ticket_reply_send(*, ticket_id: int, user, text: str | None = None) -> tuple
 def ticket_reply_publish(*, reply_id: int, countdown: int | None = None) -> bool:
     """Hand one reply to a worker; True if the broker took it. Never raises: the row is committed
     and the sweep hands over what this could not."""
-    from .tasks import ticket_reply_deliver_task
-
     try:
         if countdown:
-            ticket_reply_deliver_task.apply_async((reply_id,), countdown=countdown)
+            tasks.ticket_reply_deliver_task.apply_async((reply_id,), countdown=countdown)
         else:
-            ticket_reply_deliver_task.delay(reply_id)
+            tasks.ticket_reply_deliver_task.delay(reply_id)
     except Exception as exc:  # noqa: BLE001 - any broker failure; the sweep re-sends it
         logger.error("reply %s: enqueueing its delivery failed (%s); the sweep will re-send it", reply_id, exc)
         return False

@@ -7,6 +7,7 @@ from approvals.schemas import approval_serialize
 from approvals.selectors import approval_latest_for_ticket
 from ledger.exceptions import NotFound
 
+from .emails import SENDABLE, ticket_denied_by_a_person, ticket_reply_key
 from .models import QUEUE_STATUSES, RefundDraft, Ticket
 
 
@@ -112,9 +113,9 @@ def ticket_reply_due(ticket: Ticket) -> dict | None:
     """What support is prompted to send now, or None: the ticket's outcome is final and no reply
     for it was sent yet. `correction` when the customer was already told another outcome (a refund
     announced, then refused by the provider)."""
-    from .emails import SENDABLE, ticket_reply_key
-
     if ticket.status not in SENDABLE:
+        return None
+    if ticket.status == Ticket.Status.DENIED and not ticket_denied_by_a_person(ticket):
         return None
     key = ticket_reply_key(ticket=ticket)
     replies = list(ticket.replies.values_list("key", "outcome", "status"))

@@ -3,6 +3,8 @@
 from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
+# Modules, not names: emails hands its rows to the task below (a cycle resolved at call time).
+from . import emails
 from .agent.loop import agent_run_ticket
 
 
@@ -32,6 +34,4 @@ def agent_run_ticket_task(self, ticket_id: int) -> None:
 def ticket_reply_deliver_task(reply_id: int) -> None:
     """Deliver one customer reply (refundagent.emails). Safe to run twice: the row is claimed
     by compare-and-set, and the sweep re-sends what a dead worker left."""
-    from .emails import ticket_reply_deliver
-
-    ticket_reply_deliver(reply_id=reply_id)
+    emails.ticket_reply_deliver(reply_id=reply_id)

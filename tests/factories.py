@@ -97,7 +97,7 @@ def user_build(*, username, tenant, roles=(), **fields):
     return user
 
 
-def manual_payout_record(request, *, user=None, reference="BANK-TRF-TEST"):
+def manual_payout_record(request, *, user=None, reference=None):
     """What finance does after paying an approved `manual` refund by hand (the embedded default
     gateway): record the payout, then the execution's rerun that the record sets off verifies it.
     Returns the request as it now is (`executed` once verified)."""
@@ -108,7 +108,10 @@ def manual_payout_record(request, *, user=None, reference="BANK-TRF-TEST"):
     request.refresh_from_db()
     entry = RefundEntry.objects.get(idempotency_key=request.idempotency_key)
     ledger_refund_record_paid(
-        entry_id=entry.pk, tenant=entry.tenant, reference=reference, user=user or request.decided_by
+        entry_id=entry.pk,
+        tenant=entry.tenant,
+        reference=reference or f"BANK-TRF-TEST-{entry.pk}",
+        user=user or request.decided_by,
     )
     approval_execute(request_id=request.pk)
     request.refresh_from_db()

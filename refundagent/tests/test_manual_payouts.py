@@ -203,3 +203,25 @@ def test_support_cannot_record_a_payout_in_the_admin(approved, shop, client):
     assert response.status_code in (302, 403)  # the admin sends a non-staff user to its login
     entry.refresh_from_db()
     assert entry.status == "pending"
+
+
+def test_a_reference_already_used_for_another_payout_is_a_409_not_a_500(
+    approved, api_client, shop, django_capture_on_commit_callbacks
+):
+    _, _, entry = approved
+    other_ticket, other = ticket_awaiting_approval(
+        order=shop["order"], filer=shop["support"], amount="20.00", key="k-2"
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        approve(other, shop["finance"])
+    approval_execute(request_id=other.pk)
+    other_entry = RefundEntry.objects.get(idempotency_key="k-2")
+    client = api_client(shop["finance"])
+    capture = django_capture_on_commit_callbacks
+
+    assert _paid(client, entry.pk, {"reference": "TRF-SAME"}, capture=capture).status_code == 200
+    again = _paid(client, other_entry.pk, {"reference": "TRF-SAME"}, capture=capture)
+
+    assert again.status_code == 409 and again.json()["code"] == "reference_already_used"
+    other_entry.refresh_from_db()
+    assert other_entry.status == "pending"

@@ -258,3 +258,40 @@ def test_support_sends_the_reply_from_the_ticket_page_once(
     assert len(smtp_server.messages) == 1
     page = client.get(f"/tickets/{ticket.pk}/").content.decode()
     assert 'id="reply-form"' not in page and 'id="replies"' in page and "ada@example.com" in page
+
+
+def test_a_denial_by_finance_is_sent_but_the_gates_own_denial_waits_for_a_person(
+    smtp_server, shop, api_client, django_capture_on_commit_callbacks
+):
+    from approvals.decisions import approval_request_decide
+
+    client = api_client(shop["support"])
+    # given a ticket the gate denied (no person decided it)
+    by_gate = Ticket.objects.create(
+        tenant=shop["order"].tenant,
+        order=shop["order"],
+        customer=shop["order"].customer,
+        message="Refund please.",
+        currency="USD",
+        created_by=shop["support"],
+        status=Ticket.Status.DENIED,
+        customer_reply="Hello, we are unable to offer a refund in this case.",
+    )
+    # and one finance denied
+    by_finance, request = ticket_awaiting_approval(
+        order=shop["order"], filer=shop["support"], amount="30.00", key="deny-1"
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        approval_request_decide(
+            request_id=request.pk, user=shop["finance"], decision="deny", args_hash=request.args_hash, note="no"
+        )
+    by_finance.refresh_from_db()
+    assert by_finance.status == Ticket.Status.DENIED
+
+    refused = send(client, by_gate, capture=django_capture_on_commit_callbacks)
+    sent_ = send(client, by_finance, capture=django_capture_on_commit_callbacks)
+
+    assert refused.status_code == 409 and refused.json()["code"] == "outcome_not_final"
+    assert sent_.status_code == 202
+    [received] = smtp_server.messages
+    assert "unable to offer a refund" in received["message"].get_payload()
