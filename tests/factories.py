@@ -116,3 +116,27 @@ def manual_payout_record(request, *, user=None, reference=None):
     approval_execute(request_id=request.pk)
     request.refresh_from_db()
     return request
+
+
+def manual_payout_record_when_written(request, *, timeout=60.0, reference=None):
+    """For tests with a real worker: wait until the worker has written the approved refund (a
+    `pending` manual entry), then record the payout as finance would. Returns the entry, or None
+    when it was never written in time."""
+    import time
+
+    from ledger.models import RefundEntry, RefundStatus
+    from ledger.services import ledger_refund_record_paid
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        entry = RefundEntry.objects.filter(idempotency_key=request.idempotency_key).first()
+        if entry is not None and entry.status == RefundStatus.PENDING:
+            request.refresh_from_db()
+            return ledger_refund_record_paid(
+                entry_id=entry.pk,
+                tenant=entry.tenant,
+                reference=reference or f"BANK-TRF-TEST-{entry.pk}",
+                user=request.decided_by,
+            )
+        time.sleep(0.3)
+    return None
