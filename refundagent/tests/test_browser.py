@@ -214,6 +214,7 @@ def approve_in_admin(page, base, ticket):
     expect(page.locator(".messagelist")).to_contain_text("approve recorded")
     shot(page, "admin-approved.png", full_page=False)
     # the manual gateway: approved and written, not paid; finance pays by hand and records it here
+    page.reload()  # the execution ran as the decision committed; the page shows what it wrote
     payout = page.locator("#ra-record-payout")
     expect(payout).to_contain_text("Approved, not paid yet", timeout=30_000)
     payout.get_by_label("Payout reference").fill("BANK-TRF-2026-0001")
