@@ -25,7 +25,9 @@ import re
 from datetime import timedelta
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.mail import EmailMessage, get_connection
+from django.core.validators import validate_email
 from django.db import DatabaseError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
@@ -125,6 +127,14 @@ def _reply_text_check(*, ticket: Ticket, text: str, outcome: str) -> str:
     return text
 
 
+def _deliverable(address: str) -> bool:
+    try:
+        validate_email(address)
+    except ValidationError:
+        return False
+    return "\n" not in address and "\r" not in address
+
+
 def _subject(ticket: Ticket) -> str:
     about = f" for order {ticket.order.external_id}" if ticket.order_id else ""
     return f"Your refund request{about}"[:SUBJECT_MAX_LENGTH]
@@ -172,9 +182,11 @@ def ticket_reply_send(*, ticket_id: int, user, text: str | None = None) -> tuple
             return existing, False
         body = _reply_text_check(ticket=ticket, text=ticket.customer_reply if text is None else text, outcome=key)
         customer = ticket.order.customer if ticket.order_id else ticket.customer
-        if not customer.email:
+        if not customer.email or not _deliverable(customer.email):
+            # The shop's data is not trusted: an address with a line break would add mail headers.
             raise Conflict(
-                f"The shop's records have no email for customer {customer.external_id}.", code="no_customer_email"
+                f"The shop's records have no usable email for customer {customer.external_id}.",
+                code="no_customer_email",
             )
         reply = TicketReply.objects.create(
             tenant=tenant,

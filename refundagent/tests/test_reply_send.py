@@ -295,3 +295,16 @@ def test_a_denial_by_finance_is_sent_but_the_gates_own_denial_waits_for_a_person
     assert sent_.status_code == 202
     [received] = smtp_server.messages
     assert "unable to offer a refund" in received["message"].get_payload()
+
+
+@pytest.mark.parametrize("address", ["", "ada@example.com\r\nBcc: everyone@example.com", "not-an-address"])
+def test_a_customer_email_from_the_shop_that_is_missing_or_hostile_sends_nothing(
+    smtp_server, refunded_ticket, api_client, shop, django_capture_on_commit_callbacks, address
+):
+    ticket, _ = refunded_ticket
+    type(shop["order"].customer).objects.filter(pk=shop["order"].customer_id).update(email=address)
+
+    response = send(api_client(shop["support"]), ticket, capture=django_capture_on_commit_callbacks)
+
+    assert response.status_code == 409 and response.json()["code"] == "no_customer_email"
+    assert not TicketReply.objects.exists() and smtp_server.messages == []
