@@ -35,6 +35,8 @@ from ledger.admin import (
 from ledger.exceptions import DomainError
 from ledger.money import CENT, MoneyFormField, StrictMoneyAdminMixin
 from ledger.selectors import order_ledger, order_refund_position, reconciliation_findings_unresolved
+from ledger.services import ledger_refund_record_paid
+from ledger.tenancy import tenant_for_user
 
 from .decisions import DECISIONS, approval_decisions_open, approval_request_decide, user_can_decide
 from .models import QUEUE_RANK, ApprovalRequest, ApprovalVote, Capability, DecisionRecord, PolicyReplay, RefundPolicy
@@ -451,7 +453,16 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
                 (d, DECISION_LABELS[d], reverse("admin:approvals_approvalrequest_decide", args=[obj.pk, d]))
                 for d in open_decisions
             ],
+            "review_manual_payout": self._manual_payout(request, obj),
         }
+
+    def _manual_payout(self, request, obj: ApprovalRequest) -> dict | None:
+        """The payout finance still has to make by hand (the manual gateway), for finance only."""
+        entry = obj.ledger_entry
+        waiting = entry is not None and entry.gateway == "manual" and entry.status == "pending"
+        if not waiting or not user_can_decide(request.user):
+            return None
+        return {"entry": entry, "url": reverse("admin:approvals_approvalrequest_paid", args=[obj.pk])}
 
     def get_urls(self):
         return [
@@ -460,8 +471,42 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
                 self.admin_site.admin_view(self.decide_view),
                 name="approvals_approvalrequest_decide",
             ),
+            path(
+                "<path:object_id>/paid/",
+                self.admin_site.admin_view(self.paid_view),
+                name="approvals_approvalrequest_paid",
+            ),
             *super().get_urls(),
         ]
+
+    def paid_view(self, request, object_id):
+        """Finance records that they paid the request's refund by hand (POST only): who, when and the
+        reference, through the ledger's own service (the same as POST /api/refunds/{id}/paid)."""
+        if request.method != "POST":
+            raise Http404("Record a payout with the form on the review page.")
+        if not user_can_decide(request.user):
+            raise PermissionDenied("Recording a payout needs the finance role and permission.")
+        if not object_id.isascii() or not object_id.isdigit():
+            raise Http404("No such approval request.")
+        obj = self.get_queryset(request).filter(pk=int(object_id)).first()
+        if obj is None or not self.has_view_permission(request, obj) or obj.ledger_entry_id is None:
+            raise Http404("No such approval request.")
+        change_url = reverse("admin:approvals_approvalrequest_change", args=[obj.pk])
+        try:
+            entry = ledger_refund_record_paid(
+                entry_id=obj.ledger_entry_id,
+                tenant=tenant_for_user(request.user),
+                reference=request.POST.get("reference", ""),
+                user=request.user,
+            )
+        except DomainError as exc:
+            messages.error(request, f"Not recorded: {exc.message}")
+            return HttpResponseRedirect(change_url)
+        messages.success(
+            request,
+            f"Refund #{entry.pk} recorded as paid by hand (reference {entry.provider_ref}); it is {entry.status}.",
+        )
+        return HttpResponseRedirect(change_url)
 
     def decide_view(self, request, object_id, decision):
         """Confirm one decision with a note (approving shows the exact amount and order once more),

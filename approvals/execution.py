@@ -53,6 +53,10 @@ def approval_execute(*, request_id: int) -> ApprovalRequest:
         return request  # done before: executing again changes nothing
     if request.status != ApprovalRequest.Status.APPROVED:
         raise ApprovalConflict(f"Request #{request.pk} is {request.status}; only an approved request is executed.")
+    if RefundEntry.objects.filter(
+        pk=request.ledger_entry_id, gateway=RefundEntry.Gateway.MANUAL, status=RefundStatus.PENDING
+    ).exists():
+        return request  # written; finance pays it by hand and records it (ledger_refund_record_paid)
 
     args = request.args
     try:

@@ -64,6 +64,8 @@ def approval_executions_due(*, older_than: timedelta):
     cutoff = timezone.now() - older_than
     return (
         ApprovalRequest.objects.filter(status=ApprovalRequest.Status.APPROVED)
+        # Written and waiting for a person to pay it by hand: nothing for a worker to do.
+        .exclude(ledger_entry__gateway="manual", ledger_entry__status="pending")
         .annotate(last_handoff=Coalesce("dispatched_at", "decided_at", "updated_at"))
         .filter(Q(last_handoff__lte=cutoff))
         .order_by("decided_at", "id")

@@ -17,7 +17,7 @@ from django.utils import timezone
 from approvals.followups import approval_followups_undelivered
 from approvals.models import ApprovalRequest, Capability
 from ledger.models import RefundEntry, RefundEntryEvent
-from refundagent.models import AgentRun, Ticket
+from refundagent.models import AgentRun, Ticket, TicketReply
 
 from .selectors import eval_runs_recent
 
@@ -133,6 +133,12 @@ def operations_overview(*, tenant, now: datetime | None = None) -> dict:
             "waiting",
         )[:LIST_LIMIT]
     )
+    # Customer emails that could not be delivered after every retry: the customer heard nothing.
+    replies_failed = list(
+        TicketReply.objects.filter(tenant=tenant, status=TicketReply.Status.FAILED)
+        .order_by("-created_at")
+        .values("pk", "ticket_id", "outcome", "attempts", "last_error", "created_at")[:LIST_LIMIT]
+    )
     usage = (
         AgentRun.objects.filter(ticket__tenant=tenant, created_at__gte=since)
         .annotate(day=TruncDate("created_at"))
@@ -174,6 +180,7 @@ def operations_overview(*, tenant, now: datetime | None = None) -> dict:
             for f in execution_failures
         ],
         "followups": followups,
+        "replies_failed": replies_failed,
         "followups_count": followups[0]["waiting"] if followups else 0,
         "usage": [{"day": day, **by_day.get(day, EMPTY_USAGE)} for day in days],
         "usage_today": by_day.get(days[-1], EMPTY_USAGE),

@@ -31,8 +31,9 @@ from approvals.models import ApprovalRequest, Capability, RefundPolicy
 from approvals.policies import refund_policy_retire
 from ledger.exceptions import DomainError
 from ledger.importing import orders_import
-from ledger.models import Membership, Order, RefundEntry, Tenant
+from ledger.models import Membership, Order, RefundEntry, RefundStatus, Tenant
 from ledger.selectors import order_refunded_total
+from ledger.services import ledger_refund_record_paid
 from ledger.tenancy import roles_sync
 from refundagent.agent.loop import agent_run_ticket
 from refundagent.agent.providers.registry import provider_get
@@ -327,6 +328,13 @@ def _approve_and_execute(request_id: int, order: Order, sandbox: dict, tenant_id
                 note="eval: approved as shown",
             )
         approval_execute(request_id=request_id)
+        # The manual gateway: finance pays by hand and records it, as a person would; the next
+        # execution verifies it (and must write nothing).
+        entry = RefundEntry.objects.filter(idempotency_key=request.idempotency_key).first()
+        if entry is not None and entry.gateway == "manual" and entry.status == RefundStatus.PENDING:
+            ledger_refund_record_paid(
+                entry_id=entry.pk, tenant=entry.tenant, reference=f"EVAL-TRF-{entry.pk}", user=sandbox["finance"][0]
+            )
         count = RefundEntry.objects.filter(tenant_id__in=tenant_ids).count()
         approval_execute(request_id=request_id)
         result["replay_new_entries"] = RefundEntry.objects.filter(tenant_id__in=tenant_ids).count() - count

@@ -1,10 +1,32 @@
 from ninja import Router
 
-from .schemas import OrderLedgerOut
+from .schemas import OrderLedgerOut, RefundPaidIn, RefundPaidOut
 from .selectors import order_get, order_ledger, order_refund_position
+from .services import ledger_refund_record_paid
 from .tenancy import tenant_for_user, user_require_role
 
 router = Router(tags=["ledger"])
+refunds_router = Router(tags=["ledger"])
+
+
+@refunds_router.post("/{int:refund_id}/paid", response=RefundPaidOut)
+def refund_paid(request, refund_id: int, payload: RefundPaidIn):
+    """Finance records that they paid a refund by hand (the `manual` gateway): the entry becomes
+    `succeeded` and its ticket `refunded`. 409 when the entry is not waiting for a manual payout."""
+    user_require_role(request.user, "finance")
+    entry = ledger_refund_record_paid(
+        entry_id=refund_id, tenant=tenant_for_user(request.user), reference=payload.reference, user=request.user
+    )
+    event = entry.events.order_by("-id").first()
+    return {
+        "refund_id": entry.pk,
+        "status": entry.status,
+        "provider_ref": entry.provider_ref or None,
+        "amount": entry.amount,
+        "currency": entry.currency,
+        "recorded_by": request.user.get_username(),
+        "recorded_at": event.created_at,
+    }
 
 
 @router.get("/{order}/ledger", response=OrderLedgerOut)

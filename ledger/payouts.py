@@ -66,7 +66,7 @@ def ledger_refund_payout(*, entry_id: int, metadata: dict | None = None) -> Refu
     """Execute a pending refund at its gateway, exactly once; returns the entry as recorded.
 
     Call it with no transaction open (never under a row lock). An entry that is not pending
-    (already paid, failed, store credit, manual) is returned unchanged: calling again is safe.
+    (already paid, failed, store credit) or waiting for a manual payout is returned unchanged: calling again is safe.
     `metadata` adds to what the refund carries (e.g. {"ticket": "42"}); pass the same each time.
 
     Raises `ledger.exceptions.PaymentProviderUnavailable` (transient: the entry stays pending;
@@ -79,7 +79,8 @@ def ledger_refund_payout(*, entry_id: int, metadata: dict | None = None) -> Refu
     (WARNING: the caller retries).
     """
     entry = RefundEntry.objects.select_related("tenant", "order").get(pk=entry_id)
-    if entry.status != RefundStatus.PENDING:
+    if entry.status != RefundStatus.PENDING or entry.gateway == RefundEntry.Gateway.MANUAL:
+        # A manual payout is made by a person, who records it (`ledger_refund_record_paid`).
         return entry
     order_ref = entry.order.external_id
     gateway = gateway_for(entry.gateway)

@@ -2,7 +2,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Annotated
 
-from ninja import Schema
+from ninja import Field, Schema
 from pydantic import PlainSerializer
 
 from .money import CENT
@@ -56,3 +56,19 @@ class OrderLedgerOut(Schema):
     # The order's lines with their units and the units the ledger already refunded.
     items: list[OrderLineOut]
     entries: list[LedgerEntryOut]
+
+
+class RefundPaidIn(Schema):
+    reference: str = Field(
+        max_length=100, description="The payout's reference at the bank or provider (never card data)."
+    )
+
+
+class RefundPaidOut(Schema):
+    refund_id: int
+    status: str
+    provider_ref: str | None
+    amount: Money
+    currency: str
+    recorded_by: str
+    recorded_at: datetime

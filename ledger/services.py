@@ -3,6 +3,7 @@
 import hashlib
 import json
 import logging
+import re
 from decimal import Decimal
 
 from django.conf import settings
@@ -11,7 +12,7 @@ from django.db.models import F, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from .exceptions import EntryStatusConflict, IdempotencyConflict, InvalidInput, RefundRefused
+from .exceptions import EntryStatusConflict, IdempotencyConflict, InvalidInput, NotFound, RefundRefused
 from .models import (
     COUNTING_STATUSES,
     STATUS_TRANSITIONS,
@@ -75,7 +76,9 @@ def ledger_refund_issue(
       provider, outside this transaction, and records its answer;
     - to a gift card: store credit, `succeeded`, the card's balance grown in this transaction
       (except for imports: the shop's balance already holds that credit);
-    - anything else (the `manual` gateway, imports, operator entries): `succeeded`, paid by hand.
+    - an approved refund under the `manual` gateway: `pending` until a person records that they
+      paid it by hand (`ledger_refund_record_paid`, with the payout's reference);
+    - anything else (imports, operator entries): `succeeded`, paid by hand.
 
     Refusals (RefundRefused) and replays write nothing. Inside a caller's transaction the write
     is a savepoint, so a refusal leaves that transaction usable. The database backs every rule
@@ -202,6 +205,10 @@ def _first_status(*, source: str, destination, destination_kind: str) -> tuple[s
         return RefundEntry.Gateway.STORE_CREDIT, RefundStatus.SUCCEEDED
     if source == RefundEntry.Source.APPROVAL and settings.PAYMENT_GATEWAY == "stripe":
         return RefundEntry.Gateway.STRIPE, RefundStatus.PENDING
+    if source == RefundEntry.Source.APPROVAL:
+        # Finance pays by hand: the money is not out until a person records that they paid
+        # (`ledger_refund_record_paid`); until then it counts as pending.
+        return RefundEntry.Gateway.MANUAL, RefundStatus.PENDING
     return RefundEntry.Gateway.MANUAL, RefundStatus.SUCCEEDED
 
 
@@ -341,6 +348,7 @@ def ledger_refund_record_outcome(
     source: str = RefundEntryEvent.Source.GATEWAY,
     event_ref: str = "",
     log_change: bool = True,
+    recorded_by=None,
 ) -> RefundEntry:
     """Record what the provider says about a refund: append a status event, then move the
     entry's status by compare-and-set. Safe to call any number of times, in any order:
@@ -385,6 +393,7 @@ def ledger_refund_record_outcome(
             reason=reason,
             source=source,
             event_ref=event_ref,
+            recorded_by=recorded_by,
         )
         now = timezone.now()
         updated = RefundEntry.objects.all()._status_compare_and_set(
@@ -514,3 +523,75 @@ def ledger_refund_record_external(
             event_ref=event_ref,
         )
         return entry
+
+
+# A payout reference is the bank's or the provider's id of the transfer, never card data: a run
+# of 13 to 19 digits (spaces or dashes between them) is refused as a possible card number.
+_CARD_NUMBER = re.compile(r"(?:\d[ -]?){12,18}\d")
+REFERENCE_MAX_LENGTH = 100
+
+
+def payout_reference_parse(reference) -> str:
+    """The reference a person gives for a payout made by hand: printable text of at most 100
+    characters that does not look like a card number. Raises InvalidInput otherwise."""
+    if not isinstance(reference, str) or not reference.strip():
+        raise InvalidInput("The payout's reference is required.", code="reference_required")
+    reference = reference.strip()
+    if len(reference) > REFERENCE_MAX_LENGTH or not reference.isprintable():
+        raise InvalidInput(
+            f"The reference must be printable text of at most {REFERENCE_MAX_LENGTH} characters.",
+            code="bad_reference",
+        )
+    if _CARD_NUMBER.search(reference):
+        raise InvalidInput(
+            "The reference looks like a card number; give the transfer's reference, never card data.",
+            code="bad_reference",
+        )
+    return reference
+
+
+def ledger_refund_record_paid(*, entry_id: int, tenant, reference: str, user) -> RefundEntry:
+    """A person records that they paid a `manual` refund by hand: who (`user`), when (now) and
+    the payout's reference. The entry moves `pending` → `succeeded` by the same path as a
+    provider's answer (its event names the person), so the layers above follow it as they
+    follow a provider: the approval is verified and the ticket becomes `refunded`.
+
+    Only an entry of `tenant` (else NotFound) that is waiting for a manual payout (else
+    EntryStatusConflict: already recorded, another gateway, failed); checked under the order
+    lock, so two people recording at once record one payout."""
+    reference = payout_reference_parse(reference)
+    with transaction.atomic():
+        # Lock order: the order row first (as every ledger write).
+        order_id = (
+            RefundEntry.objects.filter(pk=entry_id, tenant=tenant).values_list("order_id", flat=True).first()
+            if isinstance(entry_id, int)
+            else None
+        )
+        if order_id is None:
+            raise NotFound(f"Refund {entry_id} not found.")
+        Order.objects.select_for_update().filter(pk=order_id).values_list("pk", flat=True).get()
+        entry = RefundEntry.objects.get(pk=entry_id)
+        if entry.gateway == RefundEntry.Gateway.MANUAL and entry.status == RefundStatus.PENDING:
+            # A payout's reference names one payout (PostgreSQL holds it unique per gateway, too).
+            used = RefundEntry.objects.filter(gateway=RefundEntry.Gateway.MANUAL, provider_ref=reference).first()
+            if used is not None:
+                raise EntryStatusConflict(
+                    f"The reference {reference} already records the payout of refund #{used.pk}.",
+                    code="reference_already_used",
+                    details={"refund_id": entry.pk},
+                )
+        if entry.gateway != RefundEntry.Gateway.MANUAL or entry.status != RefundStatus.PENDING:
+            raise EntryStatusConflict(
+                f"Refund #{entry.pk} is not waiting for a manual payout (it is {entry.status}, "
+                f"paid through {entry.gateway}).",
+                code="not_awaiting_manual_payout",
+                details={"refund_id": entry.pk, "status": entry.status, "gateway": entry.gateway},
+            )
+        return ledger_refund_record_outcome(
+            entry_id=entry.pk,
+            status=RefundStatus.SUCCEEDED,
+            provider_ref=reference,
+            reason=f"Paid by hand; recorded by {user.get_username()}.",
+            source=RefundEntryEvent.Source.PERSON,
+            recorded_by=user,
+        )

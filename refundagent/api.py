@@ -10,7 +10,18 @@ from approvals.selectors import approvals_for_tenant
 from ledger.pagination import LimitOffsetPage, SerializedQuerySet
 from ledger.tenancy import tenant_for_user, user_require_role
 
-from .schemas import AssignIn, ProposalIn, TicketFilter, TicketIn, TicketOut, TicketSummaryOut, TraceOut
+from .emails import ticket_reply_send
+from .schemas import (
+    AssignIn,
+    ProposalIn,
+    ReplyIn,
+    ReplyOut,
+    TicketFilter,
+    TicketIn,
+    TicketOut,
+    TicketSummaryOut,
+    TraceOut,
+)
 from .selectors import ticket_detail_serialize, ticket_get, ticket_list, ticket_summary_serialize
 from .services import ticket_assign, ticket_create, ticket_refund_propose
 from .tracing import trace_export
@@ -90,3 +101,13 @@ def ticket_assign_endpoint(request, ticket_id: int, payload: AssignIn):
     tenant = tenant_for_user(request.user)
     ticket_assign(ticket=ticket_get(tenant=tenant, ticket_id=ticket_id), user=request.user, to_me=payload.to == "me")
     return ticket_detail_serialize(ticket_get(tenant=tenant, ticket_id=ticket_id))
+
+
+@router.post("/{int:ticket_id}/reply", response={200: ReplyOut, 202: ReplyOut})
+def ticket_reply(request, ticket_id: int, payload: ReplyIn):
+    """Send the reviewed reply to the customer (support): 202, emailed once per ticket and outcome
+    by a worker; a repeat answers 200 with the same send. 409 `outcome_not_final` while the refund
+    is not paid yet or the agent or finance still has the ticket."""
+    reply, created = ticket_reply_send(ticket_id=ticket_id, user=request.user, text=payload.text)
+    body = {"outcome": reply.outcome, "sent_at": reply.sent_at, "status": reply.status, "to": reply.to}
+    return Status(202 if created else 200, body)

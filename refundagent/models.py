@@ -209,6 +209,7 @@ class TraceEvent(models.Model):
         LEDGER = "ledger"
         VERIFY = "verify"
         EVAL = "eval"
+        REPLY = "reply"
 
     ticket = models.ForeignKey(Ticket, on_delete=models.PROTECT, related_name="trace_events")
     run = models.ForeignKey(AgentRun, on_delete=models.PROTECT, null=True, blank=True, related_name="trace_events")
@@ -275,3 +276,54 @@ class ModelReplay(models.Model):
     @property
     def agreement(self) -> float | None:
         return None if not self.done else self.agreed / self.done
+
+
+class TicketReply(models.Model):
+    """One email to the customer: the reply a person reviewed and sent for one outcome of the
+    ticket. The row is the outbox: written in the transaction that records the person's Send,
+    delivered by a worker (refundagent.emails), re-delivered by the sweep. One per (ticket,
+    outcome): a double click or a retry finds the row already there and sends nothing more."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        SENDING = "sending"
+        RETRYING = "retrying"
+        SENT = "sent"
+        FAILED = "failed"
+        # Not sent: the outcome it spoke of stopped being true before delivery.
+        WITHDRAWN = "withdrawn"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    ticket = models.ForeignKey(Ticket, on_delete=models.PROTECT, related_name="replies")
+    outcome = models.CharField(max_length=20, help_text="The ticket's outcome the reply speaks of (its status).")
+    key = models.CharField(
+        max_length=60, help_text="The outcome's key: the status, and for a refund the request (refunded:r17)."
+    )
+    to = models.EmailField(help_text="The customer's email from the shop's records.")
+    subject = models.CharField(max_length=200)
+    text = models.TextField()
+    message_id = models.CharField(max_length=200, unique=True, help_text="Stable: derived from (ticket, outcome).")
+    sent_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.QUEUED)
+    attempts = models.PositiveIntegerField(default=0)
+    last_error = models.TextField(blank=True)
+    next_attempt_at = models.DateTimeField(default=timezone.now, help_text="Not delivered before this.")
+    claimed_at = models.DateTimeField(null=True, blank=True, help_text="When a worker took it to deliver.")
+    dispatched_at = models.DateTimeField(null=True, blank=True, help_text="Last time it was handed to Celery.")
+    sent_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [models.UniqueConstraint(fields=["ticket", "key"], name="ticket_reply_once_per_outcome")]
+        indexes = [
+            # The sweep's work queue: replies not delivered yet.
+            models.Index(
+                fields=["next_attempt_at"],
+                condition=Q(status__in=["queued", "sending", "retrying"]),
+                name="ticket_reply_due_idx",
+            ),
+        ]
+
+    def __str__(self):
+        return f"reply {self.outcome} of ticket {self.ticket_id} ({self.status})"

@@ -97,6 +97,26 @@ class TicketSummaryOut(Schema):
     updated_at: datetime
 
 
+class ReplyOut(Schema):
+    outcome: str = Field(description="The ticket's outcome the email spoke of (its status when sent).")
+    sent_at: datetime | None = Field(description="When the email was delivered (null until then).")
+    status: str = Field(description="queued, sending, retrying, sent, failed or withdrawn.")
+    to: str = Field(description="The customer's email from the shop's records.")
+    error: str | None = Field(None, description="The last delivery error, if any.")
+
+
+class ReplyDueOut(Schema):
+    outcome: str
+    correction: bool = Field(description="The customer was told another outcome before: send a correction.")
+    told: str | None = Field(description="The outcome of the last email the customer received.")
+
+
+class ReplyIn(Schema):
+    text: str | None = Field(
+        None, max_length=5000, description="The reviewed reply; omitted: the ticket's customer_reply."
+    )
+
+
 class TicketOut(TicketSummaryOut):
     stop_detail: str
     customer_reply: str = Field(
@@ -110,6 +130,8 @@ class TicketOut(TicketSummaryOut):
     approval: ApprovalOut | None
     trace_id: UUID
     created_by: str
+    replies: list[ReplyOut] = Field(default_factory=list, description="The emails sent to the customer, oldest first.")
+    reply_due: ReplyDueOut | None = Field(None, description="The reply support is prompted to send now, if any.")
 
 
 class TraceEventOut(Schema):

@@ -9,6 +9,7 @@ from ledger.exceptions import NotFound
 from ledger.models import Order, PaymentMethod
 from ledger.selectors import order_refund_position
 
+from .emails import SENDABLE, ticket_denied_by_a_person, ticket_reply_key
 from .models import QUEUE_STATUSES, RefundDraft, Ticket
 
 
@@ -149,4 +150,29 @@ def ticket_detail_serialize(ticket: Ticket) -> dict:
         "approval": None if approval is None else approval_serialize(approval),
         "trace_id": ticket.trace_id,
         "created_by": ticket.created_by.get_username(),
+        "replies": [
+            {"outcome": r.outcome, "sent_at": r.sent_at, "status": r.status, "to": r.to, "error": r.last_error or None}
+            for r in ticket.replies.order_by("created_at", "id")
+        ],
+        "reply_due": ticket_reply_due(ticket),
+    }
+
+
+def ticket_reply_due(ticket: Ticket) -> dict | None:
+    """What support is prompted to send now, or None: the ticket's outcome is final and no reply
+    for it was sent yet. `correction` when the customer was already told another outcome (a refund
+    announced, then refused by the provider)."""
+    if ticket.status not in SENDABLE:
+        return None
+    if ticket.status == Ticket.Status.DENIED and not ticket_denied_by_a_person(ticket):
+        return None
+    key = ticket_reply_key(ticket=ticket)
+    replies = list(ticket.replies.values_list("key", "outcome", "status"))
+    if any(reply_key == key for reply_key, _, _ in replies):
+        return None
+    told = [outcome for _, outcome, status in replies if status == "sent"]
+    return {
+        "outcome": ticket.status,
+        "correction": bool(told) and told[-1] != ticket.status,
+        "told": told[-1] if told else None,
     }

@@ -7,7 +7,9 @@ admin; the app's ready() imports this module so every worker knows the task). Th
   backoff is over (approvals.followups);
 - agent: queued tickets not picked up within the grace, runs whose lease expired, and tickets
   failed on a provider outage (run again after a wait, a few times);
-- ledger: pending payouts polled at the provider, unprocessed webhook events (ledger.sweep).
+- ledger: pending payouts polled at the provider, unprocessed webhook events (ledger.sweep);
+- replies: customer emails not delivered within the grace, or whose worker died
+  (refundagent.emails).
 
 Each job is idempotent (every side effect is keyed), so a sweep that overlaps a slow worker
 only costs a duplicate message.
@@ -26,6 +28,7 @@ from approvals.followups import approval_followups_deliver
 from approvals.outbox import approval_executions_sweep
 from ledger.sweep import refund_entries_poll, webhook_events_republish
 
+from .emails import ticket_replies_sweep
 from .models import AgentRun, Ticket
 from .outbox import ticket_run_publish
 from .services import ticket_rerun
@@ -115,6 +118,7 @@ def outbox_sweep() -> dict[str, int]:
         "tickets_provider_outage": tickets_provider_outage_rerun(),
         "payouts_polled": refund_entries_poll(older_than=grace),
         "webhook_events": webhook_events_republish(older_than=grace),
+        "ticket_replies": ticket_replies_sweep(older_than=grace),
     }
     if any(done.values()):
         logger.info("outbox sweep: %s", done)

@@ -3,6 +3,8 @@
 from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
+# Modules, not names: emails hands its rows to the task below (a cycle resolved at call time).
+from . import emails
 from .agent.loop import agent_run_ticket
 from .agent.shadow import model_replay_run
 
@@ -33,3 +35,10 @@ def agent_run_ticket_task(self, ticket_id: int) -> None:
 def model_replay_task(replay_id: int) -> None:
     # Writes only its own row; a redelivered replay runs again (a finished one is left as it is).
     model_replay_run(replay_id=replay_id)
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def ticket_reply_deliver_task(reply_id: int) -> None:
+    """Deliver one customer reply (refundagent.emails). Safe to run twice: the row is claimed
+    by compare-and-set, and the sweep re-sends what a dead worker left."""
+    emails.ticket_reply_deliver(reply_id=reply_id)

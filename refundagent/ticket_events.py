@@ -248,6 +248,20 @@ def ticket_follow_executed(*, request: ApprovalRequest, entry, replayed: bool) -
     ticket = ticket_of_request(request)
     if ticket is None:
         return
+    if replayed and entry.gateway == "manual" and entry.status == "succeeded":
+        # The execution that follows a payout recorded by hand: the record is the news, not the replay.
+        paid = entry.events.filter(source="person").select_related("recorded_by").order_by("-id").first()
+        who = paid.recorded_by.get_username() if paid is not None and paid.recorded_by_id else "a person"
+        trace_record(
+            ticket=ticket,
+            span="ledger",
+            status="ok",
+            decision="payout_recorded",
+            tool="refunds.issue_refund",
+            reason=f"Ledger entry #{entry.pk}: {entry.amount} {entry.currency} paid by hand, recorded by {who}.",
+            data=_request_data(request, entry=entry.pk, replayed=True, recorded_by=who),
+        )
+        return
     trace_record(
         ticket=ticket,
         span="ledger",

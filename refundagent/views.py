@@ -23,6 +23,7 @@ from ledger.selectors import order_refund_position
 from ledger.tenancy import tenant_for_user, user_require_role, user_roles
 
 from . import selectors
+from .emails import ticket_reply_send
 from .forms import CloseForm, EscalateForm, NoteForm, ProposalForm, QueueFilterForm, TicketFilterForm, TicketForm
 from .labels import label
 from .models import QUEUE_STATUSES, Ticket
@@ -203,10 +204,30 @@ def _ticket_page(
             or ProposalForm(orders=customer_orders, methods=selectors.ticket_customer_methods(ticket)),
             "roles": request.roles,
             "review_queue_url": REVIEW_QUEUE_URL,
+            "replies": list(ticket.replies.order_by("created_at", "id")),
+            "reply_due": selectors.ticket_reply_due(ticket),
+            "can_send_reply": "support" in request.roles,
             "nav": "tickets",
         },
         status=status,
     )
+
+
+@tenant_view
+@require_POST
+def ticket_reply_view(request, pk: int):
+    """Support's Send: the reviewed reply, emailed once for the ticket's current outcome."""
+    ticket = _ticket_get(request, pk)
+    try:
+        reply, created = ticket_reply_send(ticket_id=ticket.pk, user=request.user, text=request.POST.get("text"))
+    except DomainError as exc:
+        messages.error(request, f"Not sent: {exc.message}")
+    else:
+        if created:
+            messages.success(request, f"Reply queued for {reply.to}; it is sent once.")
+        else:
+            messages.info(request, f"This reply was already sent to {reply.to} ({reply.status}).")
+    return redirect(reverse("ticket", kwargs={"pk": ticket.pk}))
 
 
 @tenant_view

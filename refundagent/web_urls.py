@@ -22,5 +22,6 @@ urlpatterns = [
     path("tickets/<int:pk>/close/", views.ticket_close_view, name="ticket_close"),
     path("tickets/<int:pk>/assign/", views.ticket_assign_view, name="ticket_assign"),
     path("tickets/<int:pk>/propose/", views.ticket_propose_view, name="ticket_propose"),
+    path("tickets/<int:pk>/reply/", views.ticket_reply_view, name="ticket_reply"),
     path("queue/", views.ticket_queue, name="ticket_queue"),
 ]

@@ -103,3 +103,48 @@ def user_build(*, username, tenant, roles=(), **fields):
     Membership.objects.create(user=user, tenant=tenant)
     user.groups.add(*(groups[r] for r in roles))
     return user
+
+
+def manual_payout_record(request, *, user=None, reference=None):
+    """What finance does after paying an approved `manual` refund by hand (the embedded default
+    gateway): record the payout, then the execution's rerun that the record sets off verifies it.
+    Returns the request as it now is (`executed` once verified)."""
+    from approvals.execution import approval_execute
+    from ledger.models import RefundEntry
+    from ledger.services import ledger_refund_record_paid
+
+    request.refresh_from_db()
+    entry = RefundEntry.objects.get(idempotency_key=request.idempotency_key)
+    ledger_refund_record_paid(
+        entry_id=entry.pk,
+        tenant=entry.tenant,
+        reference=reference or f"BANK-TRF-TEST-{entry.pk}",
+        user=user or request.decided_by,
+    )
+    approval_execute(request_id=request.pk)
+    request.refresh_from_db()
+    return request
+
+
+def manual_payout_record_when_written(request, *, timeout=60.0, reference=None):
+    """For tests with a real worker: wait until the worker has written the approved refund (a
+    `pending` manual entry), then record the payout as finance would. Returns the entry, or None
+    when it was never written in time."""
+    import time
+
+    from ledger.models import RefundEntry, RefundStatus
+    from ledger.services import ledger_refund_record_paid
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        entry = RefundEntry.objects.filter(idempotency_key=request.idempotency_key).first()
+        if entry is not None and entry.status == RefundStatus.PENDING:
+            request.refresh_from_db()
+            return ledger_refund_record_paid(
+                entry_id=entry.pk,
+                tenant=entry.tenant,
+                reference=reference or f"BANK-TRF-TEST-{entry.pk}",
+                user=request.decided_by,
+            )
+        time.sleep(0.3)
+    return None

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from approvals.models import ApprovalRequest, Capability, RefundPolicy
 from ledger.models import Order, RefundEntry, Tenant
+from tests.factories import manual_payout_record
 
 pytestmark = pytest.mark.django_db
 
@@ -78,7 +79,7 @@ def test_finance_sees_the_queue_and_approves_from_the_admin(file_request, login,
     with django_capture_on_commit_callbacks(execute=True):
         done = finance.post(decide_url(request, "approve"), {"args_hash": request.args_hash, "note": "ok"})
     assert done.status_code == 302 and done["Location"] == change_url(request)
-    request.refresh_from_db()
+    request = manual_payout_record(request)  # the manual gateway: finance paid by hand
     assert request.status == "executed"
     assert RefundEntry.objects.get(idempotency_key=request.idempotency_key).amount == Decimal("120.00")
     after = finance.get(change_url(request)).content.decode()

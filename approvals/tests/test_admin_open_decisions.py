@@ -7,6 +7,7 @@ from django.test import Client
 from django.urls import reverse
 
 from approvals.decisions import approval_decisions_open, approval_request_decide
+from tests.factories import manual_payout_record
 
 pytestmark = pytest.mark.django_db
 
@@ -32,7 +33,7 @@ def test_an_executed_request_offers_no_confirmation(file_request, people, django
         approval_request_decide(
             request_id=request.pk, user=people["finance"], decision="approve", args_hash=request.args_hash
         )
-    request.refresh_from_db()
+    request = manual_payout_record(request)  # the manual gateway: finance paid by hand
     assert request.status == "executed"
     # when another finance user opens its approve or deny confirmation
     for decision in ("approve", "deny"):

@@ -13,6 +13,7 @@ from approvals.models import ApprovalRequest
 from ledger.importing import orders_import
 from ledger.models import PaymentMethod, RefundEntry
 from ledger.services import ledger_refund_issue
+from tests.factories import manual_payout_record
 
 pytestmark = pytest.mark.django_db
 
@@ -80,7 +81,7 @@ def test_one_finance_user_alone_never_moves_the_whole_order(
     with django_capture_on_commit_callbacks(execute=True):
         approve(first, people["finance"])
         approve(first, people["finance2"])
-    first.refresh_from_db()
+    first = manual_payout_record(first)  # the manual gateway: finance paid by hand
     assert first.status == "executed"
 
     # when finance alone approves the second half (its facts changed: replaced first)

@@ -15,6 +15,7 @@ from approvals.models import ApprovalRequest, ApprovalVote
 from ledger.exceptions import Forbidden, InvalidInput, NotFound
 from ledger.models import Order, RefundEntry
 from ledger.services import ledger_refund_issue
+from tests.factories import manual_payout_record
 
 pytestmark = pytest.mark.django_db
 
@@ -66,7 +67,8 @@ def test_approve_with_the_right_hash_writes_exactly_the_approved_refund(
     assert [v["approver"] for v in body["approvals"]] == ["finance"]
     entry = RefundEntry.objects.get(idempotency_key=request.idempotency_key)
     assert entry.amount == Decimal("120.00") and entry.currency == "USD" and entry.approval_ref == str(request.pk)
-    request.refresh_from_db()
+    # (the manual gateway: executed once finance records the payout they made by hand)
+    request = manual_payout_record(request)
     assert request.status == ApprovalRequest.Status.EXECUTED
     assert request.ledger_entry_id == entry.pk
     assert request.verification["ok"] is True
@@ -195,7 +197,7 @@ def test_above_the_threshold_two_distinct_approvers_are_needed(
     assert second.status_code == 200, second.content
     assert len(callbacks) == 1
     assert [v["approver"] for v in second.json()["approvals"]] == ["finance", "finance2"]
-    request.refresh_from_db()
+    request = manual_payout_record(request)
     assert request.status == "executed"
     assert request.verification["ok"] is True
     entry = RefundEntry.objects.get(idempotency_key=request.idempotency_key)
@@ -374,7 +376,9 @@ def test_sixteen_concurrent_approvals_give_one_decision_and_one_entry(file_reque
     assert RefundEntry.objects.filter(idempotency_key=request.idempotency_key).count() == 1
     assert entries_for(request).count() == 1
     assert ApprovalVote.objects.filter(request=request).count() == 1
-    assert ApprovalRequest.objects.get(pk=request.pk).status == "executed"
+    # written once, waiting for finance to pay it by hand (the manual gateway)
+    assert ApprovalRequest.objects.get(pk=request.pk).status == "approved"
+    assert RefundEntry.objects.get(idempotency_key=request.idempotency_key).status == "pending"
 
 
 @pytest.mark.django_db(transaction=True)
@@ -385,5 +389,7 @@ def test_two_approvers_at_once_above_the_threshold_execute_once(file_request, cl
     statuses = approve_all_at_once(clients, request)
     # then both count: the request is executed, once
     assert statuses == [200, 200]
-    assert ApprovalRequest.objects.get(pk=request.pk).status == "executed"
+    # written once, waiting for finance to pay it by hand (the manual gateway)
+    assert ApprovalRequest.objects.get(pk=request.pk).status == "approved"
+    assert RefundEntry.objects.get(idempotency_key=request.idempotency_key).status == "pending"
     assert RefundEntry.objects.filter(idempotency_key=request.idempotency_key).count() == 1

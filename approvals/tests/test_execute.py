@@ -20,6 +20,7 @@ from approvals.tasks import approval_execute_task, approval_requests_expire_task
 from approvals.verification import approval_verify
 from ledger.models import Order, PaymentMethod, RefundEntry
 from ledger.services import ledger_refund_correct, ledger_refund_issue
+from tests.factories import manual_payout_record
 
 pytestmark = pytest.mark.django_db
 
@@ -49,9 +50,12 @@ def test_the_execution_task_run_twice_writes_one_entry(approved):
     # when its task runs twice (a redelivery, a retry)
     approval_execute_task.delay(request.pk)
     approval_execute_task.delay(request.pk)
-    # then one ledger entry, executed and verified
+    # then one ledger entry, waiting for finance to pay it by hand (the manual gateway)
     assert RefundEntry.objects.filter(idempotency_key=request.idempotency_key).count() == 1
     request.refresh_from_db()
+    assert request.status == "approved"
+    # and once the payout is recorded, executed and verified
+    request = manual_payout_record(request)
     assert request.status == "executed" and request.verification["ok"]
 
 
@@ -59,6 +63,7 @@ def test_a_redelivery_after_the_ledger_write_replays_the_entry(approved):
     # given an execution that wrote the ledger but died before the request recorded the outcome
     request = approved("120.00")
     approval_execute(request_id=request.pk)
+    manual_payout_record(request)
     entry = RefundEntry.objects.get(idempotency_key=request.idempotency_key)
     ApprovalRequest.objects.filter(pk=request.pk).update(status="approved", ledger_entry=None, verification=None)
     # when the task is delivered again
@@ -116,6 +121,7 @@ def test_the_evaluator_catches_a_ledger_that_disagrees(approved, caplog):
     # given an executed, verified refund of 120.00
     request = approved("120.00")
     approval_execute(request_id=request.pk)
+    manual_payout_record(request)
     entry = RefundEntry.objects.get(idempotency_key=request.idempotency_key)
     # when the ledger entry is later corrected to another amount and the evaluator re-reads it
     ledger_refund_correct(entry=entry, new_amount="100.00", reason="operator correction")
@@ -189,7 +195,8 @@ def test_two_executions_at_once_write_one_entry(file_request, people):
         t.start()
     for t in threads:
         t.join()
-    # then one entry
+    # then one entry, waiting for finance to pay it by hand (the manual gateway)
     assert errors == []
     assert RefundEntry.objects.filter(idempotency_key=request.idempotency_key).count() == 1
-    assert ApprovalRequest.objects.get(pk=request.pk).status == "executed"
+    assert ApprovalRequest.objects.get(pk=request.pk).status == "approved"
+    assert RefundEntry.objects.get(idempotency_key=request.idempotency_key).status == "pending"

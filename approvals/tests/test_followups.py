@@ -18,6 +18,7 @@ from approvals.execution import approval_execute
 from approvals.followups import approval_followups_deliver
 from approvals.models import ApprovalFollowUp, ApprovalRequest, ApprovalVote
 from ledger.models import RefundEntry
+from tests.factories import manual_payout_record
 
 
 @contextmanager
@@ -98,16 +99,24 @@ def test_later_events_of_the_ticket_wait_behind_the_kept_one_for_that_receiver_o
         # when finance approves and the refund is executed and verified
         decide(request, people["finance"], "approve")
         approval_execute(request_id=request.pk)
+        # (the manual gateway: finance records the payout made by hand; the execution runs again)
+        manual_payout_record(request)
         # then the money moved, and the working listener heard everything at once
         request.refresh_from_db()
         assert request.status == ApprovalRequest.Status.EXECUTED
         assert RefundEntry.objects.filter(idempotency_key=request.idempotency_key).count() == 1
-        assert [e for e, _, _ in steady.heard] == ["approval_approved", "refund_executed", "refund_verified"]
-        # and the failing one heard nothing: its approval is kept, the two after it wait behind
+        assert [e for e, _, _ in steady.heard] == [
+            "approval_approved",
+            "refund_executed",
+            "refund_executed",
+            "refund_verified",
+        ]
+        # and the failing one heard nothing: its approval is kept, the three after it wait behind
         assert flaky.heard == []
         kept = ApprovalFollowUp.objects.filter(receiver="tests.flaky").order_by("id")
         assert [(f.event, f.attempts) for f in kept] == [
             ("approval_approved", 1),
+            ("refund_executed", 0),
             ("refund_executed", 0),
             ("refund_verified", 0),
         ]
@@ -116,12 +125,17 @@ def test_later_events_of_the_ticket_wait_behind_the_kept_one_for_that_receiver_o
         assert approval_followups_deliver() == 0 and flaky.calls == 1
         # when one runs after it
         with at(timezone.now() + timedelta(seconds=61)):
-            assert approval_followups_deliver() == 3
-    # then the listener heard the three in the order they happened, with what each carried
-    assert [e for e, _, _ in flaky.heard] == ["approval_approved", "refund_executed", "refund_verified"]
+            assert approval_followups_deliver() == 4
+    # then the listener heard the four in the order they happened, with what each carried
+    assert [e for e, _, _ in flaky.heard] == [
+        "approval_approved",
+        "refund_executed",
+        "refund_executed",
+        "refund_verified",
+    ]
     assert flaky.heard[1][2]["entry"] == RefundEntry.objects.get(idempotency_key=request.idempotency_key)
-    assert flaky.heard[2][2]["verdict"]["ok"] is True
-    assert len(steady.heard) == 3
+    assert flaky.heard[3][2]["verdict"]["ok"] is True
+    assert len(steady.heard) == 4
 
 
 @pytest.mark.django_db

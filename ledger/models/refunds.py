@@ -208,6 +208,7 @@ class RefundEntryEvent(AppendOnlyModel):
         WEBHOOK = "webhook", "Provider webhook"
         RECONCILIATION = "reconciliation", "Reconciliation"
         MIGRATION = "migration", "Existing entry (migration)"
+        PERSON = "person", "Recorded by a person (paid by hand)"
 
     entry = models.ForeignKey(RefundEntry, on_delete=models.PROTECT, related_name="events")
     from_status = models.CharField(max_length=20, choices=RefundStatus.choices, blank=True)
@@ -216,6 +217,14 @@ class RefundEntryEvent(AppendOnlyModel):
     reason = models.TextField(blank=True, help_text="The provider's reason (e.g. a decline code), or why.")
     source = models.CharField(max_length=20, choices=Source.choices)
     event_ref = models.CharField(max_length=100, blank=True, help_text="The webhook event id, when from a webhook.")
+    recorded_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="The person who recorded this change (a manual payout); blank when a system did.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

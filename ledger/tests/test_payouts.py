@@ -176,12 +176,14 @@ def test_a_gift_card_refund_is_store_credit_with_no_provider_call(fake_stripe, m
     assert gift.balance == Decimal("35.00")
 
 
-def test_the_manual_gateway_records_the_refund_as_paid_by_hand(make_order, settings):
+def test_the_manual_gateway_waits_for_a_person_to_record_the_payout(make_order, settings):
+    # Finance pays by hand: the payout calls nobody and the entry stays pending (it counts) until a
+    # person records the payment (ledger_refund_record_paid; refundagent/tests/test_manual_payouts.py).
     settings.PAYMENT_GATEWAY = "manual"
     entry = issue(make_order("100.00"))
-    assert (entry.status, entry.gateway) == ("succeeded", "manual")
-    assert ledger_refund_payout(entry_id=entry.pk).status == "succeeded"
-    assert list(entry.events.values_list("to_status", flat=True)) == ["succeeded"]
+    assert (entry.status, entry.gateway) == ("pending", "manual")
+    assert ledger_refund_payout(entry_id=entry.pk).status == "pending"
+    assert list(entry.events.values_list("to_status", flat=True)) == ["pending"]
 
 
 def test_past_the_idempotency_window_the_refund_is_looked_up_before_one_is_made(fake_stripe, make_order):

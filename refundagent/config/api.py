@@ -19,6 +19,7 @@ from ninja.throttling import AuthRateThrottle
 from pydantic import ConfigDict, Field
 
 from approvals.api import router as approvals_router
+from ledger.api import refunds_router
 from ledger.api import router as ledger_router
 from ledger.exceptions import DomainError
 from ledger.tenancy import api_token_authenticate
@@ -255,5 +256,6 @@ def health_live(request):
 
 
 api.add_router("/orders", ledger_router)
+api.add_router("/refunds", refunds_router)
 api.add_router("/approvals", approvals_router)
 api.add_router("/tickets", tickets_router)

@@ -56,7 +56,10 @@ def health_report() -> tuple[int, dict]:
         lambda: _oldest(
             details,
             "approved_unexecuted",
-            ApprovalRequest.objects.filter(status=ApprovalRequest.Status.APPROVED),
+            # A refund waiting for finance to pay it by hand is a person's task, not a stuck worker.
+            ApprovalRequest.objects.filter(status=ApprovalRequest.Status.APPROVED).exclude(
+                ledger_entry__gateway="manual", ledger_entry__status="pending"
+            ),
             "decided_at",
             settings.HEALTH_APPROVED_UNEXECUTED_MAX_AGE,
         ),

@@ -433,3 +433,37 @@ if STRIPE_WEBHOOK_TOLERANCE_SECONDS <= 0:
     raise ImproperlyConfigured("STRIPE_WEBHOOK_TOLERANCE_SECONDS must be > 0")
 # Daily reconciliation looks this far back (overlapping days, so a late refund is not missed).
 RECONCILE_LOOKBACK_DAYS = envint("RECONCILE_LOOKBACK_DAYS", "3")
+
+# --- Email: the reply support sends to the customer (refundagent.emails; docs/configuration.md) --
+# Django's own settings. EMAIL_HOST set: SMTP. EMAIL_BACKEND set: that backend (e.g. anymail's
+# "anymail.backends.postmark.EmailBackend", configured by ANYMAIL_* variables). Neither: the
+# embedded default writes each message as a file under EMAIL_FILE_PATH (git-ignored), so the
+# demo shows what it sent.
+EMAIL_HOST = os.getenv("EMAIL_HOST", "")
+EMAIL_PORT = envint("EMAIL_PORT", "25")
+EMAIL_HOST_USER = os.getenv("EMAIL_HOST_USER", "")
+EMAIL_HOST_PASSWORD = os.getenv("EMAIL_HOST_PASSWORD", "")
+EMAIL_USE_TLS = envbool("EMAIL_USE_TLS", "0")
+EMAIL_USE_SSL = envbool("EMAIL_USE_SSL", "0")
+if EMAIL_USE_TLS and EMAIL_USE_SSL:
+    raise ImproperlyConfigured("EMAIL_USE_TLS and EMAIL_USE_SSL are mutually exclusive")
+EMAIL_TIMEOUT = envint("EMAIL_TIMEOUT", "10")
+DEFAULT_FROM_EMAIL = os.getenv("DEFAULT_FROM_EMAIL", "refunds@localhost")
+EMAIL_FILE_PATH = os.getenv("EMAIL_FILE_PATH", str(BASE_DIR / "var" / "sent-email"))
+EMAIL_BACKEND = os.getenv("EMAIL_BACKEND", "") or (
+    "django.core.mail.backends.smtp.EmailBackend" if EMAIL_HOST else "django.core.mail.backends.filebased.EmailBackend"
+)
+# anymail reads its ESP's credentials from this dict: ANYMAIL_POSTMARK_SERVER_TOKEN=... in the
+# environment becomes ANYMAIL["POSTMARK_SERVER_TOKEN"].
+ANYMAIL = {name.removeprefix("ANYMAIL_"): value for name, value in os.environ.items() if name.startswith("ANYMAIL_")}
+# The domain of each reply's stable Message-ID (<ticket-42-refunded.acme@DOMAIN>).
+EMAIL_MESSAGE_ID_DOMAIN = os.getenv("EMAIL_MESSAGE_ID_DOMAIN", "refundagent.localhost")
+# Delivery attempts of one reply (then it is `failed`, shown on the ticket and the dashboard),
+# and the first wait between two (doubled each time, capped at EMAIL_RETRY_MAX_SECONDS).
+EMAIL_MAX_ATTEMPTS = envint("EMAIL_MAX_ATTEMPTS", "5")
+EMAIL_RETRY_SECONDS = envint("EMAIL_RETRY_SECONDS", "30")
+EMAIL_RETRY_MAX_SECONDS = envint("EMAIL_RETRY_MAX_SECONDS", "900")
+if EMAIL_MAX_ATTEMPTS < 1 or EMAIL_RETRY_SECONDS < 0 or EMAIL_RETRY_MAX_SECONDS < EMAIL_RETRY_SECONDS:
+    raise ImproperlyConfigured(
+        "EMAIL_MAX_ATTEMPTS must be >= 1 and 0 <= EMAIL_RETRY_SECONDS <= EMAIL_RETRY_MAX_SECONDS"
+    )

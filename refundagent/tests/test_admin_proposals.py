@@ -14,6 +14,7 @@ from approvals.models import ApprovalRequest, ApprovalVote
 from ledger.models import Customer, PaymentMethod, RefundEntry, Tenant
 from refundagent.forms import ProposalForm
 from refundagent.models import Ticket, TraceEvent
+from tests.factories import manual_payout_record
 
 pytestmark = pytest.mark.django_db
 
@@ -133,7 +134,9 @@ def test_an_exception_proposed_in_the_admin_needs_two_finance_approvers_never_th
         if approver == "finance":
             # then one approval leaves it pending
             assert request.status == "pending" and request.votes.count() == 1
-    # then it is executed once, the ticket refunded, and the reply states the refunded amount
+    # then it is written once, and once finance records the payout made by hand (the manual gateway),
+    # executed, the ticket refunded, and the reply states the refunded amount
+    request = manual_payout_record(request)
     assert request.status == "executed"
     assert RefundEntry.objects.filter(order=escalated.order).count() == 1
     escalated.refresh_from_db()

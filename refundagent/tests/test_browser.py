@@ -1,6 +1,6 @@
 """`issues show 4`, in a real browser: support files a ticket, the agent stops at
-approval_required, finance approves in the admin review queue, the ticket shows `refunded`
-and the ledger entry. Playwright drives Debian's chromium against the live server; tasks run
+approval_required, finance approves in the admin review queue and records the payout made by
+hand, the ticket shows `refunded` and the ledger entry. Playwright drives Debian's chromium against the live server; tasks run
 eagerly, so the agent run and the refund execution happen in-process.
 
 Screenshots go to artifacts/browser/.
@@ -213,6 +213,14 @@ def approve_in_admin(page, base, ticket):
     page.wait_for_url(f"**/admin/approvals/approvalrequest/{request.pk}/change/")
     expect(page.locator(".messagelist")).to_contain_text("approve recorded")
     shot(page, "admin-approved.png", full_page=False)
+    # the manual gateway: approved and written, not paid; finance pays by hand and records it here
+    page.reload()  # the execution ran as the decision committed; the page shows what it wrote
+    payout = page.locator("#ra-record-payout")
+    expect(payout).to_contain_text("Approved, not paid yet", timeout=30_000)
+    payout.get_by_label("Payout reference").fill("BANK-TRF-2026-0001")
+    payout.get_by_role("button", name="Record payout").click()
+    page.wait_for_url(f"**/admin/approvals/approvalrequest/{request.pk}/change/")
+    expect(page.locator(".messagelist")).to_contain_text("recorded as paid by hand")
     request.refresh_from_db()
     assert request.status == ApprovalRequest.Status.EXECUTED
     page.locator("#logout-form [type=submit]").click()

@@ -19,7 +19,7 @@ from refundagent.agent.providers.scripted import ScriptedProvider
 from refundagent.agent.tools import LIST_CUSTOMER_ORDERS, capabilities_load, customer_orders_list, tool_manifest
 from refundagent.models import RefundDraft, Ticket, TraceEvent
 from refundagent.services import ticket_create
-from tests.factories import refund_draft_args
+from tests.factories import manual_payout_record, refund_draft_args
 
 POLICY = "refund-policy-v4"
 REPLY = (
@@ -218,7 +218,7 @@ def test_a_model_that_lists_picks_and_drafts_with_items_gets_exactly_the_items_p
             request_id=approval.pk, user=user("acme-finance"), decision="approve", args_hash=approval.args_hash
         )
     approval_execute(request_id=approval.pk)
-    approval.refresh_from_db()
+    approval = manual_payout_record(approval)  # the manual gateway: finance paid by hand
     assert RefundEntry.objects.count() == entries_before + 1
     assert approval.status == ApprovalRequest.Status.EXECUTED
     entry = RefundEntry.objects.get(pk=approval.ledger_entry_id)

@@ -8,7 +8,9 @@ from django.contrib.auth import get_user_model
 from django.core.management import call_command
 
 
-def test_the_demo_ends_with_a_passed_release_gate_that_evals_shows(transactional_db, client):
+def test_the_demo_ends_with_a_passed_release_gate_that_evals_shows(transactional_db, client, settings, tmp_path):
+    settings.EMAIL_BACKEND = "django.core.mail.backends.filebased.EmailBackend"
+    settings.EMAIL_FILE_PATH = str(tmp_path / "sent-email")
     # when the demo runs
     out = StringIO()
     call_command("demo", stdout=out)
@@ -18,13 +20,14 @@ def test_the_demo_ends_with_a_passed_release_gate_that_evals_shows(transactional
         "1. Database",
         "2. Demo data",
         "4. Finance approves",
-        "5. The ledger",
-        "6. The release gate",
+        "5. Support sends the replies",
+        "6. The ledger",
+        "7. The release gate",
         "ORD-5001: refunded, ORD-5002: escalated",
     ):
         assert step in text, step
     # and it ends with who can sign in, with which roles, and which pages to open
-    after = text.split("7. Sign in and look", 1)[1]
+    after = text.split("8. Sign in and look", 1)[1]
     for user_line in (
         "acme-support: support",
         "acme-finance: finance",
@@ -37,6 +40,14 @@ def test_the_demo_ends_with_a_passed_release_gate_that_evals_shows(transactional
     for page_line in ("/tickets/", "/queue/", "/admin/approvals/approvalrequest/", "/evals/operations/", "/api/docs"):
         assert page_line in after, page_line
     assert ".venv/bin/python manage.py runserver" in after
+    # and the ORD-5001 refund waited for finance's payout by hand, recorded as a person would, before
+    # its reply was written to the project's mail folder, once, without payment data
+    assert "recorded the payout (reference DEMO-TRF-" in text
+    written = next(line for line in text.splitlines() if "email written to" in line)  # ORD-5001's, filed first
+    path = written.split("email written to ", 1)[1].strip()
+    email = open(path).read()
+    assert "Subject: Your refund request for order ORD-5001" in email and "Message-ID: <ticket-" in email
+    assert "we have refunded 120.00 usd" in email.lower() and "4242" not in email
     gate_line = next(line for line in text.splitlines() if "eval run #" in line)
     assert "gate passed" in gate_line and "pass rate 1.0" in gate_line, gate_line
     run_id = gate_line.split("eval run #", 1)[1].split(":", 1)[0]

@@ -20,6 +20,16 @@ def wait_for_status(ticket_id, *statuses, timeout=90.0):
     return Ticket.objects.filter(pk=ticket_id).values_list("status", flat=True).first()
 
 
+def wait_for_entry(order, approval_id, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        entry = RefundEntry.objects.filter(order__external_id=order, approval_ref=approval_id).first()
+        if entry is not None:
+            return {"refund_id": entry.pk, "status": entry.status}
+        time.sleep(0.3)
+    raise AssertionError(f"no ledger entry for approval {approval_id}")
+
+
 @pytest.mark.worker
 @pytest.mark.django_db(transaction=True)
 def test_file_over_the_api_approve_over_the_api_refunded_by_the_worker(celery_worker_process, api_client):
@@ -56,14 +66,35 @@ def test_file_over_the_api_approve_over_the_api_refunded_by_the_worker(celery_wo
     )
     assert decided.status_code == 200, decided.content
 
-    # then the worker executes and the evaluator verifies
+    # then the worker writes the refund; it waits for finance to pay it by hand (the manual gateway)
+    assert wait_for_status(ticket_id, "approved", "failed") == "approved"
+    written = wait_for_entry("ORD-5001", str(approval["id"]))
+    assert (
+        written["status"] == "pending"
+        and "refunded" not in support.get(f"/api/tickets/{ticket_id}").json()["customer_reply"]
+    )
+    # and support may not send a reply that the refund was paid yet
+    early = support.post(f"/api/tickets/{ticket_id}/reply", {}, content_type="application/json")
+    assert early.status_code == 409 and early.json()["code"] == "outcome_not_final"
+    # when finance records the payout over the API
+    paid = finance.post(
+        f"/api/refunds/{written['refund_id']}/paid", {"reference": "TRF-E2E-1"}, content_type="application/json"
+    )
+    assert paid.status_code == 200, paid.content
+
+    # then the worker verifies it and the ticket is refunded
     assert wait_for_status(ticket_id, "refunded", "failed") == "refunded"
     ledger = support.get("/api/orders/ORD-5001/ledger").json()
     approved = [e for e in ledger["entries"] if e["approval"] == str(approval["id"])]
     assert [(e["amount"], e["idempotency_key"]) for e in approved] == [("120.00", approval["idempotency_key"])]
     assert ledger["refunded_total"] == "120.00"
     spans = [(e["span"], e["decision"]) for e in support.get(f"/api/tickets/{ticket_id}/trace").json()["events"]]
-    assert spans[-3:] == [("approval", "approve"), ("ledger", "refund_issued"), ("verify", "verified")]
+    assert spans[-4:] == [
+        ("approval", "approve"),
+        ("ledger", "refund_issued"),
+        ("ledger", "payout_recorded"),
+        ("verify", "verified"),
+    ]
     # and a second approval click changes nothing
     again = finance.post(
         f"/api/approvals/{approval['id']}/decision",

@@ -26,6 +26,7 @@ from refundagent.models import Ticket
 from refundagent.sweep import outbox_sweep, outbox_sweep_task
 from refundagent.tests.payments_support import approve, ticket_awaiting_approval
 from refundagent.tests.test_receivers import decide, spans, ticket_with_request
+from tests.factories import manual_payout_record
 
 pytestmark = pytest.mark.django_db
 
@@ -96,6 +97,9 @@ def test_the_verified_follow_up_fails_once_and_the_sweep_makes_the_ticket_refund
             {"decision": "approve", "args_hash": request.args_hash},
             content_type="application/json",
         )
+    # and finance records the payout they made by hand (the manual gateway), which verifies it
+    with caplog.at_level(logging.ERROR), django_capture_on_commit_callbacks(execute=True):
+        manual_payout_record(request)
     # then the decision and the money stand: 200, written once, verified
     assert response.status_code == 200, response.content
     request.refresh_from_db()
@@ -129,7 +133,12 @@ def test_the_verified_follow_up_fails_once_and_the_sweep_makes_the_ticket_refund
     # then the ticket caught up with its money, without a person, and the trace says so once
     ticket.refresh_from_db()
     assert ticket.status == Ticket.Status.REFUNDED and "verified by the evaluator" in ticket.stop_detail
-    assert spans(ticket) == [("approval", "approve"), ("ledger", "refund_issued"), ("verify", "verified")]
+    assert spans(ticket) == [
+        ("approval", "approve"),
+        ("ledger", "refund_issued"),
+        ("ledger", "payout_recorded"),
+        ("verify", "verified"),
+    ]
     assert followups(request) == [("refund_verified", 2, True)]
     # and nothing moved twice; later sweeps find nothing to do
     assert RefundEntry.objects.filter(order=ticket.order).count() == 1
@@ -146,9 +155,12 @@ def test_the_approved_follow_up_fails_once_and_the_later_events_wait_for_it(
     # given a ticket waiting for finance, and its follow-up of the approval failing once
     ticket, request = ticket_with_request(user)
     fault = Fault(monkeypatch, "ticket_follow_approved")
-    # when finance approves, and the execution writes and verifies the refund
+    # when finance approves, the execution writes the refund, finance records the payout made by hand
+    # (the manual gateway) and the execution verifies it
     with django_capture_on_commit_callbacks(execute=True):
         decide(user, request)
+    with django_capture_on_commit_callbacks(execute=True):
+        manual_payout_record(request)
     # then the money moved and the request is executed
     request.refresh_from_db()
     assert request.status == ApprovalRequest.Status.EXECUTED
@@ -160,18 +172,25 @@ def test_the_approved_follow_up_fails_once_and_the_later_events_wait_for_it(
     assert followups(request) == [
         ("approval_approved", 1, False),
         ("refund_executed", 0, False),
+        ("refund_executed", 0, False),  # the execution again, after the payout was recorded
         ("refund_verified", 0, False),
     ]
 
     # when the sweep runs after the backoff
     with at(timezone.now() + timedelta(seconds=61)):
-        assert outbox_sweep()["approval_followups"] == 3
-    # then the ticket took the three in order and is refunded
+        assert outbox_sweep()["approval_followups"] == 4
+    # then the ticket took the four in order and is refunded
     ticket.refresh_from_db()
     assert ticket.status == Ticket.Status.REFUNDED
-    assert spans(ticket) == [("approval", "approve"), ("ledger", "refund_issued"), ("verify", "verified")]
+    assert spans(ticket) == [
+        ("approval", "approve"),
+        ("ledger", "refund_issued"),
+        ("ledger", "payout_recorded"),
+        ("verify", "verified"),
+    ]
     assert followups(request) == [
         ("approval_approved", 2, True),
+        ("refund_executed", 1, True),
         ("refund_executed", 1, True),
         ("refund_verified", 1, True),
     ]
@@ -268,6 +287,8 @@ def test_a_follow_up_that_keeps_failing_stays_visible_and_is_tried_once_per_back
     fault = Fault(monkeypatch, "ticket_follow_verified", times=10**6)
     with django_capture_on_commit_callbacks(execute=True):
         decide(user, request)
+    with django_capture_on_commit_callbacks(execute=True):
+        manual_payout_record(request)  # the manual gateway: finance paid by hand
     start = timezone.now()
     # when beat sweeps every minute for six hours
     tried_at = []
@@ -330,8 +351,12 @@ def test_a_kept_event_waits_only_for_its_own_ticket(user, monkeypatch, django_ca
     second, second_request = ticket_with_request(user, order="ORD-5003")
     with django_capture_on_commit_callbacks(execute=True):
         decide(user, second_request)
+    for request in (first_request, second_request):  # the manual gateway: finance paid both by hand
+        with django_capture_on_commit_callbacks(execute=True):
+            manual_payout_record(request)
     # then that ticket follows at once; only the first waits
     second.refresh_from_db()
     first.refresh_from_db()
     assert second.status == Ticket.Status.REFUNDED and followups(second) == []
-    assert first.status == Ticket.Status.APPROVAL_REQUIRED and len(followups(first)) == 3
+    # (its approval, execution, the execution after the payout was recorded, and the verdict)
+    assert first.status == Ticket.Status.APPROVAL_REQUIRED and len(followups(first)) == 4

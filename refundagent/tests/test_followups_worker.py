@@ -13,6 +13,7 @@ from ledger.models import RefundEntry
 from refundagent.models import Ticket
 from refundagent.sweep import outbox_sweep_task
 from refundagent.tests.test_receivers import decide, spans, ticket_with_request
+from tests.factories import manual_payout_record_when_written
 
 # The fault injection lives with the tests (refundagent/tests/faults/sitecustomize.py), loaded
 # into the worker through PYTHONPATH: the product has no fault hook.
@@ -47,6 +48,8 @@ def test_a_worker_whose_verified_follow_up_fails_once_refunds_the_ticket_at_the_
     ticket, request = ticket_with_request(user)
     # when finance approves (the execution goes to Redis on commit; the worker runs it)
     decide(user, request)
+    # and finance records the payout made by hand (the manual gateway) once the refund is written
+    assert manual_payout_record_when_written(request) is not None
     # then the money moved and was verified, and the ticket's follow-up of the verdict is kept
     kept = ApprovalFollowUp.objects.filter(request=request, event="refund_verified")
     assert wait_for(kept.exists), f"nothing kept; ticket {Ticket.objects.get(pk=ticket.pk).status}"
@@ -61,6 +64,11 @@ def test_a_worker_whose_verified_follow_up_fails_once_refunds_the_ticket_at_the_
     outbox_sweep_task.delay()
     # then the ticket is refunded, the trace says so once, and there is one ledger entry
     assert wait_for(lambda: Ticket.objects.get(pk=ticket.pk).status == Ticket.Status.REFUNDED), spans(ticket)
-    assert spans(ticket) == [("approval", "approve"), ("ledger", "refund_issued"), ("verify", "verified")]
+    assert spans(ticket) == [
+        ("approval", "approve"),
+        ("ledger", "refund_issued"),
+        ("ledger", "payout_recorded"),
+        ("verify", "verified"),
+    ]
     assert kept.get().delivered_at is not None and kept.get().attempts == 2
     assert RefundEntry.objects.filter(order=ticket.order).count() == 1

@@ -18,6 +18,7 @@ from refundagent.models import AgentRun, Ticket
 from refundagent.sweep import agent_runs_lease_expired_sweep, outbox_sweep, outbox_sweep_task, tickets_queued_sweep
 from refundagent.tasks import agent_run_ticket_task
 from refundagent.tests.payments_support import ticket_awaiting_approval
+from tests.factories import manual_payout_record
 
 pytestmark = pytest.mark.django_db
 
@@ -70,8 +71,9 @@ def test_an_approval_answers_200_when_the_broker_is_down_and_the_sweep_executes_
     # and the first sweep after the grace executes it
     with later(61):
         assert outbox_sweep()["approval_executions"] == 1
-    # then exactly once, verified, and the ticket refunded; further sweeps find nothing to do
-    request.refresh_from_db()
+    # then exactly once, and (once finance records the payout made by hand: the manual gateway)
+    # verified, and the ticket refunded; further sweeps find nothing to do
+    request = manual_payout_record(request)
     assert request.status == ApprovalRequest.Status.EXECUTED and request.dispatch_error == ""
     assert RefundEntry.objects.filter(idempotency_key=request.idempotency_key).count() == 1
     ticket.refresh_from_db()

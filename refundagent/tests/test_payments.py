@@ -15,6 +15,7 @@ from approvals.payouts import approval_request_payment_retry
 from ledger.exceptions import PaymentProviderUnavailable
 from ledger.models import ReconciliationFinding, RefundEntry
 from ledger.selectors import order_refund_position
+from ledger.services import ledger_refund_record_paid
 from refundagent.models import Ticket
 from refundagent.sweep import outbox_sweep
 from refundagent.tests.payments_support import approve, ticket_awaiting_approval
@@ -158,12 +159,23 @@ def test_a_refused_payout_goes_back_to_finance_and_a_new_approval_pays_it(
     assert order_refund_position(shop["order"]).refundable == Decimal("0.00")
 
 
-def test_without_a_gateway_the_refund_is_recorded_as_paid_by_hand(shop, approved_ticket, settings):
-    # given PAYMENT_GATEWAY unset (manual)
+def test_without_a_gateway_the_refund_waits_until_a_person_records_the_payout(
+    shop, approved_ticket, settings, django_capture_on_commit_callbacks
+):
+    # given PAYMENT_GATEWAY unset (manual): finance pays by hand, so approval alone pays nothing
     settings.PAYMENT_GATEWAY = "manual"
     ticket, request = approved_ticket("30.00")
     entry = RefundEntry.objects.get(order=shop["order"])
-    assert (entry.gateway, entry.status) == ("manual", "succeeded")
+    assert (entry.gateway, entry.status) == ("manual", "pending")
+    assert request.status == ApprovalRequest.Status.APPROVED and ticket.status == Ticket.Status.APPROVED
+    # when finance records the payout they made, then the refund is paid and the ticket refunded
+    with django_capture_on_commit_callbacks(execute=True):
+        ledger_refund_record_paid(entry_id=entry.pk, tenant=entry.tenant, reference="BANK-TRF-1", user=shop["finance"])
+    approval_execute(request_id=request.pk)
+    entry.refresh_from_db()
+    ticket.refresh_from_db()
+    request.refresh_from_db()
+    assert (entry.status, entry.provider_ref) == ("succeeded", "BANK-TRF-1")
     assert request.status == ApprovalRequest.Status.EXECUTED and ticket.status == Ticket.Status.REFUNDED
 
 

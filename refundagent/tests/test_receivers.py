@@ -21,6 +21,7 @@ from refundagent.agent.prompts import facts_from_messages
 from refundagent.exceptions import TicketStateConflict
 from refundagent.models import Ticket
 from refundagent.services import ticket_close, ticket_create, ticket_escalate
+from tests.factories import manual_payout_record
 
 pytestmark = pytest.mark.django_db
 
@@ -82,12 +83,22 @@ def test_approved_executed_verified_ticket_is_refunded(user, api_client, django_
             content_type="application/json",
         )
     assert response.status_code == 200
+    # (approved and written; the manual gateway waits for finance to record the payout made by hand)
+    ticket.refresh_from_db()
+    assert ticket.status == Ticket.Status.APPROVED
+    with django_capture_on_commit_callbacks(execute=True):
+        manual_payout_record(request)
     # then one ledger entry of exactly 120.00, the ticket refunded, and the evaluator's verdict in the trace
     assert RefundEntry.objects.filter(order=ticket.order, source="approval").count() == 1
     assert RefundEntry.objects.get(idempotency_key=request.idempotency_key).amount == Decimal("120.00")
     ticket.refresh_from_db()
     assert ticket.status == Ticket.Status.REFUNDED
-    assert spans(ticket) == [("approval", "approve"), ("ledger", "refund_issued"), ("verify", "verified")]
+    assert spans(ticket) == [
+        ("approval", "approve"),
+        ("ledger", "refund_issued"),
+        ("ledger", "payout_recorded"),
+        ("verify", "verified"),
+    ]
     verify = ticket.trace_events.get(span="verify")
     assert verify.status == "ok" and verify.data["verdict"]["ok"] is True
     assert {c["name"] for c in verify.data["verdict"]["checks"]} >= {"one_entry_under_key", "amount_exact"}
@@ -109,10 +120,12 @@ def test_through_the_agent_file_approve_refund(user, django_capture_on_commit_ca
     # when finance approves
     with django_capture_on_commit_callbacks(execute=True):
         decide(user, request)
+    with django_capture_on_commit_callbacks(execute=True):
+        manual_payout_record(request)  # the manual gateway: finance paid by hand
     # then refunded, with the approval, ledger and verify events after the agent's
     ticket.refresh_from_db()
     assert ticket.status == Ticket.Status.REFUNDED
-    assert [s for s, _ in spans(ticket)][-3:] == ["approval", "ledger", "verify"]
+    assert [s for s, _ in spans(ticket)][-4:] == ["approval", "ledger", "ledger", "verify"]
 
 
 def test_first_of_two_approvals_keeps_the_ticket_waiting(user, django_capture_on_commit_callbacks):
@@ -124,9 +137,16 @@ def test_first_of_two_approvals_keeps_the_ticket_waiting(user, django_capture_on
     assert spans(ticket) == [("approval", "approve_vote")]
     with django_capture_on_commit_callbacks(execute=True):
         decide(user, request, username="acme-finance2")
+    with django_capture_on_commit_callbacks(execute=True):
+        manual_payout_record(request)  # the manual gateway: finance paid by hand
     ticket.refresh_from_db()
     assert ticket.status == Ticket.Status.REFUNDED
-    assert spans(ticket)[1:] == [("approval", "approve"), ("ledger", "refund_issued"), ("verify", "verified")]
+    assert spans(ticket)[1:] == [
+        ("approval", "approve"),
+        ("ledger", "refund_issued"),
+        ("ledger", "payout_recorded"),
+        ("verify", "verified"),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -281,6 +301,8 @@ def test_failed_verification_fails_the_ticket_with_the_evidence(user, django_cap
     ticket, request = ticket_with_request(user)
     with django_capture_on_commit_callbacks(execute=True):
         decide(user, request)
+    with django_capture_on_commit_callbacks(execute=True):
+        manual_payout_record(request)  # the manual gateway: finance paid by hand
     # when the ledger entry is corrected behind the approval's back and the evaluator runs again
     entry = RefundEntry.objects.get(idempotency_key=request.idempotency_key)
     ledger_refund_correct(entry=entry, new_amount="10.00", reason="operator error")

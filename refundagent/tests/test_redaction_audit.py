@@ -16,6 +16,7 @@ from refundagent.agent.providers.scripted import ScriptedProvider
 from refundagent.models import TraceEvent
 from refundagent.redaction import redact, redact_text
 from refundagent.services import ticket_create
+from tests.factories import manual_payout_record
 
 pytestmark = pytest.mark.django_db
 
@@ -89,6 +90,8 @@ def test_a_name_made_of_decision_words_does_not_blank_the_audit_trail(
     request = ApprovalRequest.objects.get(ticket_ref=ticket.pk)
     with django_capture_on_commit_callbacks(execute=True):
         approval_request_decide(request_id=request.pk, user=finance, decision="approve", args_hash=request.args_hash)
+    with django_capture_on_commit_callbacks(execute=True):
+        manual_payout_record(request)  # the manual gateway: finance paid by hand, then it is verified
 
     # then the policy and approval events keep amount, currency, version and decision intact
     events = stored_events(ticket)

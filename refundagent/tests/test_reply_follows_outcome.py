@@ -17,6 +17,7 @@ from refundagent.labels import label, when
 from refundagent.models import AgentRun, RefundDraft, Ticket
 from refundagent.services import ticket_create, ticket_escalate
 from refundagent.ticket_state import ticket_transition
+from tests.factories import manual_payout_record
 
 pytestmark = pytest.mark.django_db
 
@@ -205,6 +206,12 @@ def test_after_request_changes_the_redraft_keeps_the_new_amount_in_the_reply_thr
         approval_request_decide(
             request_id=second.pk, user=people["finance"], decision="approve", args_hash=second.args_hash
         )
+    # (approved, not paid yet: the manual gateway waits for finance to record the payout by hand)
+    ticket.refresh_from_db()
+    assert ticket.status == "approved" and "being processed" in ticket.customer_reply
+    assert "100.00 USD" in ticket.customer_reply and "refunded" not in ticket.customer_reply
+    with django_capture_on_commit_callbacks(execute=True):
+        manual_payout_record(second)
     # then the ticket is refunded, with no stop reason, and the reply states the 100.00 the ledger holds
     ticket.refresh_from_db()
     assert (ticket.status, ticket.stop_reason) == ("refunded", None), ticket.stop_detail

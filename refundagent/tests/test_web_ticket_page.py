@@ -14,6 +14,7 @@ from refundagent.models import AgentRun, RefundDraft, Ticket
 from refundagent.services import ticket_create
 from refundagent.ticket_state import ticket_transition
 from refundagent.tracing import trace_record
+from tests.factories import manual_payout_record
 
 
 @pytest.fixture
@@ -119,7 +120,8 @@ def test_ticket_page_shows_draft_reply_approval_and_ledger(login, ticket):
     assert "refund-policy-v4" in html
     assert 'id="reply-text"' in html and "we are reviewing your request" in html
     assert "passed to our team for review" in html  # the ticket's reply for its current outcome
-    assert "Nothing is sent by refundagent" in html
+    # not sendable while finance decides: the product sends it only once the outcome is final
+    assert "It can be sent once the outcome is final" in html and 'id="reply-form"' not in html
     assert 'id="approval-status" data-status="pending" title="pending">Waiting for approval<' in html
     assert "0 of 1" in html
     assert response.context["approval"]["id"] == request.pk
@@ -136,6 +138,7 @@ def test_ticket_page_after_finance_approves_shows_refunded_and_the_ledger_entry(
         approval_request_decide(
             request_id=request.pk, user=user("acme-finance"), decision="approve", args_hash=request.args_hash
         )
+    manual_payout_record(request)  # the manual gateway: refunded once finance records the payout
 
     response = login("acme-support").get(reverse("ticket", args=[ticket.pk]))
 

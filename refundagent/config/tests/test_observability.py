@@ -122,9 +122,10 @@ def test_the_json_log_line_of_an_approval_carries_request_tenant_ticket_and_trac
     [decide] = _one(spans.get_finished_spans(), "refund.approval.decide")
     assert line["trace_id"] == format_trace_id(decide.context.trace_id)
     assert decide.attributes["refund.ticket.trace_id"] == ticket.trace_id.hex
-    # and the execution and its verification log their line too (eager: in the same request)
+    # and the execution logs its line too (eager: in the same request); the verification waits for
+    # finance to record the payout made by hand (the manual gateway)
     events = [entry["event"] for entry in json_log() if "event" in entry]
-    assert events == ["approval.decided", "refund.executed", "refund.verified"]
+    assert events == ["approval.decided", "refund.executed"]
     # and the ledger write is a span of its own, in the ticket's trace: one trace from the filing
     # request to the ledger write, linked to finance's decision request
     found = spans.get_finished_spans()

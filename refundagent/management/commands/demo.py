@@ -1,11 +1,13 @@
 """The main job end to end: migrate, seed, file the in-window and out-of-window tickets, run
-the agent, approve as finance, execute, verify, print the ledger, and run the release gate once
-(so the operators' page /evals/ has a run to show)."""
+the agent, approve as finance, execute, record the payout finance made by hand (the manual
+gateway), verify, send the customer replies (and print where the email was written), print the
+ledger, and run the release gate once (so the operators' page /evals/ has a run to show)."""
 
 import logging
 import re
 import time
 from io import StringIO
+from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
@@ -14,12 +16,16 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
 from approvals.decisions import approval_request_decide
+from approvals.execution import approval_execute
 from approvals.models import ApprovalRequest
 from ledger.api import order_ledger_serialize
 from ledger.exceptions import DomainError
+from ledger.models import RefundEntry, RefundStatus
 from ledger.selectors import order_get
+from ledger.services import ledger_refund_record_paid
 from refundagent.demo import DEMO_USERS, demo_seed
-from refundagent.models import Ticket
+from refundagent.emails import ticket_reply_send
+from refundagent.models import Ticket, TicketReply
 from refundagent.services import ticket_create
 
 # What to open after the demo (docs/ui.md): the path and who it is for.
@@ -106,11 +112,40 @@ class Command(BaseCommand):
             )
             request.refresh_from_db()
             ticket.refresh_from_db()
+            entry = request.ledger_entry
+            self.say(
+                f"ledger entry #{request.ledger_entry_id}: {entry.status if entry else '-'} "
+                f"({entry.gateway if entry else '-'}); ticket #{ticket.pk} is now {ticket.status}"
+            )
+            if entry is not None and entry.gateway == "manual" and entry.status == RefundStatus.PENDING:
+                # The manual gateway: finance pays by hand, then records it, as a person would in the
+                # admin's review page or with POST /api/refunds/{id}/paid.
+                reference = f"DEMO-TRF-{entry.pk:05d}"
+                ledger_refund_record_paid(entry_id=entry.pk, tenant=entry.tenant, reference=reference, user=finance)
+                approval_execute(request_id=request.pk)  # what the worker does next; a repeat changes nothing
+                request.refresh_from_db()
+                ticket.refresh_from_db()
+                self.say(
+                    f"acme-finance paid it by hand and recorded the payout (reference {reference}): entry "
+                    f"{RefundEntry.objects.get(pk=entry.pk).status}"
+                )
             verdict = (request.verification or {}).get("ok")
-            self.say(f"executed: ledger entry #{request.ledger_entry_id}; evaluator verdict ok={verdict}")
-            self.say(f"ticket #{ticket.pk} is now {ticket.status}")
+            self.say(f"evaluator verdict ok={verdict}; ticket #{ticket.pk} is now {ticket.status}")
 
-        self.step("5. The ledger")
+        self.step("5. Support sends the replies (once the outcome is true)")
+        for ticket in tickets:
+            ticket.refresh_from_db()
+            try:
+                reply, _ = ticket_reply_send(ticket_id=ticket.pk, user=support)
+            except DomainError as exc:
+                self.say(f"ticket #{ticket.pk} ({ticket.status}): not sent: {exc.message}")
+                continue
+            reply = TicketReply.objects.get(pk=reply.pk)
+            self.say(f"ticket #{ticket.pk} ({reply.outcome}): reply to {reply.to} {reply.status}")
+            self.say(f"   {reply.text[:160]}")
+            self.say(f"   {self.email_written(reply)}")
+
+        self.step("6. The ledger")
         tenant = support.membership.tenant
         for order in ("ORD-5001", "ORD-5002"):
             ledger = order_ledger_serialize(order_get(tenant=tenant, external_id=order))
@@ -140,8 +175,8 @@ class Command(BaseCommand):
             raise SystemExit(1)
 
     def sign_in_and_look(self):
-        """7. Who can sign in (password `demo`, or $DEMO_PASSWORD) and the pages to open."""
-        self.step("7. Sign in and look: .venv/bin/python manage.py runserver, then http://127.0.0.1:8000")
+        """8. Who can sign in (password `demo`, or $DEMO_PASSWORD) and the pages to open."""
+        self.step("8. Sign in and look: .venv/bin/python manage.py runserver, then http://127.0.0.1:8000")
         self.say("users (password: the demo password, 'demo' unless DEMO_PASSWORD is set):")
         for tenant, users in DEMO_USERS.items():
             for username, roles in users:
@@ -152,9 +187,9 @@ class Command(BaseCommand):
             self.say(f"   {path:<36} {what}")
 
     def release_gate(self) -> bool:
-        """6. The release gate, once: the release_gate suite with the offline provider, through
+        """7. The release gate, once: the release_gate suite with the offline provider, through
         the evals' own command (named, not imported: evals sits above this app)."""
-        self.step("6. The release gate (release_gate suite, offline provider)")
+        self.step("7. The release gate (release_gate suite, offline provider)")
         out, err = StringIO(), StringIO()
         started = time.monotonic()
         # Each case approves and executes in its own sandbox: its money log lines are the cases',
@@ -181,6 +216,18 @@ class Command(BaseCommand):
             if line.startswith("gate:"):
                 self.say("   " + line)
         return passed
+
+    def email_written(self, reply: TicketReply) -> str:
+        """Where the message went: the file the embedded default wrote, or the configured backend."""
+        if reply.status != TicketReply.Status.SENT:
+            return f"delivery {reply.status} by the worker ({settings.EMAIL_BACKEND})"
+        if settings.EMAIL_BACKEND.endswith("filebased.EmailBackend"):
+            folder = Path(settings.EMAIL_FILE_PATH)
+            written = [path for path in folder.glob("*.log") if reply.message_id in path.read_text(errors="replace")]
+            if written:
+                return f"email written to {max(written, key=lambda path: path.stat().st_mtime)}"
+            return f"email written under {folder}"
+        return f"email sent through {settings.EMAIL_BACKEND} (Message-ID {reply.message_id})"
 
     def show_ticket(self, ticket: Ticket):
         self.say(
