@@ -26,6 +26,11 @@ class Outcome:
     DENIED = "denied"
 
 
+# The only facts that end a ticket denied: the gate derives them from the ledger itself, so no
+# model output can bring them about. Anything else that would refuse goes to a person.
+DENYING_FACTS = frozenset({"fully_refunded", "items_already_refunded"})
+
+
 @dataclass(frozen=True)
 class Proposal:
     """What the model drafted (refunds.create_draft), already schema-validated."""
@@ -36,6 +41,9 @@ class Proposal:
     customer_reply: str = ""
     # 'original' or 'gift_card'; None: the model did not say (the ticket's choice stands).
     destination: str | None = None
+    # The item ids the draft names (None: the whole scope the ticket was filed for). They narrow
+    # a whole-order ticket only where the policy's item rules say what its whole-order rules say.
+    items: list[str] | None = None
 
 
 @dataclass
@@ -139,7 +147,10 @@ def policy_gate_evaluate(
     `original_method`: the order's original payment method, when the caller read it with the
     policy (`decision_facts`); else it is read here."""
     position = order_refund_position(order)
-    item_ids = list(item_ids or [])
+    filed_items = list(item_ids or [])
+    # The ticket's scope is the filer's; the draft's items narrow a whole-order ticket only.
+    narrowed = not filed_items and bool(proposal.items)
+    item_ids = list(proposal.items) if narrowed else filed_items
     destination, method = refund_destination_of(order=order, refund_to=refund_to, original=original_method)
     verdict = GateVerdict(
         outcome=Outcome.APPROVAL_REQUIRED,
@@ -184,9 +195,22 @@ def policy_gate_evaluate(
             "The customer reply draft promises a payment before finance approved one.",
         )
 
+    if narrowed:
+        differ = _scope_rules_differ(order=order, policy=policy, destination=verdict.destination, waive=waive)
+        if differ:
+            verdict.item_ids = filed_items
+            return stop(
+                Outcome.ESCALATED,
+                "scope_not_filed",
+                f"The ticket was filed for the whole order; the draft names items {', '.join(item_ids)}, which "
+                f"{policy.version} treats under other rules ({differ}): a person decides.",
+            )
+
     eligible, code, reason = _eligibility(order, policy, position, item_ids, now, waive)
+    # A denial rests on the gate's own facts: items the model chose cannot make one.
+    gate_denies = not eligible and code in DENYING_FACTS and not (narrowed and code != "fully_refunded")
     if proposal.recommendation != "refund":
-        if proposal.recommendation == "deny" and not eligible:
+        if proposal.recommendation == "deny" and gate_denies:
             return stop(Outcome.DENIED, code, reason)
         return stop(
             Outcome.ESCALATED,
@@ -196,8 +220,7 @@ def policy_gate_evaluate(
             + " A person decides.",
         )
     if not eligible:
-        outcome = Outcome.DENIED if code in {"fully_refunded", "items_already_refunded"} else Outcome.ESCALATED
-        return stop(outcome, code, reason)
+        return stop(Outcome.DENIED if gate_denies else Outcome.ESCALATED, code, reason)
     if requested_currency and requested_currency != order.currency:
         return stop(
             Outcome.ESCALATED,
@@ -230,8 +253,17 @@ def policy_gate_evaluate(
         elif limit is not None and limit > cap:
             verdict.codes.append(f"{label.split()[0]}_capped")
             verdict.reasons.append(f"The {label} {limit} was capped at the refundable {cap} {order.currency}.")
-    if allowed <= ZERO:
+    if cap <= ZERO:
         return stop(Outcome.DENIED, "nothing_refundable", "There is nothing to refund.")
+    if allowed <= ZERO:
+        # A zero drafted (or requested) amount on an eligible order is a refusal in disguise: only
+        # a person may refuse what the ledger says is refundable.
+        return stop(
+            Outcome.ESCALATED,
+            "amount_zero",
+            f"The draft proposes {allowed} {order.currency} although {cap} {order.currency} is refundable under "
+            f"{policy.version}: refusing is a person's decision.",
+        )
     try:
         money_check_currency(amount=allowed, currency=order.currency)
     except InvalidAmount:
@@ -248,6 +280,20 @@ def policy_gate_evaluate(
         "finance must approve."
     )
     return verdict
+
+
+def _scope_rules_differ(*, order, policy, destination, waive) -> str:
+    """What the policy's item rules say differently from its whole-order rules about this order
+    and destination ('' when nothing): a draft may narrow a whole-order ticket to items only
+    where both say the same."""
+    differences = []
+    if "order_status" not in waive and (order.status in policy.full_refund_statuses) != (
+        order.status in policy.item_refund_statuses
+    ):
+        differences.append(f"order status {order.status}")
+    if (destination in policy.full_refund_destinations) != (destination in policy.item_refund_destinations):
+        differences.append(f"destination {destination}")
+    return ", ".join(differences)
 
 
 def _eligibility(order, policy, position, item_ids, now, waive=frozenset()) -> tuple[bool, str, str]:

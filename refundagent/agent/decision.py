@@ -63,7 +63,8 @@ def agent_draft_decide(
     `args` are the validated draft, `raw_args` the model's arguments as sent (traced). `order`
     is the order the draft is about, already scope-checked: the ticket's own, or on a
     customer-level ticket the customer's order the draft names (None: it named none, and a
-    person must decide). Items: the ticket's if it named any, else the draft's. On a
+    person must decide). Items: the ticket's if it named any, else the draft's where the gate
+    lets them narrow the ticket's scope (approvals.gate). On a
     customer-level ticket the ticket takes that order (and the items) in the same transaction,
     so everything downstream reads an ordinary order ticket.
 
@@ -209,7 +210,7 @@ def _verdict(
     now: datetime,
 ) -> tuple[gate.GateVerdict, dict]:
     """The gate's verdict on the draft, and what a customer-level ticket adopts from it."""
-    items = list(ticket.items or []) or list(args.items or [])
+    filed_items = list(ticket.items or [])
     if order is None:
         verdict = gate.GateVerdict(
             outcome=Outcome.ESCALATED,
@@ -226,6 +227,7 @@ def _verdict(
         policy_version=args.policy_version,
         customer_reply=args.customer_reply,
         destination=args.destination,
+        items=list(args.items) if args.items else None,
     )
     verdict = gate.policy_gate_evaluate(
         order=order,
@@ -233,7 +235,7 @@ def _verdict(
         proposal=proposal,
         requested_amount=ticket.requested_amount,
         requested_currency=ticket.currency or None,
-        item_ids=items,
+        item_ids=filed_items,
         refund_to=ticket.refund_to,
         now=now,
         original_method=original_method,
@@ -241,7 +243,9 @@ def _verdict(
     adopt = {}
     if ticket.order_id is None:
         adopt = {"order": order, "currency": order.currency}
-    if items != list(ticket.items or []) and set(items) <= set(order.items.values_list("item_id", flat=True)):
+    # The ticket takes the draft's items only where the gate let them narrow its scope.
+    items = list(verdict.item_ids)
+    if items != filed_items and set(items) <= set(order.items.values_list("item_id", flat=True)):
         adopt["items"] = items
     return verdict, adopt
 

@@ -128,7 +128,8 @@ class CreateDraftArgs(_Args):
         max_length=100,
         description="The item ids on that order to "
         "refund (repeat an id for several units); omit for the whole order. Ignored when "
-        "the ticket already names items.",
+        "the ticket already names items; on a whole-order ticket, items the policy treats under other rules "
+        "than the whole order are escalated to a person.",
     )
 
 
