@@ -134,6 +134,7 @@ def policy_gate_evaluate(
     now: datetime,
     waive: frozenset[str] = frozenset(),
     original_method=_UNREAD,
+    scope_open: bool = False,
 ) -> GateVerdict:
     """Decide what a draft may lead to. Pure: reads the ledger, writes nothing.
 
@@ -145,7 +146,12 @@ def policy_gate_evaluate(
     limits (refundable amount, currency, the customer's own methods) are checked regardless.
 
     `original_method`: the order's original payment method, when the caller read it with the
-    policy (`decision_facts`); else it is read here."""
+    policy (`decision_facts`); else it is read here.
+
+    `item_ids` are the items the ticket was filed for (none: the whole order); the proposal's
+    items narrow that scope only where the item rules equal the whole-order rules. `scope_open`:
+    the ticket was filed without an order, so the draft's order and items identify what the
+    filer left open (any rules apply), but items the model chose still never deny."""
     position = order_refund_position(order)
     filed_items = list(item_ids or [])
     # The ticket's scope is the filer's; the draft's items narrow a whole-order ticket only.
@@ -195,7 +201,7 @@ def policy_gate_evaluate(
             "The customer reply draft promises a payment before finance approved one.",
         )
 
-    if narrowed:
+    if narrowed and not scope_open:
         differ = _scope_rules_differ(order=order, policy=policy, destination=verdict.destination, waive=waive)
         if differ:
             verdict.item_ids = filed_items

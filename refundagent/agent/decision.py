@@ -239,6 +239,7 @@ def _verdict(
         refund_to=ticket.refund_to,
         now=now,
         original_method=original_method,
+        scope_open=ticket.order_id is None,
     )
     adopt = {}
     if ticket.order_id is None:
