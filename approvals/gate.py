@@ -18,6 +18,7 @@ from ledger.telemetry import traced
 
 from .models import RefundPolicy
 from .promises import reply_promises_payment
+from .risk import risk_check as risk_rules_check
 
 
 class Outcome:
@@ -59,6 +60,9 @@ class GateVerdict:
     item_ids: list[str] = field(default_factory=list)
     codes: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
+    # The risk figures the policy's risk rules read (approvals.risk), as plain JSON values; empty
+    # when no rule was checked.
+    risk: dict = field(default_factory=dict)
 
     @property
     def reason(self) -> str:
@@ -135,6 +139,8 @@ def policy_gate_evaluate(
     waive: frozenset[str] = frozenset(),
     original_method=_UNREAD,
     scope_open: bool = False,
+    risk_check: bool = False,
+    open_tickets_on_order: int = 1,
 ) -> GateVerdict:
     """Decide what a draft may lead to. Pure: reads the ledger, writes nothing.
 
@@ -151,7 +157,11 @@ def policy_gate_evaluate(
     `item_ids` are the items the ticket was filed for (none: the whole order); the proposal's
     items narrow that scope only where the item rules equal the whole-order rules. `scope_open`:
     the ticket was filed without an order, so the draft's order and items identify what the
-    filer left open (any rules apply), but items the model chose still never deny."""
+    filer left open (any rules apply), but items the model chose still never deny.
+
+    `risk_check`: check the policy's risk rules (approvals.risk) on an otherwise eligible draft;
+    the agent's decision asks for it, with its count of the order's open tickets. Not at a
+    request's re-check (the request itself would count) nor on a person's proposal."""
     position = order_refund_position(order)
     filed_items = list(item_ids or [])
     # The ticket's scope is the filer's; the draft's items narrow a whole-order ticket only.
@@ -280,6 +290,21 @@ def policy_gate_evaluate(
             "amount_precision",
             f"{allowed} {order.currency} has more decimal places than {order.currency} has: a person decides.",
         )
+    if risk_check:
+        check = risk_rules_check(
+            order=order,
+            policy=policy,
+            amount=allowed,
+            method=method,
+            open_tickets_on_order=open_tickets_on_order,
+            now=now,
+        )
+        verdict.risk = check.figures
+        if check.codes:
+            verdict.outcome = Outcome.ESCALATED
+            verdict.codes.extend(check.codes)
+            verdict.reasons.extend([*check.reasons, "A person decides."])
+            return verdict
     verdict.allowed_amount = allowed
     verdict.reasons.append(
         f"Eligible under {policy.version}: {allowed} {order.currency} of {position.refundable} still refundable; "

@@ -6,12 +6,16 @@ Approvals sit above the ledger and below the agent: they may import `ledger`, ne
 """
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models import Case, F, IntegerField, Q, Value, When
 from django.utils import timezone
 
+from ledger.exceptions import InvalidInput
 from ledger.models import MONEY, Order, Tenant, TenantQuerySet
+
+from .risk_rules import risk_rules_validate
 
 
 class PolicyImmutable(Exception):
@@ -63,6 +67,13 @@ class RefundPolicy(models.Model):
         "limits (refundable amount, currency, the customer's own methods) are never waivable.",
     )
     text = models.TextField(help_text="The policy text that drafts cite.")
+    risk_rules = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Refund-abuse rules the gate checks (approvals/risk.py): window_days, max_refunds_per_customer, "
+        "max_refund_amount_per_customer, max_open_tickets_per_order, unpaid_destination_kinds. A rule that trips "
+        "sends the ticket to a person. Empty: none.",
+    )
     published_at = models.DateTimeField(null=True, blank=True)
     retired_at = models.DateTimeField(null=True, blank=True)
     supersedes = models.OneToOneField(
@@ -99,6 +110,13 @@ class RefundPolicy(models.Model):
                         f"{self.version} is {stored.status}; its rules cannot change. Publish a new version."
                     )
         super().save(*args, **kwargs)
+
+    def clean(self):
+        super().clean()
+        try:
+            risk_rules_validate(self.risk_rules)
+        except InvalidInput as exc:
+            raise ValidationError({"risk_rules": exc.message}) from None
 
 
 class Capability(models.Model):

@@ -101,3 +101,14 @@ def ticket_detail_serialize(ticket: Ticket) -> dict:
         "trace_id": ticket.trace_id,
         "created_by": ticket.created_by.get_username(),
     }
+
+
+# A ticket in one of these is finished: it no longer competes for the order's money.
+FINISHED_STATUSES = (Ticket.Status.REFUNDED, Ticket.Status.DENIED, Ticket.Status.CLOSED)
+
+
+def order_open_ticket_count(*, order, ticket) -> int:
+    """The tickets on `order` not yet finished, `ticket` (the one being decided) included even
+    while it names no order yet: what the risk rule on open tickets per order reads."""
+    others = Ticket.objects.filter(order=order).exclude(pk=ticket.pk).exclude(status__in=FINISHED_STATUSES).count()
+    return others + 1

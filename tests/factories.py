@@ -66,7 +66,14 @@ def refund_draft(
 
 
 def policy_publish(
-    *, tenant, version=POLICY_VERSION, window_days=30, threshold="500.00", approvals_above_threshold=2, now
+    *,
+    tenant,
+    version=POLICY_VERSION,
+    window_days=30,
+    threshold="500.00",
+    approvals_above_threshold=2,
+    now,
+    risk_rules=None,
 ):
     """A published refund policy shaped like refund-policy-v4: full refunds of pending, processed and delivered
     orders to the original method, item refunds of delivered orders also to a gift card."""
@@ -83,6 +90,7 @@ def policy_publish(
         approvals_above_threshold=approvals_above_threshold,
         text=f"Refund policy ({version}): refunds within {window_days} days; above {threshold}, two approvers.",
         published_at=now - timedelta(days=200),
+        risk_rules=risk_rules or {},
     )
 
 
