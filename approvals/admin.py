@@ -479,6 +479,7 @@ class RefundPolicyAdmin(StrictMoneyAdminMixin, TenantScopedAdminMixin, NoDeleteA
                 item_refund_destinations=policy.item_refund_destinations,
                 two_approver_threshold=policy.two_approver_threshold,
                 approvals_above_threshold=policy.approvals_above_threshold,
+                risk_rules=policy.risk_rules,
                 text=policy.text,
             )
             messages.success(request, f"Draft {draft.version} created from {policy.version}: edit it, then publish it.")

@@ -187,3 +187,15 @@ def test_bad_risk_rules_are_refused_by_the_policy_form(tenant, rules):
     with pytest.raises(ValidationError) as refused:
         policy.full_clean()
     assert "risk_rules" in refused.value.message_dict
+
+
+def test_a_new_version_copied_in_the_admin_keeps_the_risk_rules(risky_policy, make_user, client):
+    client.force_login(make_user("root", is_superuser=True, is_staff=True))
+
+    client.post(
+        "/admin/approvals/refundpolicy/",
+        {"action": "copy_to_draft", "_selected_action": [risky_policy.pk]},
+    )
+
+    draft = RefundPolicy.objects.get(version=f"{risky_policy.version}-next1")
+    assert draft.risk_rules == RULES
