@@ -223,8 +223,11 @@ def policy_gate_evaluate(
             )
 
     eligible, code, reason = _eligibility(order, policy, position, item_ids, now, waive)
-    # A denial rests on the gate's own facts: items the model chose cannot make one.
-    gate_denies = not eligible and code in DENYING_FACTS and not (narrowed and code != "fully_refunded")
+    # A denial rests on the gate's own facts about the scope the filer set: items the model chose,
+    # or the order it picked on a ticket filed without one, cannot make one.
+    gate_denies = (
+        not eligible and code in DENYING_FACTS and not scope_open and not (narrowed and code != "fully_refunded")
+    )
     if proposal.recommendation != "refund":
         if proposal.recommendation == "deny" and gate_denies:
             return stop(Outcome.DENIED, code, reason)

@@ -252,3 +252,23 @@ def test_a_model_that_obeys_the_shops_text_cannot_get_past_the_gate(
         assert approval.amount == Decimal("120.00")
         assert approval.args["destination_method"] == "card_4242"
     assert RefundEntry.objects.count() == entries
+
+
+def test_on_a_ticket_filed_without_an_order_the_order_the_model_picks_cannot_deny(user):
+    # given a customer-level ticket, and a model that picks ORD-5004 (refunded in full already)
+    from refundagent.services import ticket_create
+
+    ticket = ticket_create(user=user("acme-support"), customer="CUST-1001", message="My order was faulty.")
+    turns = [
+        {"tool": "orders_list_customer_orders", "input": {}},
+        {
+            "tool": "refunds_create_draft",
+            "input": refund_draft_args(reply="We passed your request to our team.", amount="90.00", order="ORD-5004"),
+        },
+    ]
+
+    ticket, _ = run(ticket, turns)
+
+    # then the customer is not refused on the model's choice of order: a person decides
+    assert ticket.status == Ticket.Status.ESCALATED, ticket.stop_detail
+    assert "fully_refunded" in RefundDraft.objects.get(ticket=ticket).gate_verdict["codes"]
