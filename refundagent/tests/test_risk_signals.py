@@ -199,3 +199,39 @@ def test_a_new_version_copied_in_the_admin_keeps_the_risk_rules(risky_policy, ma
 
     draft = RefundPolicy.objects.get(version=f"{risky_policy.version}-next1")
     assert draft.risk_rules == RULES
+
+
+@pytest.mark.django_db(transaction=True)
+def test_two_tickets_on_one_order_decided_in_parallel_never_both_reach_finance(
+    risky_policy, make_order, support, monkeypatch
+):
+    # given two tickets on one order, their agents running at the same time in two threads
+    import threading
+
+    from django.db import connection
+
+    monkeypatch.setattr("refundagent.services.ticket_run_enqueue", lambda ticket_pk: None)
+    order = make_order("100.00")
+    tickets = [file(support, order), file(support, order)]
+    start = threading.Barrier(2)
+
+    def decide_in_thread(ticket):
+        try:
+            start.wait(timeout=10)
+            turn = {**refund_draft(order.external_id, "100.00"), "sleep": 0.3}
+            agent_run_ticket(ticket_id=ticket.pk, provider=ScriptedProvider([turn]))
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=decide_in_thread, args=(ticket,)) for ticket in tickets]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+
+    # then no approval was asked for on the order: both went to a person with the rule named
+    for ticket in tickets:
+        ticket.refresh_from_db()
+        assert ticket.status == Ticket.Status.ESCALATED, ticket.stop_detail
+        assert "risk_open_tickets_on_order" in verdict(ticket)["codes"]
+    assert not ApprovalRequest.objects.filter(order=order).exists()
