@@ -86,7 +86,7 @@ def risk_check(
         "currency": order.currency,
         "with_this_refund": {"count": count + 1, "amount": str(refunded + amount)},
         "open_tickets_on_order": open_tickets_on_order,
-        "destination": method.external_id if method else None,
+        "destination_method": method.external_id if method else None,
         "destination_paid_with": paid_with,
     }
     codes, reasons = [], []
