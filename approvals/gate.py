@@ -140,7 +140,7 @@ def policy_gate_evaluate(
     original_method=_UNREAD,
     scope_open: bool = False,
     risk_check: bool = False,
-    open_tickets_on_order: int = 1,
+    open_tickets_on_order=1,
 ) -> GateVerdict:
     """Decide what a draft may lead to. Pure: reads the ledger, writes nothing.
 
@@ -160,7 +160,8 @@ def policy_gate_evaluate(
     filer left open (any rules apply), but items the model chose still never deny.
 
     `risk_check`: check the policy's risk rules (approvals.risk) on an otherwise eligible draft;
-    the agent's decision asks for it, with its count of the order's open tickets. Not at a
+    the agent's decision asks for it, with its count of the order's open tickets (a number or a
+    query expression, approvals.risk). Not at a
     request's re-check (the request itself would count) nor on a person's proposal."""
     position = order_refund_position(order)
     filed_items = list(item_ids or [])

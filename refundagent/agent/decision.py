@@ -28,7 +28,7 @@ from ledger.money import ZERO
 from ..exceptions import TicketStateConflict
 from ..models import AgentRun, RefundDraft, Ticket
 from ..redaction import sensitive_values_for_ticket
-from ..selectors import order_open_ticket_count
+from ..selectors import order_open_tickets
 from ..ticket_state import STOP_REASON_FOR_STATUS, ticket_transition
 from ..tracing import trace_event_build, trace_events_write
 from .tools import CREATE_DRAFT, CreateDraftArgs
@@ -242,7 +242,7 @@ def _verdict(
         original_method=original_method,
         scope_open=ticket.order_id is None,
         risk_check=True,
-        open_tickets_on_order=order_open_ticket_count(order=order, ticket=ticket),
+        open_tickets_on_order=order_open_tickets(order=order, ticket=ticket),
     )
     adopt = {}
     if ticket.order_id is None:
