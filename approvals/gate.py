@@ -24,12 +24,20 @@ from ledger.telemetry import traced
 
 from .models import RefundPolicy
 from .reply_claims import reply_money_claims
+from .risk import RiskCheck, risk_rules_judge
+from .risk import risk_check as risk_rules_check
+from .risk_rules import risk_rules_validate
 
 
 class Outcome:
     APPROVAL_REQUIRED = "approval_required"
     ESCALATED = "escalated"
     DENIED = "denied"
+
+
+# The only facts that end a ticket denied: the gate derives them from the ledger itself, so no
+# model output can bring them about. Anything else that would refuse goes to a person.
+DENYING_FACTS = frozenset({"fully_refunded", "items_already_refunded"})
 
 
 @dataclass(frozen=True)
@@ -42,6 +50,9 @@ class Proposal:
     customer_reply: str = ""
     # 'original' or 'gift_card'; None: the model did not say (the ticket's choice stands).
     destination: str | None = None
+    # The item ids the draft names (None: the whole scope the ticket was filed for). They narrow
+    # a whole-order ticket only where the policy's item rules say what its whole-order rules say.
+    items: list[str] | None = None
 
 
 @dataclass
@@ -67,6 +78,9 @@ class GateVerdict:
     # still return), as plain data: a decision record keeps them, so that a replay decides on
     # what was true then (approvals.decision_records). Not part of the verdict's dict.
     facts: dict = field(default_factory=dict, repr=False)
+    # The risk figures the policy's risk rules read (approvals.risk), as plain JSON values; empty
+    # when no rule was checked.
+    risk: dict = field(default_factory=dict)
 
     @property
     def reason(self) -> str:
@@ -148,6 +162,10 @@ def policy_gate_evaluate(
     position: RefundPosition | None = None,
     disputes: list | None = None,
     payments: list[PaymentReturnable] | None = None,
+    scope_open: bool = False,
+    risk_check: bool = False,
+    open_tickets_on_order=1,
+    risk_figures: dict | None = None,
 ) -> GateVerdict:
     """Decide what a draft may lead to. Pure: reads the ledger, writes nothing.
 
@@ -159,13 +177,29 @@ def policy_gate_evaluate(
     limits (refundable amount, currency, the customer's own methods) are checked regardless.
 
     `original_method`: the order's original payment method, when the caller read it with the
-    policy (`decision_facts`); else it is read here. `position`: the order's refund position when
-    the caller read it (the decision records it; a policy replay passes the recorded one); else
-    it is read here. `disputes` (the order's open disputes) and `payments` (what each of its
-    payments can still return) likewise: a replay passes the recorded ones."""
+    policy (`decision_facts`); else it is read here.
+
+    `item_ids` are the items the ticket was filed for (none: the whole order); the proposal's
+    items narrow that scope only where the item rules equal the whole-order rules. `scope_open`:
+    the ticket was filed without an order, so the draft's order and items identify what the
+    filer left open (any rules apply), but items the model chose still never deny.
+
+    `risk_check`: check the policy's risk rules (approvals.risk) on an otherwise eligible draft;
+    the agent's decision asks for it, with its count of the order's open tickets (a number or a
+    query expression, approvals.risk). Not at a
+    request's re-check (the request itself would count) nor on a person's proposal.
+
+    `position`: the order's refund position when the caller read it (the decision records it; a
+    policy replay passes the recorded one); else it is read here. `disputes` (the order's open
+    disputes) and `payments` (what each of its payments can still return) likewise: a replay
+    passes the recorded ones, and the risk figures recorded (`risk_figures`), which it judges by
+    the policy's risk rules instead of reading them again."""
     if position is None:
         position = order_refund_position(order)
-    item_ids = list(item_ids or [])
+    filed_items = list(item_ids or [])
+    # The ticket's scope is the filer's; the draft's items narrow a whole-order ticket only.
+    narrowed = not filed_items and bool(proposal.items)
+    item_ids = list(proposal.items) if narrowed else filed_items
     destination, method = refund_destination_of(order=order, refund_to=refund_to, original=original_method)
     verdict = GateVerdict(
         outcome=Outcome.APPROVAL_REQUIRED,
@@ -233,9 +267,25 @@ def policy_gate_evaluate(
             f"The customer reply draft promises a payment before finance approved one: {claims[0]}.",
         )
 
+    if narrowed and not scope_open:
+        differ = _scope_rules_differ(order=order, policy=policy, destination=verdict.destination, waive=waive)
+        if differ:
+            verdict.item_ids = filed_items
+            return stop(
+                Outcome.ESCALATED,
+                "scope_not_filed",
+                f"The ticket was filed for the whole order; the draft names items {', '.join(item_ids)}, which "
+                f"{policy.version} treats under other rules ({differ}): a person decides.",
+            )
+
     eligible, code, reason = _eligibility(order, policy, position, item_ids, now, waive)
+    # A denial rests on the gate's own facts about the scope the filer set: items the model chose,
+    # or the order it picked on a ticket filed without one, cannot make one.
+    gate_denies = (
+        not eligible and code in DENYING_FACTS and not scope_open and not (narrowed and code != "fully_refunded")
+    )
     if proposal.recommendation != "refund":
-        if proposal.recommendation == "deny" and not eligible:
+        if proposal.recommendation == "deny" and gate_denies:
             return stop(Outcome.DENIED, code, reason)
         return stop(
             Outcome.ESCALATED,
@@ -245,8 +295,7 @@ def policy_gate_evaluate(
             + " A person decides.",
         )
     if not eligible:
-        outcome = Outcome.DENIED if code in {"fully_refunded", "items_already_refunded"} else Outcome.ESCALATED
-        return stop(outcome, code, reason)
+        return stop(Outcome.DENIED if gate_denies else Outcome.ESCALATED, code, reason)
     if requested_currency and requested_currency != order.currency:
         return stop(
             Outcome.ESCALATED,
@@ -277,8 +326,17 @@ def policy_gate_evaluate(
         elif limit is not None and limit > cap:
             verdict.codes.append(f"{label.split()[0]}_capped")
             verdict.reasons.append(f"The {label} {limit} was capped at {cap_words}.")
-    if allowed <= ZERO:
+    if cap <= ZERO:
         return stop(Outcome.DENIED, "nothing_refundable", "There is nothing to refund.")
+    if allowed <= ZERO:
+        # A zero drafted (or requested) amount on an eligible order is a refusal in disguise: only
+        # a person may refuse what the ledger says is refundable.
+        return stop(
+            Outcome.ESCALATED,
+            "amount_zero",
+            f"The draft proposes {allowed} {order.currency} although {cap} {order.currency} is refundable under "
+            f"{policy.version}: refusing is a person's decision.",
+        )
     try:
         money_check_currency(amount=allowed, currency=order.currency)
     except InvalidAmount:
@@ -311,6 +369,30 @@ def policy_gate_evaluate(
     verdict.legs = legs
     if legs:
         verdict.destination_method, verdict.destination_method_kind = legs[0]["method"], legs[0]["kind"]
+    if risk_figures:
+        codes, reasons = risk_rules_judge(
+            rules=risk_rules_validate(policy.risk_rules or {}),
+            figures=risk_figures,
+            amount=allowed,
+            policy_version=policy.version,
+        )
+        check = RiskCheck(figures=risk_figures, codes=codes, reasons=reasons)
+    elif risk_check:
+        check = risk_rules_check(
+            order=order,
+            policy=policy,
+            amount=allowed,
+            method=method,
+            open_tickets_on_order=open_tickets_on_order,
+            now=now,
+        )
+    if risk_figures or risk_check:
+        verdict.risk = check.figures
+        if check.codes:
+            verdict.outcome = Outcome.ESCALATED
+            verdict.codes.extend(check.codes)
+            verdict.reasons.extend([*check.reasons, "A person decides."])
+            return verdict
     verdict.allowed_amount = allowed
     verdict.reasons.append(
         f"Eligible under {policy.version}: {allowed} {order.currency} of {position.refundable} still refundable; "
@@ -361,6 +443,20 @@ def refund_cap(*, position, item_ids: list[str], currency: str) -> tuple[Decimal
                 " named)"
             )
     return cap, words
+
+
+def _scope_rules_differ(*, order, policy, destination, waive) -> str:
+    """What the policy's item rules say differently from its whole-order rules about this order
+    and destination ('' when nothing): a draft may narrow a whole-order ticket to items only
+    where both say the same."""
+    differences = []
+    if "order_status" not in waive and (order.status in policy.full_refund_statuses) != (
+        order.status in policy.item_refund_statuses
+    ):
+        differences.append(f"order status {order.status}")
+    if (destination in policy.full_refund_destinations) != (destination in policy.item_refund_destinations):
+        differences.append(f"destination {destination}")
+    return ", ".join(differences)
 
 
 def _eligibility(order, policy, position, item_ids, now, waive=frozenset()) -> tuple[bool, str, str]:

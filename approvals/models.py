@@ -15,9 +15,11 @@ from django.db import models
 from django.db.models import Case, F, IntegerField, Q, Value, When
 from django.utils import timezone
 
-from ledger.exceptions import DomainError
+from ledger.exceptions import DomainError, InvalidInput
 from ledger.models import MONEY, Order, Tenant, TenantQuerySet
 from ledger.money import money_check_currency
+
+from .risk_rules import risk_rules_validate
 
 
 class PolicyImmutable(Exception):
@@ -91,6 +93,13 @@ class RefundPolicy(models.Model):
         "limits (refundable amount, currency, the customer's own methods) are never waivable.",
     )
     text = models.TextField(help_text="The policy text that drafts cite.")
+    risk_rules = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Refund-abuse rules the gate checks (approvals/risk.py): window_days, max_refunds_per_customer, "
+        "max_refund_amount_per_customer, max_open_tickets_per_order, unpaid_destination_kinds. A rule that trips "
+        "sends the ticket to a person. Empty: none.",
+    )
     published_at = models.DateTimeField(null=True, blank=True)
     retired_at = models.DateTimeField(null=True, blank=True)
     supersedes = models.OneToOneField(
@@ -152,6 +161,10 @@ class RefundPolicy(models.Model):
                 if not re.fullmatch(r"[A-Z]{3}", str(code)) or threshold_rate_parse(rate) is None:
                     errors["threshold_rates"] = f"{code!r}: {rate!r} is not a currency code with a positive rate."
                     break
+        try:
+            risk_rules_validate(self.risk_rules)
+        except InvalidInput as exc:
+            errors["risk_rules"] = exc.message
         if errors:
             raise ValidationError(errors)
 

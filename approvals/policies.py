@@ -5,6 +5,7 @@ transaction with the tenant's current policy locked (approvals.locks), so two pu
 leave a tenant with two current policies. Used by the admin, the demo and the evals.
 """
 
+import json
 import re
 from datetime import datetime
 
@@ -73,6 +74,7 @@ DRAFT_FIELDS = (
     "threshold_rates",
     "approvals_above_threshold",
     "waivable_rules",
+    "risk_rules",
     "text",
 )
 # What the fingerprint covers: the rules and the version's name and text (not its lifecycle).
@@ -133,6 +135,12 @@ def refund_policy_field_parse(*, field: str, raw: str):
             code, _, rate = pair.partition(":")
             rates[code.strip()] = rate.strip()
         return rates
+    if field == "risk_rules":
+        # A JSON object (approvals.risk_rules); its shape is checked with the model's own rules.
+        try:
+            return json.loads(raw)
+        except ValueError:
+            raise InvalidInput(f"{field}: not JSON.", code="bad_policy_field") from None
     if field == "text":
         if "\x00" in raw:
             raise InvalidInput("text: contains a NUL character.", code="bad_policy_field")

@@ -39,8 +39,17 @@ MAX_FLIPPED_LISTED = 1000
 READ_CHUNK = 5000
 # The words of a direction: refund (a refund for finance to approve), escalate, deny.
 OUTCOME_WORDS = {Outcome.APPROVAL_REQUIRED: "refund", Outcome.ESCALATED: "escalate", Outcome.DENIED: "deny"}
-# The JSON columns come back as one object per row: one decode instead of seven.
-JSON_FIELDS = ("order_lines", "item_ids", "destination", "proposal", "codes", "order_disputes", "order_payments")
+# The JSON columns come back as one object per row: one decode instead of eight.
+JSON_FIELDS = (
+    "order_lines",
+    "item_ids",
+    "destination",
+    "proposal",
+    "codes",
+    "order_disputes",
+    "order_payments",
+    "risk",
+)
 RECORD_FIELDS = (
     "id",
     "ticket_ref",
@@ -192,6 +201,8 @@ def _decide(record, policy, order, position, original, refund_to, proposal, refu
         now=record["decided_at"],
         original_method=original,
         position=position,
+        # The risk figures read then, judged by the draft's risk rules (approvals.risk).
+        risk_figures=record.get("risk") or None,
         # A record from before disputes and payments were kept has none: decided as then.
         disputes=[SimpleNamespace(**dispute) for dispute in record.get("order_disputes") or []],
         payments=[

@@ -12,7 +12,7 @@ from django.http import Http404, HttpResponseRedirect, JsonResponse
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.timesince import timesince
 
 from ledger.admin import ReadOnlyAdminMixin, ReadOnlyInline, TenantScopedAdminMixin, admin_tenant
@@ -102,6 +102,7 @@ class TicketAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
         "status",
         "stop_reason",
         "stop_detail",
+        "risk_figures",
         "owner",
         "awaiting_person_since",
         "customer_reply",
@@ -136,6 +137,26 @@ class TicketAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.display(description="created", ordering="created_at")
     def created(self, obj):
         return when(obj.created_at)
+
+    @admin.display(description="Risk figures")
+    def risk_figures(self, obj):
+        """The numbers the policy's risk rules read on the latest draft (approvals.risk) and the
+        rules that tripped: what a person weighs before deciding."""
+        if obj.pk is None:
+            return "—"
+        verdict = (
+            RefundDraft.objects.filter(ticket=obj).order_by("-id").values_list("gate_verdict", flat=True).first()
+        ) or {}
+        figures = verdict.get("risk") or {}
+        if not figures:
+            return "—"
+        tripped = [code for code in verdict.get("codes") or [] if code.startswith("risk_")]
+        rows = format_html_join(
+            "",
+            "<tr><th>{}</th><td>{}</td></tr>",
+            ((key.replace("_", " "), json.dumps(value, default=str)) for key, value in sorted(figures.items())),
+        )
+        return format_html("<table>{}</table><p>Rules tripped: {}</p>", rows, ", ".join(tripped) or "none")
 
     @admin.display(description="trace")
     def trace_json(self, obj):

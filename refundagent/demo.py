@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from approvals.models import RefundPolicy
 from approvals.policies import refund_policy_publish
+from approvals.risk_rules import DEMO_RISK_RULES
 from ledger.models import Customer, Order, OrderItem, Payment, PaymentMethod, Tenant
 from ledger.services import ledger_refund_issue
 from ledger.tenancy import membership_ensure, roles_sync
@@ -96,6 +97,7 @@ def policy_publish_demo(tenant: Tenant) -> RefundPolicy:
         two_approver_threshold_currency="USD",
         approvals_above_threshold=2,
         text=POLICY_TEXT.format(version="refund-policy-v4", window=30, threshold="500.00"),
+        risk_rules=DEMO_RISK_RULES,
     )
     return v4
 

@@ -1,6 +1,6 @@
 """Tenant-scoped reads of tickets, their drafts and approvals."""
 
-from django.db.models import OuterRef, QuerySet, Subquery, Sum
+from django.db.models import F, Func, IntegerField, OuterRef, QuerySet, Subquery, Sum, Value
 
 from approvals.models import ApprovalRequest
 from approvals.schemas import approval_serialize
@@ -176,3 +176,22 @@ def ticket_reply_due(ticket: Ticket) -> dict | None:
         "correction": bool(told) and told[-1] != ticket.status,
         "told": told[-1] if told else None,
     }
+
+
+# A ticket in one of these is finished: it no longer competes for the order's money.
+FINISHED_STATUSES = (Ticket.Status.REFUNDED, Ticket.Status.DENIED, Ticket.Status.CLOSED)
+
+
+def order_open_tickets(*, order, ticket):
+    """The number of tickets on `order` not yet finished, `ticket` (the one being decided)
+    included even while it names no order yet: what the risk rule on open tickets per order
+    reads. An expression, so the gate counts them in its own query of the risk figures."""
+    others = (
+        Ticket.objects.filter(order=order)
+        .exclude(pk=ticket.pk)
+        .exclude(status__in=FINISHED_STATUSES)
+        .order_by()
+        .annotate(value=Func(F("id"), function="COUNT"))
+        .values("value")[:1]
+    )
+    return Subquery(others, output_field=IntegerField()) + Value(1)

@@ -74,6 +74,7 @@ def policy_publish(
     approvals_above_threshold=2,
     now,
     threshold_currency="USD",
+    risk_rules=None,
 ):
     """A published refund policy shaped like refund-policy-v4: full refunds of pending, processed and delivered
     orders to the original method, item refunds of delivered orders also to a gift card."""
@@ -91,6 +92,7 @@ def policy_publish(
         approvals_above_threshold=approvals_above_threshold,
         text=f"Refund policy ({version}): refunds within {window_days} days; above {threshold}, two approvers.",
         published_at=now - timedelta(days=200),
+        risk_rules=risk_rules or {},
     )
 
 

@@ -30,6 +30,7 @@ from ledger.selectors import order_refund_position
 from ..exceptions import TicketStateConflict
 from ..models import AgentRun, RefundDraft, Ticket
 from ..redaction import sensitive_values_for_ticket
+from ..selectors import order_open_tickets
 from ..ticket_state import STOP_REASON_FOR_STATUS, ticket_transition
 from ..tracing import trace_event_build, trace_events_write
 from .tools import CREATE_DRAFT, CreateDraftArgs
@@ -65,7 +66,8 @@ def agent_draft_decide(
     `args` are the validated draft, `raw_args` the model's arguments as sent (traced). `order`
     is the order the draft is about, already scope-checked: the ticket's own, or on a
     customer-level ticket the customer's order the draft names (None: it named none, and a
-    person must decide). Items: the ticket's if it named any, else the draft's. On a
+    person must decide). Items: the ticket's if it named any, else the draft's where the gate
+    lets them narrow the ticket's scope (approvals.gate). On a
     customer-level ticket the ticket takes that order (and the items) in the same transaction,
     so everything downstream reads an ordinary order ticket.
 
@@ -237,7 +239,7 @@ def _verdict(
 ) -> tuple[gate.GateVerdict, gate.Proposal | None, dict]:
     """The gate's verdict on the draft, the proposal it decided, and what a customer-level ticket
     adopts from it."""
-    items = list(ticket.items or []) or list(args.items or [])
+    filed_items = list(ticket.items or [])
     if order is None:
         verdict = gate.GateVerdict(
             outcome=Outcome.ESCALATED,
@@ -254,6 +256,7 @@ def _verdict(
         policy_version=args.policy_version,
         customer_reply=args.customer_reply,
         destination=args.destination,
+        items=list(args.items) if args.items else None,
     )
     verdict = gate.policy_gate_evaluate(
         order=order,
@@ -261,16 +264,21 @@ def _verdict(
         proposal=proposal,
         requested_amount=ticket.requested_amount,
         requested_currency=ticket.currency or None,
-        item_ids=items,
+        item_ids=filed_items,
         refund_to=ticket.refund_to,
         now=now,
         original_method=original_method,
         position=position,
+        scope_open=ticket.order_id is None,
+        risk_check=True,
+        open_tickets_on_order=order_open_tickets(order=order, ticket=ticket),
     )
     adopt = {}
     if ticket.order_id is None:
         adopt = {"order": order, "currency": order.currency}
-    if items != list(ticket.items or []) and set(items) <= set(order.items.values_list("item_id", flat=True)):
+    # The ticket takes the draft's items only where the gate let them narrow its scope.
+    items = list(verdict.item_ids)
+    if items != filed_items and set(items) <= set(order.items.values_list("item_id", flat=True)):
         adopt["items"] = items
     return verdict, proposal, adopt
 

@@ -13,6 +13,7 @@ from refundagent.agent.loop import agent_run_ticket
 from refundagent.agent.providers.offline import OfflineProvider
 from refundagent.agent.providers.scripted import ScriptedProvider
 from refundagent.models import AgentRun, RefundDraft, Ticket, TraceEvent
+from refundagent.services import ticket_close, ticket_escalate
 
 
 @pytest.fixture
@@ -105,9 +106,13 @@ def test_a_large_refund_needs_two_approvers(file_ticket):
     assert approval.required_approvals == 2
 
 
-def test_instructions_in_the_ticket_text_change_nothing(file_ticket):
-    # given the same request twice, once with injected instructions
+def test_instructions_in_the_ticket_text_change_nothing(file_ticket, user):
+    # given the same request twice, once with injected instructions (the first ticket is finished
+    # before the second is filed: two open tickets on one order go to a person by the risk rules)
     plain = run_offline(file_ticket(amount="200.00", message="The headphones are broken."))
+    plain_amount = ApprovalRequest.objects.get(ticket_ref=plain.pk).amount
+    ticket_escalate(ticket=plain, user=user("acme-support"))
+    ticket_close(ticket=plain, user=user("acme-support"))
     injected = run_offline(
         file_ticket(
             amount="200.00",
@@ -120,9 +125,9 @@ def test_instructions_in_the_ticket_text_change_nothing(file_ticket):
     )
 
     # then the decision is the same
-    assert (plain.status, injected.status) == (Ticket.Status.APPROVAL_REQUIRED, Ticket.Status.APPROVAL_REQUIRED)
-    a, b = (ApprovalRequest.objects.get(ticket_ref=t.pk) for t in (plain, injected))
-    assert a.amount == b.amount == Decimal("120.00")
+    assert injected.status == Ticket.Status.APPROVAL_REQUIRED
+    b = ApprovalRequest.objects.get(ticket_ref=injected.pk)
+    assert plain_amount == b.amount == Decimal("120.00")
     assert b.order.external_id == "ORD-5001"
     assert not TraceEvent.objects.filter(ticket=injected, span="policy", status="denied").exists()
 

@@ -161,7 +161,13 @@ def test_the_list_tool_returns_only_the_tickets_customers_orders(file_ticket, ot
     socks = next(o for o in listed["orders"] if o["order"] == "ORD-5005")
     assert (
         socks["refundable"] == "150.00"
-        and {"item_id": "ITEM-6", "name": "Socks (3 pack)", "price": "25.00", "quantity": 2, "refunded_quantity": 0}
+        and {
+            "item_id": "ITEM-6",
+            "name_untrusted": "Socks (3 pack)",
+            "price": "25.00",
+            "quantity": 2,
+            "refunded_quantity": 0,
+        }
         in socks["items"]
     )
 

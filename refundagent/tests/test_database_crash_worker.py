@@ -132,6 +132,9 @@ def stack(own_postgres):
     }
     manage(env, "migrate", "--noinput")
     manage(env, "seed_demo")
+    # The burst files ten tickets on one order of one customer, which the demo policy's risk rules
+    # send to a person (docs/api.md, "Risk signals in the policy"); this test is about the crash.
+    own_postgres.query("UPDATE approvals_refundpolicy SET risk_rules = '{}' RETURNING id")
     tokens = {
         who: manage(env, "create_api_token", who).strip().splitlines()[-1] for who in ("acme-support", "acme-finance")
     }

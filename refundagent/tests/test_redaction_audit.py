@@ -163,4 +163,4 @@ def test_no_card_last4_is_stored_in_any_trace(demo, user, provider, django_captu
     assert last4 not in stored
     if provider == "scripted":
         summary = TraceEvent.objects.get(ticket=ticket, tool="payments.get_summary", span="tool")
-        assert summary.data["result"]["payments"][0]["brand"] == "visa"
+        assert summary.data["result"]["payments"][0]["brand_untrusted"] == "visa"

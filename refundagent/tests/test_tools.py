@@ -130,7 +130,7 @@ def test_payment_summary_shows_brand_and_kind_only(ticket):
     # (the card's last four are no longer given to the model nor traced)
     summary = payment_summary(ticket=ticket)
 
-    assert summary["payments"] == [{"method": "card", "brand": "visa", "amount": "120.00", "currency": "USD"}]
+    assert summary["payments"] == [{"method": "card", "brand_untrusted": "visa", "amount": "120.00", "currency": "USD"}]
     assert "4242" not in json.dumps(summary)
     payment_ref = Order.objects.get(external_id="ORD-5001").payments.get().payment_ref
     assert payment_ref not in json.dumps(summary)

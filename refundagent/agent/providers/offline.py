@@ -214,7 +214,7 @@ def _items_value(order: dict, items: list[str]) -> Decimal:
         LinePosition(
             line_no=n,
             item_id=i["item_id"],
-            name=i.get("name", ""),
+            name=i.get("name_untrusted", ""),
             price=_decimal(i["price"]) or ZERO,
             quantity=i.get("quantity", 1),
             refunded_quantity=i.get("refunded_quantity", 0),
