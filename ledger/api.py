@@ -2,7 +2,7 @@ from ninja import Router
 
 from .schemas import OrderLedgerOut
 from .selectors import order_get, order_ledger, order_refund_position
-from .tenancy import tenant_for_user, user_require_role
+from .tenancy import tenant_for_user, user_require_access
 
 router = Router(tags=["ledger"])
 
@@ -10,7 +10,7 @@ router = Router(tags=["ledger"])
 @router.get("/{order}/ledger", response=OrderLedgerOut)
 def order_ledger_get(request, order: str):
     """An order's refunds as the ledger records them (another tenant's order answers 404)."""
-    user_require_role(request.user, "support", "finance")
+    user_require_access(request.user, "tickets.read")
     found = order_get(tenant=tenant_for_user(request.user), external_id=order)
     return order_ledger_serialize(found)
 
