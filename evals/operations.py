@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 
+from axes.models import AccessAttempt
 from django.conf import settings
-from django.db.models import Count, F, JSONField, Min, OuterRef, Subquery, Sum, Window
+from django.contrib.auth import get_user_model
+from django.db.models import Count, F, JSONField, Max, Min, OuterRef, Subquery, Sum, Window
 from django.db.models.functions import Coalesce, JSONObject, TruncDate
 from django.utils import timezone
 
@@ -185,7 +187,25 @@ def operations_overview(*, tenant, now: datetime | None = None) -> dict:
         "eval_runs": runs,
         "capabilities": capabilities,
         "switched_off": [c["name"] for c in capabilities if not c["enabled"]],
+        "lockouts": sign_in_lockouts(tenant=tenant, now=now),
     }
+
+
+def sign_in_lockouts(*, tenant, now: datetime) -> list[dict]:
+    """The tenant's people whose sign-in django-axes has locked (failed attempts at its limit,
+    within the cool-off), newest first: an operator sees who is locked out and resets them in
+    the admin ("Access attempts") or with `manage.py axes_reset_username`. Names of other
+    tenants' people are not listed."""
+    members = get_user_model().objects.filter(membership__tenant=tenant).values("username")
+    recent = AccessAttempt.objects.filter(username__in=Subquery(members))
+    if settings.AXES_COOLOFF_TIME:
+        recent = recent.filter(attempt_time__gte=now - settings.AXES_COOLOFF_TIME)
+    return list(
+        recent.values("username")
+        .annotate(failures=Sum("failures_since_start"), last_attempt=Max("attempt_time"))
+        .filter(failures__gte=settings.AXES_FAILURE_LIMIT)
+        .order_by("-last_attempt")[:LIST_LIMIT]
+    )
 
 
 EMPTY_USAGE = {

@@ -8,6 +8,7 @@ import re
 from django.http import HttpResponse, HttpResponseBadRequest
 
 from approvals.decisions import approval_decider_check
+from approvals.second_factor import second_factor_check
 from ledger.committed import when_database_answers
 from ledger.exceptions import DomainError
 from ledger.idempotency import (
@@ -121,14 +122,21 @@ class ApiProblemMiddleware:
 NOT_KEPT = {401, 403, 429}
 
 
-def _may_file_ticket(user) -> None:
+def _may_file_ticket(request, user) -> None:
     tenant_for_user(user)
     user_require_access(user, "tickets.file")
 
 
-def _may_decide(user) -> None:
+def _may_decide(request, user) -> None:
     tenant_for_user(user)
     approval_decider_check(user=user)
+    if not _bearer(request):
+        second_factor_check(user=user)
+
+
+def _bearer(request) -> str:
+    header = request.headers.get("Authorization", "")
+    return header[7:].strip() if header.lower().startswith("bearer ") else ""
 
 
 # The two POSTs that honour Idempotency-Key (docs/api.md), each with the check a fresh request
@@ -154,8 +162,7 @@ class _ReplayThrottle(TokenRateThrottle):
 
     def charge(self, request, user) -> int | None:
         """None when the request fits the limit (and is counted), else the seconds to wait."""
-        header = request.headers.get("Authorization", "")
-        token = header[7:].strip() if header.lower().startswith("bearer ") else ""
+        token = _bearer(request)
         counted = _Counted(api_token=token or None, auth=None if token else user, META=request.META)
         if self.allow_request(counted):
             return None
@@ -231,7 +238,7 @@ class IdempotencyMiddleware:
             response["Retry-After"] = str(wait)
             return response
         try:
-            caller_check(user)
+            caller_check(request, user)
         except DomainError as exc:
             return problem_response(exc.status_code, detail=exc.message, code=exc.code)
         return None
