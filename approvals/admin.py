@@ -41,7 +41,7 @@ from ledger.money import CENT, MoneyFormField, StrictMoneyAdminMixin
 from ledger.selectors import order_ledger, order_refund_position, reconciliation_findings_unresolved
 
 from .decisions import DECISIONS, approval_decisions_open, approval_request_decide, user_can_decide
-from .models import QUEUE_RANK, ApprovalRequest, ApprovalVote, Capability, RefundPolicy
+from .models import QUEUE_RANK, ApprovalRequest, ApprovalVote, Capability, RefundPolicy, TenantCapability
 from .payouts import approval_request_payment_retry
 from .policies import refund_policy_publish
 from .review import review_sections
@@ -561,3 +561,49 @@ class CapabilityAdmin(StrictChangeListAdminMixin, admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+    # Installation-wide: a switch here stops every tenant's agent, so superusers only, whatever
+    # groups say; a tenant's operator switches its own tenant (TenantCapabilityAdmin).
+    def has_change_permission(self, request, obj=None):
+        return request.user.is_superuser
+
+
+@admin.register(TenantCapability)
+class TenantCapabilityAdmin(TenantScopedAdminMixin, NoDeleteAdminMixin, admin.ModelAdmin):
+    """A tenant's own kill switches: its operators switch a capability off (or back on) for their
+    tenant alone; it never turns on what the installation switched off."""
+
+    list_display = ("capability", "enabled", "tenant", "updated_at")
+    list_editable = ("enabled",)
+    list_filter = ("enabled", "tenant")
+    readonly_fields = ("updated_at",)
+
+    def get_fields(self, request, obj=None):
+        fields = ("capability", "enabled", "updated_at")
+        return ("tenant", *fields) if request.user.is_superuser else fields
+
+    def get_readonly_fields(self, request, obj=None):
+        # A switch stays on its capability and tenant; make another for another.
+        return ("tenant", "capability", "updated_at") if obj is not None else ("updated_at",)
+
+    def get_form(self, request, obj=None, **kwargs):
+        form = super().get_form(request, obj, **kwargs)
+        tenant = None if request.user.is_superuser else admin_tenant(request)
+
+        class TenantForm(form):
+            def clean(self):
+                cleaned = super().clean()
+                if tenant is not None and self.instance.pk is None:
+                    # The operator's own tenant, never one they choose.
+                    self.instance.tenant = tenant
+                    capability = cleaned.get("capability")
+                    if TenantCapability.objects.filter(tenant=tenant, capability=capability).exists():
+                        raise forms.ValidationError(
+                            f"{tenant.slug} already has a switch for {capability}: change that one."
+                        )
+                return cleaned
+
+        return TenantForm
+
+    def has_add_permission(self, request):
+        return super().has_add_permission(request) and (request.user.is_superuser or admin_tenant(request) is not None)

@@ -12,12 +12,12 @@ from decimal import Decimal
 from axes.models import AccessAttempt
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.db.models import Count, F, JSONField, Max, Min, OuterRef, Subquery, Sum, Window
+from django.db.models import Count, Exists, F, JSONField, Max, Min, OuterRef, Subquery, Sum, Window
 from django.db.models.functions import Coalesce, JSONObject, TruncDate
 from django.utils import timezone
 
 from approvals.followups import approval_followups_undelivered
-from approvals.models import ApprovalRequest, Capability
+from approvals.models import ApprovalRequest, Capability, TenantCapability
 from ledger.models import RefundEntry, RefundEntryEvent
 from refundagent.models import AgentRun, Ticket
 
@@ -154,7 +154,13 @@ def operations_overview(*, tenant, now: datetime | None = None) -> dict:
         .order_by("day")
     )
     runs = eval_runs_recent(limit=30)
-    capabilities = list(Capability.objects.order_by("name").values("name", "side_effect", "enabled", "updated_at"))
+    # The installation's switches, and this tenant's own (an operator switches its tenant only).
+    tenant_off = TenantCapability.objects.filter(capability=OuterRef("pk"), tenant=tenant, enabled=False)
+    capabilities = list(
+        Capability.objects.order_by("name")
+        .annotate(tenant_off=Exists(tenant_off))
+        .values("name", "side_effect", "enabled", "updated_at", "tenant_off")
+    )
 
     by_day = {row["day"]: {**row, **_per_ticket(row)} for row in usage}
     budget = settings.DASHBOARD_DAILY_MODEL_BUDGET_USD
@@ -186,7 +192,7 @@ def operations_overview(*, tenant, now: datetime | None = None) -> dict:
         "over_budget": [day for day, cost in cost_per_day if budget and cost > budget],
         "eval_runs": runs,
         "capabilities": capabilities,
-        "switched_off": [c["name"] for c in capabilities if not c["enabled"]],
+        "switched_off": [c["name"] for c in capabilities if not c["enabled"] or c["tenant_off"]],
         "lockouts": sign_in_lockouts(tenant=tenant, now=now),
     }
 

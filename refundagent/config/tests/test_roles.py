@@ -38,15 +38,18 @@ EXPECTED = {
         "refundagent.view_refunddraft",
     },
     "operator": {
+        # The installation's switches and eval cases are superusers' to change; an operator
+        # switches capabilities for its own tenant (approvals.TenantCapability).
         "approvals.view_capability",
-        "approvals.change_capability",
+        "approvals.view_tenantcapability",
+        "approvals.add_tenantcapability",
+        "approvals.change_tenantcapability",
         "refundagent.view_ticket",
         "refundagent.view_escalatedticket",
         "refundagent.view_agentrun",
         "refundagent.view_traceevent",
         "refundagent.view_refunddraft",
         "evals.view_evalcase",
-        "evals.change_evalcase",
         "evals.view_evalrun",
         "evals.view_evalresult",
     },
@@ -102,7 +105,7 @@ def test_setup_roles_repairs_the_roles_and_a_second_run_changes_nothing(db):
     assert "support: -ledger.view_payment" in first
     assert second.splitlines() == [
         "finance: unchanged (13 permissions)",
-        "operator: unchanged (11 permissions)",
+        "operator: unchanged (12 permissions)",
         "support: unchanged (5 permissions)",
     ]
     assert dict(Group.objects.values_list("name", "pk")) == groups_after_first
