@@ -56,6 +56,13 @@ def _empty_cache():
 
 
 @pytest.fixture(autouse=True)
+def _reply_model_check_off(settings):
+    """A developer's ANTHROPIC_API_KEY turns the reply's second model check on: the tests ask
+    for it where they test it (refundagent/tests/test_reply_claims_gate.py), never by accident."""
+    settings.REPLY_MODEL_CHECK = False
+
+
+@pytest.fixture(autouse=True)
 def _capability_registry(request):
     """The capability registry is written by a data migration; a transactional or live-server
     test flushes the database afterwards and takes those rows with it, which would leave every

@@ -14,12 +14,22 @@ class ApprovalsConfig(AppConfig):
             "approvals.approve_approvalrequest",
             "approvals.view_approvalvote",
             "approvals.view_refundpolicy",
+            # Drafting a policy (copy the current one, edit its rules), replaying and publishing it.
+            "approvals.add_refundpolicy",
+            "approvals.change_refundpolicy",
+            "approvals.view_policyreplay",
+            "approvals.view_decisionrecord",
         ],
         "operator": [
             "approvals.view_capability",
             "approvals.view_tenantcapability",
             "approvals.add_tenantcapability",
             "approvals.change_tenantcapability",
+            "approvals.view_refundpolicy",
+            "approvals.add_refundpolicy",
+            "approvals.change_refundpolicy",
+            "approvals.view_policyreplay",
+            "approvals.view_decisionrecord",
         ],
     }
 

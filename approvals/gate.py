@@ -13,11 +13,11 @@ from decimal import Decimal
 from ledger.exceptions import InvalidAmount
 from ledger.models import Order, PaymentMethod
 from ledger.money import ZERO, money_check_currency
-from ledger.selectors import order_refund_position
+from ledger.selectors import RefundPosition, order_refund_position
 from ledger.telemetry import traced
 
 from .models import RefundPolicy
-from .promises import reply_promises_payment
+from .reply_claims import reply_money_claims
 
 
 class Outcome:
@@ -126,6 +126,7 @@ def policy_gate_evaluate(
     now: datetime,
     waive: frozenset[str] = frozenset(),
     original_method=_UNREAD,
+    position: RefundPosition | None = None,
 ) -> GateVerdict:
     """Decide what a draft may lead to. Pure: reads the ledger, writes nothing.
 
@@ -137,8 +138,11 @@ def policy_gate_evaluate(
     limits (refundable amount, currency, the customer's own methods) are checked regardless.
 
     `original_method`: the order's original payment method, when the caller read it with the
-    policy (`decision_facts`); else it is read here."""
-    position = order_refund_position(order)
+    policy (`decision_facts`); else it is read here. `position`: the order's refund position when
+    the caller read it (the decision records it; a policy replay passes the recorded one); else
+    it is read here."""
+    if position is None:
+        position = order_refund_position(order)
     item_ids = list(item_ids or [])
     destination, method = refund_destination_of(order=order, refund_to=refund_to, original=original_method)
     verdict = GateVerdict(
@@ -177,11 +181,12 @@ def policy_gate_evaluate(
             "citation_stale",
             f"The draft cites {proposal.policy_version}, but the current policy is {policy.version}.",
         )
-    if reply_promises_payment(proposal.customer_reply):
+    # Only the outcome's own reply may speak of money moving (refundagent/replies.py).
+    if claims := reply_money_claims(proposal.customer_reply):
         return stop(
             Outcome.ESCALATED,
             "reply_promises_payment",
-            "The customer reply draft promises a payment before finance approved one.",
+            f"The customer reply draft promises a payment before finance approved one: {claims[0]}.",
         )
 
     eligible, code, reason = _eligibility(order, policy, position, item_ids, now, waive)
@@ -274,8 +279,30 @@ def _eligibility(order, policy, position, item_ids, now, waive=frozenset()) -> t
     if item_ids:
         match = position.items_match(item_ids)
         unmatched = match.unmatched
-        if unmatched and not match.not_on_order:
-            return False, "items_already_refunded", f"Items {', '.join(unmatched)} were already refunded."
-        if unmatched:
+        if match.not_on_order:
             return False, "items_not_on_order", f"Items {', '.join(unmatched)} are not on order {order.external_id}."
+        if match.over_quantity:
+            # More units named than the order has: nothing says they were refunded (a person
+            # reads what the customer meant; the ledger is not consulted for a false reason).
+            return (
+                False,
+                "items_exceed_quantity",
+                "; ".join(
+                    f"Item {item_id} is named {named} times, but order {order.external_id} has {ordered} unit(s) of it"
+                    for item_id, (named, ordered) in match.over_quantity.items()
+                )
+                + ".",
+            )
+        if unmatched:
+            # Only now do the ledger's refunded units explain it.
+            refunded = {line.item_id: 0 for line in position.lines}
+            for line in position.lines:
+                refunded[line.item_id] += line.refunded_quantity
+            return (
+                False,
+                "items_already_refunded",
+                f"Items {', '.join(dict.fromkeys(unmatched))} were already refunded ("
+                + ", ".join(f"{item_id}: {refunded[item_id]} unit(s)" for item_id in dict.fromkeys(unmatched))
+                + ").",
+            )
     return True, "eligible", "eligible"

@@ -5,13 +5,19 @@ Approvals sit above the ledger and below the agent: they may import `ledger`, ne
 (`ticket_ref`); the agent layer listens to the signals in `approvals.signals`.
 """
 
+import re
+from decimal import Decimal, InvalidOperation
+
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models import Case, F, IntegerField, Q, Value, When
 from django.utils import timezone
 
+from ledger.exceptions import DomainError
 from ledger.models import MONEY, Order, Tenant, TenantQuerySet
+from ledger.money import money_check_currency
 
 
 class PolicyImmutable(Exception):
@@ -30,6 +36,17 @@ class RefundPolicyQuerySet(TenantQuerySet):
 
 def waivable_rules_default() -> list[str]:
     return ["window", "order_status"]
+
+
+def threshold_rate_parse(rate) -> Decimal | None:
+    """A recorded rate as a positive Decimal (from its decimal string), or None when it is not one."""
+    if isinstance(rate, bool) or not isinstance(rate, (str, int)):
+        return None
+    try:
+        value = Decimal(str(rate))
+    except InvalidOperation:
+        return None
+    return value if value.is_finite() and value > 0 else None
 
 
 class RefundPolicy(models.Model):
@@ -55,6 +72,17 @@ class RefundPolicy(models.Model):
     two_approver_threshold = models.DecimalField(
         **MONEY, null=True, blank=True, help_text="Refunds above this amount need more than one finance approver."
     )
+    # The threshold is money: an amount in one currency. An order in another currency is compared
+    # at a rate recorded in this version (`threshold_rates`), or else needs the approvals above it.
+    two_approver_threshold_currency = models.CharField(
+        max_length=3, blank=True, help_text="ISO code of the threshold's currency, e.g. USD."
+    )
+    threshold_rates = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text='Recorded exchange rates to the threshold\'s currency: {"EUR": "1.08"} is 1 EUR = 1.08 of it. '
+        "A refund in a currency without a rate here needs the approvals above the threshold.",
+    )
     approvals_above_threshold = models.PositiveSmallIntegerField(default=2)
     waivable_rules = models.JSONField(
         default=waivable_rules_default,
@@ -77,6 +105,11 @@ class RefundPolicy(models.Model):
         constraints = [
             models.UniqueConstraint(fields=["tenant", "version"], name="policy_version_unique_per_tenant"),
             models.CheckConstraint(condition=Q(approvals_above_threshold__gte=1), name="policy_approvals_at_least_one"),
+            models.CheckConstraint(
+                condition=Q(two_approver_threshold__isnull=True)
+                | Q(two_approver_threshold_currency__regex=r"^[A-Z]{3}$"),
+                name="policy_threshold_has_currency",
+            ),
         ]
 
     # Fields that may still change after publication: only the lifecycle.
@@ -99,6 +132,28 @@ class RefundPolicy(models.Model):
                         f"{self.version} is {stored.status}; its rules cannot change. Publish a new version."
                     )
         super().save(*args, **kwargs)
+
+    def clean(self):
+        errors = {}
+        currency = self.two_approver_threshold_currency
+        if self.two_approver_threshold is not None:
+            if not re.fullmatch(r"[A-Z]{3}", currency or ""):
+                errors["two_approver_threshold_currency"] = "A threshold is money: give its currency (e.g. USD)."
+            else:
+                try:
+                    money_check_currency(amount=self.two_approver_threshold, currency=currency)
+                except DomainError as exc:
+                    errors["two_approver_threshold"] = exc.message
+        rates = self.threshold_rates if isinstance(self.threshold_rates, dict) else None
+        if rates is None:
+            errors["threshold_rates"] = 'Rates are an object of currency to rate, e.g. {"EUR": "1.08"}.'
+        else:
+            for code, rate in rates.items():
+                if not re.fullmatch(r"[A-Z]{3}", str(code)) or threshold_rate_parse(rate) is None:
+                    errors["threshold_rates"] = f"{code!r}: {rate!r} is not a currency code with a positive rate."
+                    break
+        if errors:
+            raise ValidationError(errors)
 
 
 class Capability(models.Model):
@@ -369,3 +424,130 @@ class ApprovalFollowUp(models.Model):
 
     def __str__(self):
         return f"follow-up #{self.pk} {self.event} of approval #{self.request_id} for {self.receiver}"
+
+
+class DecisionRecord(models.Model):
+    """The facts one gate decision was taken on, as they were then: the order's status, age,
+    total and refunded amount, its lines, the ticket's request, items and destination, the
+    model's proposal, the risk figures, the policy version and the outcome. A later change to
+    the order cannot alter it (a PostgreSQL trigger refuses UPDATE and DELETE, approvals/0016);
+    a policy replay (approvals.replay) decides these facts again with a draft."""
+
+    class Source(models.TextChoices):
+        AGENT = "agent", "the agent's draft"
+        PROPOSAL = "proposal", "a person's proposal"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    order = models.ForeignKey(Order, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    ticket_ref = models.PositiveBigIntegerField(null=True, blank=True, help_text="The ticket's id.")
+    source = models.CharField(max_length=10, choices=Source.choices, default=Source.AGENT)
+    decided_at = models.DateTimeField()
+    # The order as the gate read it.
+    order_external_id = models.CharField(max_length=100, blank=True)
+    order_status = models.CharField(max_length=20, blank=True)
+    order_placed_at = models.DateTimeField(null=True, blank=True)
+    order_age_days = models.IntegerField(null=True, blank=True)
+    order_total = models.DecimalField(**MONEY, null=True, blank=True)
+    currency = models.CharField(max_length=3)
+    order_refunded = models.DecimalField(
+        **MONEY, null=True, blank=True, help_text="What the ledger had refunded on the order (pending included)."
+    )
+    order_exposure = models.DecimalField(
+        **MONEY,
+        null=True,
+        blank=True,
+        help_text="Refunded plus requests in flight: what dual control counts (approvals.requests).",
+    )
+    order_lines = models.JSONField(
+        default=list, blank=True, help_text="[{line_no, item_id, price, quantity, refunded_quantity}]"
+    )
+    # The ticket's request.
+    requested_amount = models.DecimalField(**MONEY, null=True, blank=True)
+    requested_currency = models.CharField(max_length=3, blank=True)
+    item_ids = models.JSONField(default=list, blank=True)
+    destination = models.JSONField(
+        default=dict, blank=True, help_text="{kind, method, method_kind, foreign}: where the refund would go."
+    )
+    proposal = models.JSONField(
+        default=dict, blank=True, help_text="{recommendation, amount, policy_version, destination, customer_reply}"
+    )
+    risk = models.JSONField(
+        default=dict, blank=True, encoder=DjangoJSONEncoder, help_text="The risk figures the gate exposed, if any."
+    )
+    # The decision.
+    policy = models.ForeignKey(RefundPolicy, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    policy_version = models.CharField(max_length=100, blank=True)
+    outcome = models.CharField(max_length=20)
+    allowed_amount = models.DecimalField(**MONEY, null=True, blank=True)
+    codes = models.JSONField(default=list, blank=True)
+    required_approvals = models.PositiveSmallIntegerField(default=0, help_text="0 when no approval was needed.")
+    backfilled = models.BooleanField(
+        default=False, help_text="Rebuilt from a draft recorded before facts were kept (see missing_facts)."
+    )
+    missing_facts = models.JSONField(
+        default=list, blank=True, help_text="On a backfilled record: the facts the old rows did not keep."
+    )
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["decided_at", "id"]
+        indexes = [models.Index(fields=["tenant", "decided_at"], name="decision_record_window_idx")]
+
+    def __str__(self):
+        return f"decision #{self.pk} {self.order_external_id} {self.outcome} under {self.policy_version}"
+
+
+class PolicyReplay(models.Model):
+    """One replay of a draft policy over a tenant's recorded decisions (approvals.replay): its
+    progress and its result. The only row a replay writes."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    draft = models.ForeignKey(RefundPolicy, on_delete=models.PROTECT, related_name="replays")
+    draft_fingerprint = models.CharField(
+        max_length=64, help_text="SHA-256 of the draft's rules when replayed: publishing needs this exact draft."
+    )
+    window_days = models.PositiveIntegerField(default=30)
+    since = models.DateTimeField()
+    until = models.DateTimeField()
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    total = models.PositiveIntegerField(default=0, help_text="Decisions in the window.")
+    done = models.PositiveIntegerField(default=0, help_text="Decisions replayed so far.")
+    flipped = models.PositiveIntegerField(default=0)
+    result = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
+    error = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self):
+        return f"replay #{self.pk} of {self.draft.version} ({self.status})"
+
+
+class PolicyPublication(models.Model):
+    """How a draft became current: after which replay, or without one and why (kept)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    policy = models.OneToOneField(RefundPolicy, on_delete=models.PROTECT, related_name="publication")
+    replay = models.ForeignKey(PolicyReplay, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
+    without_replay_reason = models.TextField(blank=True)
+    published_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    published_at = models.DateTimeField(default=timezone.now)
+
+    def __str__(self):
+        return f"publication of {self.policy.version}"

@@ -12,13 +12,14 @@ Executing twice is safe: the ledger and the provider are keyed by the request's 
 import logging
 from datetime import timedelta
 
-from django.db import DatabaseError
+from django.db import DatabaseError, transaction
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from .models import ApprovalRequest
-from .tasks import approval_execute_task
+from .models import ApprovalRequest, PolicyReplay
+from .replay import DEFAULT_DAYS, policy_replay_create
+from .tasks import approval_execute_task, policy_replay_task
 
 logger = logging.getLogger(__name__)
 
@@ -81,3 +82,12 @@ def approval_executions_sweep(*, older_than: timedelta, limit: int = 500) -> int
         )
         sent += approval_execution_publish(request_id=request_id)
     return sent
+
+
+def policy_replay_start(*, tenant, draft_version: str, days: int = DEFAULT_DAYS, user=None) -> PolicyReplay:
+    """A replay queued on Celery once committed (the admin's action; its page shows the progress).
+    Should the broker lose it, the replay stays `queued` and is started again from the admin."""
+    with transaction.atomic():
+        replay = policy_replay_create(tenant=tenant, draft_version=draft_version, days=days, user=user)
+        transaction.on_commit(lambda: policy_replay_task.delay(replay.pk))
+    return replay

@@ -89,6 +89,15 @@ def approval_proposal_create(
         cap = position.refundable
         if items:
             match = position.items_match(items)
+            if match.over_quantity and not match.not_on_order:
+                raise InvalidInput(
+                    "; ".join(
+                        f"{item_id} is named {named} times, but order {order.external_id} has {units} unit(s) of it"
+                        for item_id, (named, units) in match.over_quantity.items()
+                    )
+                    + ". Name an item once per unit.",
+                    code="items_exceed_quantity",
+                )
             if match.unmatched:
                 raise InvalidInput(
                     f"Items {', '.join(match.unmatched)} are not refundable on {order.external_id}.",

@@ -17,7 +17,7 @@ from ledger.selectors import order_refunded_total
 from ledger.services import canonical_hash
 
 from .gate import GateVerdict, Outcome
-from .models import ApprovalRequest, RefundPolicy
+from .models import ApprovalRequest, RefundPolicy, threshold_rate_parse
 from .signals import approval_expired
 
 ISSUE_REFUND = "refunds.issue_refund"
@@ -125,13 +125,17 @@ def order_refund_exposure(*, order: Order, exclude_pk: int | None = None, refund
     in the ledger (being paid out), and other requests still pending approval. The two-approver
     rule counts all of it, so splitting one refund into several requests does not split the
     dual control."""
+    pending = order_requests_in_flight(order=order, exclude_pk=exclude_pk).aggregate(s=Sum("amount"))["s"] or ZERO
+    return (order_refunded_total(order) if refunded is None else refunded) + pending
+
+
+def order_requests_in_flight(*, order: Order, exclude_pk: int | None = None):
+    """The requests on `order` that count as on their way out: pending approval, or approved and
+    not yet in the ledger (order_refund_exposure)."""
     in_flight = ApprovalRequest.objects.filter(order=order).filter(
         Q(status=ApprovalRequest.Status.PENDING) | Q(status=ApprovalRequest.Status.APPROVED, ledger_entry__isnull=True)
     )
-    if exclude_pk is not None:
-        in_flight = in_flight.exclude(pk=exclude_pk)
-    pending = in_flight.aggregate(s=Sum("amount"))["s"] or ZERO
-    return (order_refunded_total(order) if refunded is None else refunded) + pending
+    return in_flight if exclude_pk is None else in_flight.exclude(pk=exclude_pk)
 
 
 def approval_required_count(
@@ -143,17 +147,52 @@ def approval_required_count(
     refunded: Decimal | None = None,
 ) -> int:
     """How many distinct approvers a refund of `amount` on `order` needs: the policy's count when
-    it would take the order's refunds (see order_refund_exposure) above the threshold, else one."""
+    it would take the order's refunds (see order_refund_exposure) above the threshold, else one.
+
+    The threshold is money in its own currency. An order in another currency is converted at the
+    rate the policy version recorded for it; without one, dual control cannot be judged, so the
+    refund needs the approvals above the threshold."""
+    return approvals_needed(
+        policy=policy,
+        currency=order.currency,
+        order_total=order.total,
+        amount=amount,
+        exposure=lambda: order_refund_exposure(order=order, exclude_pk=exclude_pk, refunded=refunded),
+    )
+
+
+def approvals_needed(*, policy: RefundPolicy, currency: str, order_total: Decimal, amount: Decimal, exposure) -> int:
+    """The dual-control rule on plain facts: `exposure()` returns what the order already has
+    refunded or in flight, asked only when it matters. A policy replay passes the recorded one."""
     threshold = policy.two_approver_threshold
+    if threshold is None:
+        return 1
+    rate = policy_threshold_rate(policy=policy, currency=currency)
+    if rate is None:
+        return policy.approvals_above_threshold
+
+    def above(value: Decimal) -> bool:
+        return value * rate > threshold
+
     # An order worth no more than the threshold can never move more than it: every request on it
     # is re-checked against what is still refundable before it is approved and executed.
-    if threshold is None or order.total <= threshold:
+    if not above(order_total):
         return 1
-    if amount > threshold:
+    if above(amount):
         return policy.approvals_above_threshold
-    if order_refund_exposure(order=order, exclude_pk=exclude_pk, refunded=refunded) + amount > threshold:
+    if above(exposure() + amount):
         return policy.approvals_above_threshold
     return 1
+
+
+def policy_threshold_rate(*, policy: RefundPolicy, currency: str) -> Decimal | None:
+    """How many units of the threshold's currency one unit of `currency` is worth: 1 in the
+    threshold's own currency, the policy's recorded rate for another, None without one."""
+    if currency == policy.two_approver_threshold_currency:
+        return Decimal(1)
+    return (
+        threshold_rate_parse(policy.threshold_rates.get(currency)) if isinstance(policy.threshold_rates, dict) else None
+    )
 
 
 def approval_request_replacement_key(*, key: str) -> str:

@@ -12,6 +12,7 @@ from ledger.telemetry import bind, ticket_trace_span
 
 from .execution import approval_execute
 from .models import ApprovalRequest
+from .replay import policy_replay_run
 from .requests import approval_requests_expire
 
 
@@ -45,3 +46,10 @@ def approval_execute_task(request_id: int) -> None:
 @shared_task(ignore_result=True)
 def approval_requests_expire_task() -> int:
     return approval_requests_expire()
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def policy_replay_task(replay_id: int) -> None:
+    # Reads only and writes its own row: a redelivered replay simply runs again (a finished one
+    # is returned as it is).
+    policy_replay_run(replay_id=replay_id)

@@ -590,9 +590,11 @@ def main() -> int:
     if args.size == "large" and database_ensure(url):
         print(f"created database {db_name(url)}")
     # The scripted provider is the product's own (AGENT_PROVIDER=scripted plays AGENT_SCRIPT). No
-    # broker: the agent task runs eagerly inside ticket_create, in this process.
+    # broker: the agent task runs eagerly inside ticket_create, in this process. A connection
+    # pool, as docker-compose.yml's agent worker has: a run gives its connection back while the
+    # model thinks (agent.loop), which without a pool would mean a new connection per turn.
     os.environ.pop("CELERY_BROKER_URL", None)
-    django_setup(url, AGENT_PROVIDER="scripted", AGENT_SCRIPT="[]")
+    django_setup(url, AGENT_PROVIDER="scripted", AGENT_SCRIPT="[]", DATABASE_POOL_MAX_SIZE="10")
 
     from django.apps import apps
     from django.core.management import call_command

@@ -219,7 +219,7 @@ class ApiTokenAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
 
 class PaymentMethodInline(ReadOnlyInline):
     model = PaymentMethod
-    fields = ("external_id", "kind", "brand", "last4", "balance")
+    fields = ("external_id", "kind", "brand", "last4", "balance", "opening_balance")
 
 
 @admin.register(IdempotencyKey)
@@ -247,7 +247,7 @@ class CustomerAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin
 @admin.register(PaymentMethod)
 class PaymentMethodAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     tenant_field = "customer__tenant"
-    list_display = ("external_id", "kind", "brand", "last4", "balance", "customer")
+    list_display = ("external_id", "kind", "brand", "last4", "balance", "opening_balance", "customer")
     list_filter = ("kind", "customer__tenant")
     search_fields = ("external_id", "customer__external_id", "last4")
     list_select_related = ("customer",)

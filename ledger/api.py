@@ -57,5 +57,15 @@ def order_ledger_serialize(order) -> dict:
         "currency": position.currency,
         "refunded_total": position.refunded_total,
         "refundable": position.refundable,
+        "items": [
+            {
+                "id": line.item_id,
+                "name": line.name,
+                "price": line.price,
+                "quantity": line.quantity,
+                "refunded_quantity": line.refunded_quantity,
+            }
+            for line in position.lines
+        ],
         "entries": entries,
     }

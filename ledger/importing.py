@@ -21,15 +21,26 @@ change is applied and counted as ``updated``: an order's status, note and addres
 customer's name, email and address; a payment method's brand, last four and gift card
 balance (its kind may not change: that is an error). New payment methods and new refunds of
 an existing order are added.
+
+A gift card the ledger credited (store credit this product refunded) is a ledger fact: its
+balance is its opening balance plus the ledger's movements (``gift_card_balance``). A re-import
+whose balance for such a card disagrees is a conflict: that card is left as it is (nothing of it
+is written), the rest of the file is imported, and the result lists the conflict for a person.
+A card the ledger never moved takes the shop's balance as its new opening balance. The import
+takes the locks a store-credit payout takes, in the same order (the customer's orders, then the
+gift cards), so a payout racing an import is either seen by it or runs after it.
 """
 
 from dataclasses import dataclass, field
 
 from django.db import transaction
+from django.db.models import Q
 
 from .exceptions import DomainError, ImportRefused
 from .import_format import CustomerRow, OrderRow, import_file_parse
 from .models import Customer, Order, OrderItem, Payment, PaymentMethod, RefundEntry, Tenant
+from .money import ZERO
+from .selectors import store_credit_movements
 from .services import ledger_refund_issue
 
 MAX_ERRORS_SHOWN = 20
@@ -53,6 +64,8 @@ class ImportResult:
     orders: Counts = field(default_factory=Counts)
     refunds: Counts = field(default_factory=Counts)
     warnings: list[str] = field(default_factory=list)
+    # Records refused because they disagree with the ledger (nothing of them was written).
+    conflicts: list[str] = field(default_factory=list)
 
     @property
     def created(self) -> int:
@@ -87,6 +100,7 @@ def orders_import(*, data: dict) -> ImportResult:
         _refuse(errors)
     result = ImportResult(tenant=tenant.slug)
     with transaction.atomic():
+        _lock_store_credit(tenant, parsed.customers, parsed.orders)
         customer_by_id = _write_customers(tenant, parsed.customers, result)
         _write_orders(tenant, parsed.orders, customer_by_id, result)
     return result
@@ -147,6 +161,48 @@ def _check_references(
     return existing, existing_methods
 
 
+def _lock_store_credit(tenant: Tenant, customers: list[CustomerRow], orders: list[OrderRow]):
+    """Take the locks a store-credit payout takes, in its order: the order rows first (of the
+    file's customers with gift cards, and the file's own orders), then those gift cards. A payout
+    holding them is waited for, so its movement is counted below."""
+    with_gift_cards = {
+        c.id for c in customers if any(pm.kind == PaymentMethod.Kind.GIFT_CARD for pm in c.payment_methods)
+    }
+    if not with_gift_cards:
+        return
+    list(
+        Order.objects.select_for_update(of=("self",))
+        .filter(tenant=tenant)
+        .filter(Q(customer__external_id__in=with_gift_cards) | Q(external_id__in=[o.id for o in orders]))
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+    list(
+        PaymentMethod.objects.select_for_update(of=("self",))
+        .filter(customer__tenant=tenant, customer__external_id__in=with_gift_cards, kind=PaymentMethod.Kind.GIFT_CARD)
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )
+
+
+def _gift_card_balance_import(pm: PaymentMethod, shop_balance, moved, label: str, result: ImportResult):
+    """(balance, opening balance) to keep for a stored gift card the file names again, or None
+    when the file's balance disagrees with the ledger's (a conflict, recorded in `result`)."""
+    if shop_balance is None:  # the file does not say: keep what is recorded
+        return pm.balance, pm.opening_balance
+    if moved is None:  # the ledger never moved this card: the shop's balance is the truth
+        return shop_balance, shop_balance
+    derived = (pm.opening_balance or ZERO) + moved
+    if shop_balance != derived:
+        result.conflicts.append(
+            f"{label}: gift card {pm.external_id}: the file's balance {shop_balance} disagrees with the "
+            f"ledger's {derived} (opening balance {pm.opening_balance or ZERO} plus {moved} store credit "
+            "refunded by this product); refused, nothing of this card was changed."
+        )
+        return None
+    return derived, pm.opening_balance
+
+
 def _write_customers(tenant: Tenant, rows: list[CustomerRow], result: ImportResult) -> dict[str, Customer]:
     existing = {c.external_id: c for c in Customer.objects.filter(tenant=tenant, external_id__in=[r.id for r in rows])}
     new, changed = [], []
@@ -168,12 +224,20 @@ def _write_customers(tenant: Tenant, rows: list[CustomerRow], result: ImportResu
     stored = {
         (pm.customer_id, pm.external_id): pm for pm in PaymentMethod.objects.filter(customer__in=list(by_id.values()))
     }
+    moved = store_credit_movements(
+        method_ids=[pm.pk for pm in stored.values() if pm.kind == PaymentMethod.Kind.GIFT_CARD]
+    )
     new_methods, changed_methods = [], []
     for row in rows:
         customer = by_id[row.id]
         for pm_row in row.payment_methods:
             pm = stored.get((customer.pk, pm_row.id))
-            values = (pm_row.brand, pm_row.last4, pm_row.balance)
+            values = (pm_row.brand, pm_row.last4, pm_row.balance, pm.opening_balance if pm else None)
+            if pm is not None and pm.kind == PaymentMethod.Kind.GIFT_CARD:
+                balances = _gift_card_balance_import(pm, pm_row.balance, moved.get(pm.pk), row.label, result)
+                if balances is None:
+                    continue
+                values = (pm_row.brand, pm_row.last4, *balances)
             if pm is None:
                 new_methods.append(
                     PaymentMethod(
@@ -183,15 +247,16 @@ def _write_customers(tenant: Tenant, rows: list[CustomerRow], result: ImportResu
                         brand=pm_row.brand,
                         last4=pm_row.last4,
                         balance=pm_row.balance,
+                        opening_balance=pm_row.balance,
                     )
                 )
-            elif (pm.brand, pm.last4, pm.balance) != values:
-                pm.brand, pm.last4, pm.balance = values
+            elif (pm.brand, pm.last4, pm.balance, pm.opening_balance) != values:
+                pm.brand, pm.last4, pm.balance, pm.opening_balance = values
                 changed_methods.append(pm)
             else:
                 result.payment_methods.unchanged += 1
     PaymentMethod.objects.bulk_create(new_methods)
-    PaymentMethod.objects.bulk_update(changed_methods, ["brand", "last4", "balance"])
+    PaymentMethod.objects.bulk_update(changed_methods, ["brand", "last4", "balance", "opening_balance"])
     result.payment_methods.created += len(new_methods)
     result.payment_methods.updated += len(changed_methods)
     return by_id

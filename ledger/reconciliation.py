@@ -8,6 +8,9 @@ flagged for review, with a `missing_in_ledger` finding.
 
 `payments_reconcile` lists the provider's refunds of a period and stores a finding for every
 difference left: missing in the ledger, missing at the provider, amount differs, status differs.
+It also compares every gift card the ledger credited with the ledger (`store_credit_reconcile`):
+a kept balance that is not the opening balance plus the ledger's store credit is a
+`store_credit_differs` finding, whatever the gateway.
 """
 
 import logging
@@ -21,6 +24,7 @@ from .gateways import ProviderRefund, gateway_get
 from .models import (
     COUNTING_STATUSES,
     Payment,
+    PaymentMethod,
     ReconciliationFinding,
     ReconciliationRun,
     RefundEntry,
@@ -28,8 +32,8 @@ from .models import (
     RefundStatus,
     Tenant,
 )
-from .money import to_minor_units
-from .selectors import refund_entries_with_effective_amount
+from .money import ZERO, to_minor_units
+from .selectors import refund_entries_with_effective_amount, store_credit_movements
 from .services import ledger_refund_record_external, ledger_refund_record_outcome
 
 logger = logging.getLogger(__name__)
@@ -58,7 +62,9 @@ def reconciliation_finding_record(
 ) -> ReconciliationFinding:
     """Store a finding once: an unresolved finding of the same kind about the same refund is reused."""
     existing = (
-        ReconciliationFinding.objects.unresolved().filter(kind=kind, entry=entry, provider_ref=provider_ref).first()
+        ReconciliationFinding.objects.unresolved()
+        .filter(kind=kind, entry=entry, provider_ref=provider_ref, payment_method=fields.get("payment_method"))
+        .first()
     )
     if existing is not None:
         return existing
@@ -203,13 +209,17 @@ def payments_reconcile(*, tenant: Tenant | None = None, since: datetime | None =
     since = since or timezone.now() - timedelta(days=settings.RECONCILE_LOOKBACK_DAYS)
     gateway = gateway_get()
     if not gateway.executes_refunds:
-        return ReconciliationRun.objects.create(
-            tenant=tenant,
-            gateway=gateway.name,
-            since=since,
-            finished_at=timezone.now(),
-            note=f"The {gateway.name} gateway pays refunds by hand: there is no provider record to compare.",
-        )
+        with transaction.atomic():
+            run = ReconciliationRun.objects.create(
+                tenant=tenant,
+                gateway=gateway.name,
+                since=since,
+                note=f"The {gateway.name} gateway pays refunds by hand: there is no provider record to compare.",
+            )
+            run.findings_count = len(store_credit_reconcile(run=run, tenant=tenant))
+            run.finished_at = timezone.now()
+            run.save()
+        return run
     accounts = _accounts(tenant)
     listed = [
         (account, refund) for account in accounts for refund in gateway.refunds_list(since=since, account=account)
@@ -251,6 +261,7 @@ def payments_reconcile(*, tenant: Tenant | None = None, since: datetime | None =
                 gateway=gateway.name,
             )
         )
+        findings.update(store_credit_reconcile(run=run, tenant=tenant))
         findings.discard(None)
         run.provider_refunds = len(seen_refs)
         run.ledger_entries = RefundEntry.objects.filter(
@@ -323,6 +334,37 @@ def _missing_at_provider(*, run, tenants, since, seen_refs, gateway) -> set[int]
                 currency=entry.currency,
                 ledger_status=entry.status,
                 detail="The ledger counts this refund, but the provider lists no such refund for the period.",
+            ).pk
+        )
+    return found
+
+
+def store_credit_reconcile(*, run: ReconciliationRun, tenant: Tenant | None = None) -> set[int]:
+    """Gift cards whose kept balance is not their opening balance plus the store credit the
+    ledger issued to them (changed by hand, or by a writer that bypassed the ledger): one
+    `store_credit_differs` finding each. Only cards the ledger credited are the ledger's to check."""
+    moved = store_credit_movements(
+        method_ids=RefundEntry.objects.filter(gateway=RefundEntry.Gateway.STORE_CREDIT, destination__isnull=False)
+        .filter(**({"tenant": tenant} if tenant is not None else {}))
+        .values_list("destination_id", flat=True)
+        .distinct()
+    )
+    found = set()
+    for method in PaymentMethod.objects.filter(pk__in=list(moved)).select_related("customer__tenant"):
+        derived = (method.opening_balance or ZERO) + moved[method.pk]
+        if method.balance == derived:
+            continue
+        found.add(
+            reconciliation_finding_record(
+                kind=Kind.STORE_CREDIT_DIFFERS,
+                tenant=method.customer.tenant,
+                run=run,
+                payment_method=method,
+                ledger_amount=derived,
+                provider_amount=method.balance,
+                detail=f"Gift card {method.external_id} of {method.customer.external_id} holds {method.balance}; "
+                f"the ledger says {derived} (opening balance {method.opening_balance or ZERO} plus {moved[method.pk]} "
+                "store credit refunded by this product).",
             ).pk
         )
     return found

@@ -37,6 +37,14 @@ class LedgerEntryOut(Schema):
     revisions: list[RevisionOut]
 
 
+class OrderLineOut(Schema):
+    id: str
+    name: str
+    price: Money  # per unit
+    quantity: int
+    refunded_quantity: int
+
+
 class OrderLedgerOut(Schema):
     order: str
     customer: str
@@ -45,4 +53,6 @@ class OrderLedgerOut(Schema):
     currency: str
     refunded_total: Money
     refundable: Money
+    # The order's lines with their units and the units the ledger already refunded.
+    items: list[OrderLineOut]
     entries: list[LedgerEntryOut]

@@ -14,6 +14,7 @@ from .models import (
     Customer,
     Order,
     OrderItem,
+    PaymentMethod,
     ReconciliationFinding,
     RefundEntry,
     RefundEntryItem,
@@ -46,6 +47,32 @@ def refund_entries_with_effective_amount(queryset=None):
     latest_revision = RefundRevision.objects.filter(entry=OuterRef("pk")).order_by("-id").values("new_amount")[:1]
     queryset = RefundEntry.objects.all() if queryset is None else queryset
     return queryset.annotate(effective_amount=Coalesce(Subquery(latest_revision), "amount", output_field=MONEY_FIELD))
+
+
+def store_credit_movements(*, method_ids) -> dict[int, Decimal]:
+    """The store credit the ledger itself issued to each gift card (counting entries, at their
+    effective amount), by payment method id. An imported refund is not a movement: the shop's
+    balance already holds it."""
+    rows = (
+        refund_entries_with_effective_amount(
+            RefundEntry.objects.counting()
+            .filter(destination_id__in=method_ids, gateway=RefundEntry.Gateway.STORE_CREDIT)
+            .exclude(source=RefundEntry.Source.IMPORT)
+        )
+        .values("destination_id")
+        .annotate(moved=Sum("effective_amount"))
+    )
+    return {row["destination_id"]: row["moved"].quantize(CENT) for row in rows}
+
+
+def gift_card_balance(*, method: PaymentMethod) -> Decimal | None:
+    """A gift card's balance as the ledger derives it: its opening balance plus the store credit
+    the ledger issued to it (as hordak derives an account's balance from its legs). None when
+    the shop never gave a balance and the ledger never moved it."""
+    moved = store_credit_movements(method_ids=[method.pk]).get(method.pk)
+    if moved is None:
+        return method.opening_balance
+    return ((method.opening_balance or ZERO) + moved).quantize(CENT)
 
 
 def order_refunded_total(order: Order) -> Decimal:
@@ -98,6 +125,9 @@ class ItemsMatch:
     units: dict[int, int]  # line_no -> units matched on that line, in the order first matched
     unmatched: list[str]  # the ids with no unrefunded unit left for them, as named
     not_on_order: list[str]  # of those, the ids on no line at all
+    # Of those, the ids named more times than the order has units of them (whatever the ledger
+    # says): {item id: (units named, units on the order)}. Only the rest were already refunded.
+    over_quantity: dict[str, tuple[int, int]] = field(default_factory=dict)
 
 
 def items_match(lines: list[LinePosition], item_ids: list[str]) -> ItemsMatch:
@@ -115,11 +145,22 @@ def items_match(lines: list[LinePosition], item_ids: list[str]) -> ItemsMatch:
         remaining[line.line_no] -= 1
         units[line.line_no] = units.get(line.line_no, 0) + 1
         value += line.price
+    named: dict[str, int] = {}
+    for item_id in item_ids:
+        named[item_id] = named.get(item_id, 0) + 1
+    ordered: dict[str, int] = {}
+    for line in lines:
+        ordered[line.item_id] = ordered.get(line.item_id, 0) + line.quantity
     return ItemsMatch(
         value=value,
         units=units,
         unmatched=unmatched,
         not_on_order=[item_id for item_id in unmatched if item_id not in on_order],
+        over_quantity={
+            item_id: (named[item_id], ordered[item_id])
+            for item_id in dict.fromkeys(unmatched)
+            if item_id in on_order and named[item_id] > ordered[item_id]
+        },
     )
 
 

@@ -134,14 +134,55 @@ def ledger_refund_issue(
             # Store credit grows the gift card's balance, except an import's (the shop's balance
             # already holds that credit). Lock order: the order row is held; the gift card second.
             if gateway == RefundEntry.Gateway.STORE_CREDIT and source != RefundEntry.Source.IMPORT:
-                PaymentMethod.objects.filter(pk=destination.pk).update(
-                    balance=Coalesce(F("balance"), Value(ZERO)) + amount
-                )
+                _store_credit_move(method_id=destination.pk, amount=amount)
             return entry
     except IntegrityError as error:
         # Another transaction inserted the same key between our check and insert: possible only
         # where the order lock does not serialise the two (the key reused on another order).
         return _replay_raced(idempotency_key, request_hash, error)
+
+
+def _store_credit_move(*, method_id: int, amount: Decimal) -> None:
+    """Move a gift card's kept balance by `amount`, in the ledger's transaction that issued (or
+    corrected) the store credit, so the kept balance stays the opening balance plus the ledger's
+    movements (`ledger.selectors.gift_card_balance`)."""
+    PaymentMethod.objects.filter(pk=method_id).update(balance=Coalesce(F("balance"), Value(ZERO)) + amount)
+
+
+def ledger_store_credit_issue(
+    *,
+    order: Order,
+    gift_card: PaymentMethod,
+    amount,
+    currency: str,
+    idempotency_key: str,
+    approval_ref: str = "",
+    item_ids: list[str] | None = None,
+    reason: str = "",
+    created_by=None,
+) -> RefundEntry:
+    """Pay one approved refund leg as store credit on the customer's gift card: a `succeeded`
+    store-credit entry and the card's balance grown by the amount, in one transaction, exactly
+    once per idempotency key (the rules of `ledger_refund_issue` hold: the cap, the customer's
+    own card, a replay writes nothing). A method that is not a gift card is refused."""
+    if gift_card.kind != PaymentMethod.Kind.GIFT_CARD:
+        raise InvalidInput(
+            f"Payment method {gift_card.external_id} is a {gift_card.kind}, not a gift card: no store credit.",
+            code="not_a_gift_card",
+        )
+    return ledger_refund_issue(
+        order=order,
+        amount=amount,
+        currency=currency,
+        idempotency_key=idempotency_key,
+        destination=gift_card,
+        destination_kind="gift_card",
+        item_ids=item_ids,
+        source=RefundEntry.Source.APPROVAL,
+        approval_ref=approval_ref,
+        reason=reason,
+        created_by=created_by,
+    )
 
 
 def _replay_raced(idempotency_key: str, request_hash: str, error: IntegrityError) -> RefundEntry:
@@ -202,6 +243,10 @@ def _refusal(
         return RefundRefused(
             f"Items {', '.join(unmatched)} are not on {external_id} or were already refunded.", code=code
         )
+    if code == "items_exceed_quantity":
+        return RefundRefused(
+            f"Items {', '.join(unmatched)} are named more times than {external_id} has units of them.", code=code
+        )
     if code == "refund_exceeds_items":
         return RefundRefused(
             f"Refund of {amount} {currency} exceeds the price of the items ({items_value}).", code=code
@@ -232,6 +277,14 @@ def _check_refund(
     if not item_ids:
         return {}
     match = position.items_match(item_ids)
+    if match.over_quantity and not match.not_on_order:
+        raise _refusal(
+            "items_exceed_quantity",
+            amount=amount,
+            currency=currency,
+            external_id=order.external_id,
+            unmatched=list(match.over_quantity),
+        )
     if match.unmatched:
         raise _refusal(
             "item_not_refundable",
@@ -268,9 +321,13 @@ def ledger_refund_correct(*, entry: RefundEntry, new_amount, reason: str, correc
                 f"Correcting refund #{entry.pk} to {new_amount} would refund more than the order total {order.total}.",
                 code="refund_exceeds_refundable",
             )
-        return RefundRevision.objects.create(
+        revision = RefundRevision.objects.create(
             entry=entry, old_amount=old_amount, new_amount=new_amount, reason=reason, created_by=corrected_by
         )
+        # Store credit the ledger issued: the card's kept balance follows the corrected amount.
+        if entry.gateway == RefundEntry.Gateway.STORE_CREDIT and entry.source != RefundEntry.Source.IMPORT:
+            _store_credit_move(method_id=entry.destination_id, amount=new_amount - old_amount)
+        return revision
 
 
 def ledger_refund_record_outcome(

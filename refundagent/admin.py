@@ -7,6 +7,7 @@ JSON, from a ticket's page or as an action on selected tickets."""
 import json
 
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpResponseRedirect, JsonResponse
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
@@ -14,14 +15,16 @@ from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.timesince import timesince
 
-from ledger.admin import ReadOnlyAdminMixin, ReadOnlyInline, TenantScopedAdminMixin
+from ledger.admin import ReadOnlyAdminMixin, ReadOnlyInline, TenantScopedAdminMixin, admin_tenant
 from ledger.exceptions import DomainError
 from ledger.models import PaymentMethod
 from ledger.selectors import order_refund_position
 
+from .agent.shadow import PROVIDERS as SHADOW_PROVIDERS
 from .forms import ProposalForm
 from .labels import label, when
-from .models import QUEUE_STATUSES, AgentRun, EscalatedTicket, RefundDraft, Ticket, TraceEvent
+from .models import QUEUE_STATUSES, AgentRun, EscalatedTicket, ModelReplay, RefundDraft, Ticket, TraceEvent
+from .outbox import model_replay_start
 from .services import ticket_assign
 from .tracing import trace_export
 
@@ -429,3 +432,65 @@ class TraceEventAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdm
     @admin.display(description="data")
     def payload(self, obj):
         return _pretty(obj.data)
+
+
+@admin.register(ModelReplay)
+class ModelReplayAdmin(TenantScopedAdminMixin, admin.ModelAdmin):
+    """Model replays in shadow (docs/replay.md): the add page starts one on the operator's own
+    tenant; a replay's page shows its progress (it refreshes itself), then the comparison."""
+
+    list_display = ("id", "provider", "model", "status", "done", "total", "agreed", "cost_usd", "created_at")
+    list_filter = ("status", "provider")
+    change_form_template = "admin/refundagent/modelreplay/result.html"
+    add_form_template = "admin/refundagent/modelreplay/start.html"
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def add_view(self, request, form_url="", extra_context=None):
+        if not self.has_add_permission(request):
+            raise PermissionDenied
+        error = ""
+        if request.method == "POST":
+            tenant = admin_tenant(request)
+            try:
+                if tenant is None:
+                    raise DomainError("Your user belongs to no tenant.")
+                replay = model_replay_start(
+                    tenant=tenant,
+                    provider=request.POST.get("provider", ""),
+                    model=request.POST.get("model", ""),
+                    days=_whole(request.POST.get("days", ""), "days"),
+                    limit=_whole(request.POST.get("limit", ""), "limit") if request.POST.get("limit") else None,
+                    user=request.user,
+                )
+            except DomainError as exc:
+                error = exc.message
+            else:
+                return HttpResponseRedirect(reverse("admin:refundagent_modelreplay_change", args=[replay.pk]))
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.model._meta,
+            "title": "Replay recorded tickets with another model",
+            "providers": SHADOW_PROVIDERS,
+            "error": error,
+        }
+        return TemplateResponse(request, self.add_form_template, context, status=422 if error else 200)
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        replay = self.get_queryset(request).filter(pk=_whole_or_none(object_id)).first()
+        return super().change_view(request, object_id, form_url, {**(extra_context or {}), "replay": replay})
+
+
+def _whole(value: str, field: str) -> int:
+    value = (value or "").strip()
+    if not value.isascii() or not value.isdigit():
+        raise DomainError(f"--{field} is a whole number.")
+    return int(value)
+
+
+def _whole_or_none(value):
+    return int(value) if isinstance(value, str) and value.isascii() and value.isdigit() else None

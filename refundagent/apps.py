@@ -20,6 +20,9 @@ class RefundagentConfig(AppConfig):
             "refundagent.view_agentrun",
             "refundagent.view_traceevent",
             "refundagent.view_refunddraft",
+            # Model replays in shadow (docs/replay.md): start one, read its result.
+            "refundagent.view_modelreplay",
+            "refundagent.add_modelreplay",
         ],
     }
 

@@ -80,6 +80,7 @@ def policy_publish_demo(tenant: Tenant) -> RefundPolicy:
         full_refund_destinations=["original"],
         item_refund_destinations=["original"],
         two_approver_threshold=Decimal("500.00"),
+        two_approver_threshold_currency="USD",
         text=POLICY_TEXT.format(version="refund-policy-v3", window=14, threshold="500.00"),
     )
     v4 = _policy_version_ensure(
@@ -92,6 +93,7 @@ def policy_publish_demo(tenant: Tenant) -> RefundPolicy:
         full_refund_destinations=["original"],
         item_refund_destinations=["original", "gift_card"],
         two_approver_threshold=Decimal("500.00"),
+        two_approver_threshold_currency="USD",
         approvals_above_threshold=2,
         text=POLICY_TEXT.format(version="refund-policy-v4", window=30, threshold="500.00"),
     )

@@ -58,7 +58,8 @@ class TicketForm(_ItemsAndDestination, forms.Form):
         label="Items",
         required=False,
         widget=forms.TextInput(attrs={"placeholder": "ITEM-1, ITEM-2"}),
-        help_text="Comma separated: the items the request is about.",
+        help_text="Comma separated: the items the request is about, once per unit (ITEM-6, ITEM-6 for two units "
+        "of ITEM-6).",
     )
 
     refund_to = forms.CharField(
@@ -88,7 +89,7 @@ def _field_for(error: DomainError, data: dict) -> str | None:
         return "message"
     if code in {"amount_not_positive", "amount_precision", "bad_amount", "float_amount"}:
         return "requested_amount"
-    if code in {"item_not_on_order", "too_many_items", "items_need_order"}:
+    if code in {"item_not_on_order", "too_many_items", "items_need_order", "items_exceed_quantity"}:
         return "items"
     if code == "unknown_payment_method":
         return "refund_to"

@@ -80,6 +80,7 @@ LABELS: dict[str, dict[str, str]] = {
         "fully_refunded": "Already fully refunded",
         "items_already_refunded": "Items already refunded",
         "items_not_on_order": "Items not on the order",
+        "items_exceed_quantity": "More units than the order has",
         "currency_mismatch": "Wrong currency",
         "destination_mismatch": "Destination differs from the ticket's",
         "destination_not_allowed": "Destination not allowed by the policy",

@@ -3,6 +3,7 @@
 import uuid
 
 from django.conf import settings
+from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models import Q
 from django.utils import timezone
@@ -231,3 +232,46 @@ class TraceEvent(models.Model):
 
     def __str__(self):
         return f"{self.trace_id}#{self.seq} {self.span} {self.decision}"
+
+
+class ModelReplay(models.Model):
+    """One shadow run of another model or provider over recorded tickets (agent.shadow): its
+    progress and how its drafts compare with what happened. The only row a model replay writes."""
+
+    class Status(models.TextChoices):
+        QUEUED = "queued"
+        RUNNING = "running"
+        DONE = "done"
+        FAILED = "failed"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    provider = models.CharField(max_length=40)
+    model = models.CharField(max_length=100, blank=True)
+    window_days = models.PositiveIntegerField(default=30)
+    limit = models.PositiveIntegerField(null=True, blank=True)
+    since = models.DateTimeField()
+    until = models.DateTimeField()
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.QUEUED)
+    total = models.PositiveIntegerField(default=0)
+    done = models.PositiveIntegerField(default=0)
+    agreed = models.PositiveIntegerField(default=0)
+    input_tokens = models.PositiveBigIntegerField(default=0)
+    output_tokens = models.PositiveBigIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=12, decimal_places=6, default=0)
+    result = models.JSONField(default=dict, blank=True, encoder=DjangoJSONEncoder)
+    error = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+
+    def __str__(self):
+        return f"model replay #{self.pk} {self.provider} {self.model} ({self.status})"
+
+    @property
+    def agreement(self) -> float | None:
+        return None if not self.done else self.agreed / self.done

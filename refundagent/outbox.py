@@ -10,11 +10,12 @@ expired. Running twice is safe: the loop claims a ticket by compare-and-set (age
 
 import logging
 
-from django.db import DatabaseError
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 
-from .models import Ticket
-from .tasks import agent_run_ticket_task
+from .agent.shadow import model_replay_create
+from .models import ModelReplay, Ticket
+from .tasks import agent_run_ticket_task, model_replay_task
 
 logger = logging.getLogger(__name__)
 
@@ -44,3 +45,11 @@ def ticket_run_publish(*, ticket_id: int, mark_dispatched: bool = True) -> bool:
         except DatabaseError as exc:  # the mark only spares a duplicate send; the broker has the task
             logger.warning("ticket %s: recording its hand-off failed (%s)", ticket_id, exc, extra={"ticket": ticket_id})
     return True
+
+
+def model_replay_start(*, tenant, provider: str, model: str = "", days: int = 30, limit=None, user=None) -> ModelReplay:
+    """A model replay queued on Celery once committed (the admin's form; its page shows the progress)."""
+    with transaction.atomic():
+        replay = model_replay_create(tenant=tenant, provider=provider, model=model, days=days, limit=limit, user=user)
+        transaction.on_commit(lambda: model_replay_task.delay(replay.pk))
+    return replay

@@ -81,10 +81,25 @@ def ticket_create(
     if items and found_order is None:
         raise InvalidInput("Items can only be named together with their order.", code="items_need_order")
     if found_order is not None and items:  # nothing to check (and no query) without items
-        on_order = set(found_order.items.values_list("item_id", flat=True))
-        unknown = [i for i in items if i not in on_order]
+        units_on_order: dict[str, int] = {}
+        for item_id, quantity in found_order.items.values_list("item_id", "quantity"):
+            units_on_order[item_id] = units_on_order.get(item_id, 0) + quantity
+        unknown = [i for i in items if i not in units_on_order]
         if unknown:
             raise InvalidInput(f"Items {', '.join(unknown)} are not on order {order}.", code="item_not_on_order")
+        # An item id names one unit: more units than the order has is a mistake to say now, not
+        # a refund the gate would later call "already refunded".
+        over = {i: items.count(i) for i in dict.fromkeys(items) if items.count(i) > units_on_order[i]}
+        if over:
+            raise InvalidInput(
+                "; ".join(
+                    f"{item_id} is named {named} times, but order {order} has {units_on_order[item_id]} unit(s) of it"
+                    for item_id, named in over.items()
+                )
+                + ". Name an item once per unit.",
+                code="items_exceed_quantity",
+                details={"units_on_order": {i: units_on_order[i] for i in over}},
+            )
     method = None
     refund_to = (refund_to or "").strip()
     if refund_to:

@@ -4,6 +4,7 @@ from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
 from .agent.loop import agent_run_ticket
+from .agent.shadow import model_replay_run
 
 
 @shared_task(
@@ -26,3 +27,9 @@ def agent_run_ticket_task(self, ticket_id: int) -> None:
     """Run the agent on a ticket. A redelivered message carries the same task id, which is how
     the loop recognises its own run and resumes it (see agent.loop.agent_run_claim)."""
     agent_run_ticket(ticket_id=ticket_id, task_id=self.request.id)
+
+
+@shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+def model_replay_task(replay_id: int) -> None:
+    # Writes only its own row; a redelivered replay runs again (a finished one is left as it is).
+    model_replay_run(replay_id=replay_id)

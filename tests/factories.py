@@ -66,7 +66,14 @@ def refund_draft(
 
 
 def policy_publish(
-    *, tenant, version=POLICY_VERSION, window_days=30, threshold="500.00", approvals_above_threshold=2, now
+    *,
+    tenant,
+    version=POLICY_VERSION,
+    window_days=30,
+    threshold="500.00",
+    approvals_above_threshold=2,
+    now,
+    threshold_currency="USD",
 ):
     """A published refund policy shaped like refund-policy-v4: full refunds of pending, processed and delivered
     orders to the original method, item refunds of delivered orders also to a gift card."""
@@ -80,6 +87,7 @@ def policy_publish(
         full_refund_destinations=["original"],
         item_refund_destinations=["original", "gift_card"],
         two_approver_threshold=Decimal(threshold),
+        two_approver_threshold_currency=threshold_currency,
         approvals_above_threshold=approvals_above_threshold,
         text=f"Refund policy ({version}): refunds within {window_days} days; above {threshold}, two approvers.",
         published_at=now - timedelta(days=200),

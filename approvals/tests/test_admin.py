@@ -254,7 +254,12 @@ def test_publish_new_version_copies_into_a_draft_then_publishes(policy, login):
     ops.post("/admin/approvals/refundpolicy/", {"action": "copy_to_draft", "_selected_action": [v4.pk]})
     draft = RefundPolicy.objects.get(tenant=v4.tenant, status="draft")
     assert draft.text == v4.text and draft.window_days == 30
-    ops.post("/admin/approvals/refundpolicy/", {"action": "publish", "_selected_action": [draft.pk]})
+    # publishing goes through a confirmation step; with no replay of the draft, an operator gives a reason
+    confirm = ops.post("/admin/approvals/refundpolicy/", {"action": "publish", "_selected_action": [draft.pk]})
+    assert confirm.status_code == 302 and confirm["Location"].endswith(f"/{draft.pk}/publish/")
+    assert 'id="ra-publish-no-replay"' in ops.get(confirm["Location"]).content.decode()
+    assert RefundPolicy.objects.get(pk=draft.pk).status == "draft"
+    ops.post(confirm["Location"], {"without_replay_reason": "Same rules as v4, new name."})
     v4.refresh_from_db()
     draft.refresh_from_db()
     assert (draft.status, v4.status) == ("published", "retired")

@@ -245,6 +245,7 @@ def test_a_new_policy_version_invalidates_the_request(file_request, people):
         full_refund_destinations=v4.full_refund_destinations,
         item_refund_destinations=v4.item_refund_destinations,
         two_approver_threshold=v4.two_approver_threshold,
+        two_approver_threshold_currency=v4.two_approver_threshold_currency,
         text="v5",
         published_at=timezone.now(),
     )

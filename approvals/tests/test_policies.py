@@ -26,6 +26,7 @@ def draft_of(tenant, version="refund-policy-v5", **fields):
         full_refund_destinations=["original"],
         item_refund_destinations=["original"],
         two_approver_threshold=Decimal("500.00"),
+        two_approver_threshold_currency="USD",
         text="v5",
         **fields,
     )

@@ -3,7 +3,7 @@
 `unique=True` on a CharField makes Django create two indexes on PostgreSQL: the unique
 constraint `ledger_refundentry_idempotency_key_key` and a `..._like` index (varchar_pattern_ops)
 for LIKE queries. Nothing searches keys by prefix, and every refund paid for the second index:
-about 5% of the ledger's write (docs/performance.md, section 7).
+about 5% of the ledger's write, measured in 2026-11 (docs/performance.md in git history).
 
 The model now declares the same unique constraint, by the same name, as a UniqueConstraint, for
 which Django makes no `_like` index. In the database only the `_like` index goes: the constraint

@@ -40,7 +40,17 @@ class PaymentMethod(models.Model):
     kind = models.CharField(max_length=20, choices=Kind.choices)
     brand = models.CharField(max_length=40, blank=True)
     last4 = models.CharField(max_length=4, blank=True)
+    # A gift card's balance is a ledger fact once the ledger has credited it: the opening balance
+    # (the shop's, as imported) plus the store credit the ledger issued to it (see
+    # ledger.selectors.gift_card_balance). `balance` is that sum kept beside the row for reads,
+    # moved only in the ledger's own transactions; reconciliation checks the two agree.
     balance = models.DecimalField(**MONEY, null=True, blank=True, help_text="Gift cards only.")
+    opening_balance = models.DecimalField(
+        **MONEY,
+        null=True,
+        blank=True,
+        help_text="Gift cards only: the shop's balance before the store credit this product issued.",
+    )
 
     class Meta:
         constraints = [
@@ -51,6 +61,12 @@ class PaymentMethod(models.Model):
         if self.kind == self.Kind.CARD:
             return f"{self.brand or 'card'} ****{self.last4}"
         return f"{self.get_kind_display()} {self.external_id}"
+
+    def save(self, *args, **kwargs):
+        # A new gift card opens at the balance it is created with (bulk writers set it themselves).
+        if self.pk is None and self.opening_balance is None:
+            self.opening_balance = self.balance
+        super().save(*args, **kwargs)
 
 
 class OrderQuerySet(TenantQuerySet):

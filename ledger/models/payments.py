@@ -5,7 +5,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from .orders import MONEY
+from .orders import MONEY, PaymentMethod
 from .refunds import RefundEntry
 from .tenancy import Tenant, TenantQuerySet
 
@@ -70,12 +70,16 @@ class ReconciliationFinding(models.Model):
         MISSING_AT_PROVIDER = "missing_at_provider", "Missing at the provider"
         AMOUNT_DIFFERS = "amount_differs", "Amount differs"
         STATUS_DIFFERS = "status_differs", "Status differs"
+        STORE_CREDIT_DIFFERS = "store_credit_differs", "Store credit balance differs from the ledger"
 
     run = models.ForeignKey(ReconciliationRun, on_delete=models.PROTECT, null=True, blank=True, related_name="findings")
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, null=True, blank=True, related_name="+")
     kind = models.CharField(max_length=30, choices=Kind.choices)
     entry = models.ForeignKey(RefundEntry, on_delete=models.PROTECT, null=True, blank=True, related_name="findings")
     provider_ref = models.CharField(max_length=100, blank=True)
+    payment_method = models.ForeignKey(
+        PaymentMethod, on_delete=models.PROTECT, null=True, blank=True, related_name="+", help_text="Store credit only."
+    )
     ledger_amount = models.DecimalField(**MONEY, null=True, blank=True)
     provider_amount = models.DecimalField(max_digits=15, decimal_places=3, null=True, blank=True)
     currency = models.CharField(max_length=3, blank=True)

@@ -145,7 +145,7 @@ class RefundEntry(AppendOnlyModel):
             models.CheckConstraint(condition=Q(amount__gt=0), name="refund_entry_amount_positive"),
             # A constraint rather than unique=True, for which Django adds a second index on
             # PostgreSQL (varchar_pattern_ops, for LIKE) that nothing uses and every refund
-            # paid for (ledger/0008, docs/performance.md section 7).
+            # paid for (ledger/0008 says how much).
             models.UniqueConstraint(fields=["idempotency_key"], name="ledger_refundentry_idempotency_key_key"),
             models.UniqueConstraint(
                 fields=["gateway", "provider_ref"], condition=~Q(provider_ref=""), name="refund_entry_provider_ref_once"

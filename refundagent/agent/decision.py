@@ -19,11 +19,13 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals import gate
+from approvals.decision_records import decision_record_create
 from approvals.gate import Outcome
 from approvals.models import ApprovalRequest, RefundPolicy
 from approvals.requests import approval_request_create
 from ledger.models import Order
 from ledger.money import ZERO
+from ledger.selectors import order_refund_position
 
 from ..exceptions import TicketStateConflict
 from ..models import AgentRun, RefundDraft, Ticket
@@ -83,8 +85,16 @@ def agent_draft_decide(
         policy, original_method = gate.policy_current(ticket.tenant), None
     else:
         policy, original_method = gate.decision_facts(tenant=ticket.tenant, order=order)
-    verdict, adopt = _verdict(
-        ticket=ticket, args=args, order=order, policy=policy, original_method=original_method, now=now
+    # Read once: the gate decides on it and the decision's record keeps it (a policy replay).
+    position = order_refund_position(order) if order is not None else None
+    verdict, proposal, adopt = _verdict(
+        ticket=ticket,
+        args=args,
+        order=order,
+        policy=policy,
+        original_method=original_method,
+        position=position,
+        now=now,
     )
     status = _status_for(verdict, policy)
 
@@ -135,6 +145,22 @@ def agent_draft_decide(
                 ticket=ticket, draft=draft, order=order, policy=policy, verdict=verdict, trace=trace
             )
             result["approval"] = approval.pk
+        decision_record_create(
+            tenant=ticket.tenant,
+            order=order,
+            policy=policy,
+            proposal=proposal,
+            verdict=verdict,
+            position=position,
+            requested_amount=ticket.requested_amount,
+            requested_currency=ticket.currency or None,
+            item_ids=verdict.item_ids or list(ticket.items or []) or list(args.items or []),
+            refund_to=ticket.refund_to,
+            now=now,
+            ticket_ref=ticket.pk,
+            required_approvals=approval.required_approvals if approval is not None else 0,
+            approval_pk=approval.pk if approval is not None else None,
+        )
         # The ticket moves only while the loop holds it running; the stop reason is the status's.
         stop_reason = STOP_REASON_FOR_STATUS[status]
         if not ticket_transition(
@@ -206,9 +232,11 @@ def _verdict(
     order: Order | None,
     policy: RefundPolicy | None,
     original_method,
+    position=None,
     now: datetime,
-) -> tuple[gate.GateVerdict, dict]:
-    """The gate's verdict on the draft, and what a customer-level ticket adopts from it."""
+) -> tuple[gate.GateVerdict, gate.Proposal | None, dict]:
+    """The gate's verdict on the draft, the proposal it decided, and what a customer-level ticket
+    adopts from it."""
     items = list(ticket.items or []) or list(args.items or [])
     if order is None:
         verdict = gate.GateVerdict(
@@ -219,7 +247,7 @@ def _verdict(
             codes=["order_not_named"],
             reasons=["The ticket names no order and the draft named none of the customer's orders: a person decides."],
         )
-        return verdict, {}
+        return verdict, None, {}
     proposal = gate.Proposal(
         recommendation=args.recommendation,
         amount=args.amount,
@@ -237,13 +265,14 @@ def _verdict(
         refund_to=ticket.refund_to,
         now=now,
         original_method=original_method,
+        position=position,
     )
     adopt = {}
     if ticket.order_id is None:
         adopt = {"order": order, "currency": order.currency}
     if items != list(ticket.items or []) and set(items) <= set(order.items.values_list("item_id", flat=True)):
         adopt["items"] = items
-    return verdict, adopt
+    return verdict, proposal, adopt
 
 
 def _status_for(verdict: gate.GateVerdict, policy: RefundPolicy | None) -> str:

@@ -547,6 +547,7 @@ def policy_retrieve(*, ticket, order=None) -> dict:
         "two_approver_threshold": None
         if policy.two_approver_threshold is None
         else _money(policy.two_approver_threshold),
+        "two_approver_threshold_currency": policy.two_approver_threshold_currency or None,
         "text": policy.text,
     }
 

@@ -314,6 +314,9 @@ CELERY_TASK_DEFAULT_QUEUE = "money"
 CELERY_TASK_ROUTES = {
     "refundagent.tasks.agent_run_ticket_task": {"queue": "agent"},
     "evals.tasks.eval_run_scheduled_task": {"queue": "agent"},
+    # Replays read a month of decisions (or re-run the model): long work that must not hold up a payout.
+    "approvals.tasks.policy_replay_task": {"queue": "agent"},
+    "refundagent.tasks.model_replay_task": {"queue": "agent"},
 }
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 
@@ -336,6 +339,11 @@ ANTHROPIC_PRICE_INPUT_PER_MTOK = _env_price("ANTHROPIC_PRICE_INPUT_PER_MTOK")
 ANTHROPIC_PRICE_OUTPUT_PER_MTOK = _env_price("ANTHROPIC_PRICE_OUTPUT_PER_MTOK")
 ANTHROPIC_PRICE_CACHE_WRITE_PER_MTOK = _env_price("ANTHROPIC_PRICE_CACHE_WRITE_PER_MTOK")
 ANTHROPIC_PRICE_CACHE_READ_PER_MTOK = _env_price("ANTHROPIC_PRICE_CACHE_READ_PER_MTOK")
+# A second, independent model check of the model-written reply for money claims
+# (approvals/reply_claims.py): on by default when a key is set; it only adds to the rule.
+REPLY_MODEL_CHECK = envbool("REPLY_MODEL_CHECK", "1" if ANTHROPIC_API_KEY else "0")
+REPLY_MODEL_CHECK_MODEL = os.getenv("REPLY_MODEL_CHECK_MODEL", "")
+REPLY_MODEL_CHECK_TIMEOUT_SECONDS = envint("REPLY_MODEL_CHECK_TIMEOUT_SECONDS", "20")
 # "anthropic" when a key is set, else "offline"; AGENT_PROVIDER forces one.
 AGENT_PROVIDER = os.getenv("AGENT_PROVIDER", "anthropic" if ANTHROPIC_API_KEY else "offline")
 
@@ -391,6 +399,9 @@ if not 1 <= APPROVAL_FOLLOWUP_RETRY_SECONDS <= APPROVAL_FOLLOWUP_RETRY_MAX_SECON
 APPROVAL_EXPIRY = timedelta(hours=envint("APPROVAL_EXPIRY_HOURS", "72"))
 
 # --- Evals: the release gate's blocking thresholds ------------------------------------------
+# The release gate's optional replay suite (run_evals --replay-tenant): the share of recorded
+# tickets on which the shadow run agrees with what happened (docs/replay.md).
+EVAL_REPLAY_AGREEMENT_MIN = envdecimal("EVAL_REPLAY_AGREEMENT_MIN", "0.90")
 EVAL_GATE = {
     "false_allow_max": envint("EVAL_GATE_FALSE_ALLOW_MAX", "0"),
     "missing_citation_max": envint("EVAL_GATE_MISSING_CITATION_MAX", "0"),

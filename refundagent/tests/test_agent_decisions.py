@@ -6,8 +6,8 @@ from decimal import Decimal
 import pytest
 from django.db import transaction
 
-from approvals.gate import reply_promises_payment
 from approvals.models import ApprovalRequest, Capability, RefundPolicy
+from approvals.reply_claims import reply_money_claims
 from ledger.models import RefundEntry
 from refundagent.agent.loop import agent_run_ticket
 from refundagent.agent.providers.offline import OfflineProvider
@@ -48,7 +48,7 @@ def test_in_window_request_above_the_order_total_becomes_one_approval_for_exactl
     assert draft.recommendation == "refund"
     assert draft.amount == Decimal("120.00")
     assert approval.idempotency_key == f"refund:acme:ticket-{ticket.pk}:draft-{draft.pk}"
-    assert not reply_promises_payment(draft.customer_reply)
+    assert not reply_money_claims(draft.customer_reply)
     assert "ORD-5001" in draft.customer_reply and "finance" in draft.customer_reply
     assert RefundEntry.objects.count() == entries_before
     spans = list(TraceEvent.objects.filter(ticket=ticket).values_list("span", flat=True))
@@ -69,7 +69,7 @@ def test_out_of_window_order_is_escalated_without_an_approval(file_ticket):
     assert not RefundEntry.objects.filter(order__external_id="ORD-5002").exists()
     draft = RefundDraft.objects.get(ticket=ticket)
     assert draft.recommendation == "escalate"
-    assert not reply_promises_payment(draft.customer_reply)
+    assert not reply_money_claims(draft.customer_reply)
 
 
 def test_fully_refunded_order_is_denied(file_ticket):
@@ -78,7 +78,7 @@ def test_fully_refunded_order_is_denied(file_ticket):
     assert ticket.status == Ticket.Status.DENIED
     assert "fully refunded" in ticket.stop_detail
     assert not ApprovalRequest.objects.filter(ticket_ref=ticket.pk).exists()
-    assert not reply_promises_payment(RefundDraft.objects.get(ticket=ticket).customer_reply)
+    assert not reply_money_claims(RefundDraft.objects.get(ticket=ticket).customer_reply)
 
 
 def test_partial_prior_refund_caps_the_approval_at_what_is_left(file_ticket):

@@ -401,3 +401,21 @@ def test_refund_to_names_a_method_of_the_orders_customer_though_ids_are_unique_p
     else:
         assert response.json()["code"] == code
         assert rows() == before
+
+
+def test_a_proposal_naming_more_units_than_the_order_has_is_a_422_with_the_reason(
+    people, make_order, escalated_ticket, api_client
+):
+    # given an escalated ticket on an order with two units of ITEM-6, none refunded
+    order = make_order("100.00", items=[("ITEM-5", "50.00", 1), ("ITEM-6", "25.00", 2)])
+    ticket = escalated_ticket(order)
+    before = rows()
+    # when a person proposes a refund of ITEM-6 three times
+    response = propose(
+        api_client(people["lead"]), ticket, amount="50.00", items=["ITEM-6"] * 3, reason="Socks returned."
+    )
+    # then 422 says how many units the order has (not that they "are not refundable"), nothing written
+    assert response.status_code == 422, response.content
+    assert response.json()["code"] == "items_exceed_quantity"
+    assert "ITEM-6 is named 3 times, but order" in response.json()["detail"]
+    assert rows() == before

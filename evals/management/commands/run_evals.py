@@ -1,15 +1,24 @@
-"""manage.py run_evals [--suite NAME] [--provider NAME] [--repeat K]: run the eval suites, print
-a result table and the metrics (name=value lines), store the run, exit 0 only when the release
-gate passes. A suite with no case to run fails the release gate and says what is missing."""
+"""manage.py run_evals [--suite NAME] [--provider NAME] [--repeat K] [--replay-tenant SLUG ...]: run
+the eval suites, print a result table and the metrics (name=value lines), store the run, exit 0
+only when the release gate passes. A suite with no case to run fails the release gate and says
+what is missing. With --replay-tenant, the release gate also replays that tenant's recorded
+tickets with the provider in shadow (docs/replay.md) and needs an agreement of at least
+settings.EVAL_REPLAY_AGREEMENT_MIN."""
 
 import sys
 from collections import defaultdict
+from decimal import Decimal
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from evals.cases import SUITE_CHOICES
 from evals.models import EvalRun
 from evals.services import PROVIDERS, eval_run_execute
+from ledger.exceptions import DomainError
+from ledger.models import Tenant
+from refundagent.agent.shadow import PROVIDERS as REPLAY_PROVIDERS
+from refundagent.agent.shadow import model_replay_create, model_replay_run, model_replay_summary
 
 
 class ProgressBar:
@@ -42,10 +51,23 @@ class Command(BaseCommand):
         parser.add_argument("--repeat", type=int, default=1, help="Runs per case; pass^k is reported for k ≤ K.")
         parser.add_argument("--failures-only", action="store_true", help="Print only the failed cases in the table.")
         parser.add_argument("--case", action="append", dest="cases", help="Only this case (repeatable).")
+        parser.add_argument(
+            "--replay-tenant",
+            help="Also replay this tenant's recorded tickets in shadow: the gate needs an agreement of at least "
+            "EVAL_REPLAY_AGREEMENT_MIN.",
+        )
+        parser.add_argument("--replay-provider", choices=REPLAY_PROVIDERS, help="Default: --provider.")
+        parser.add_argument("--replay-days", type=int, default=30)
+        parser.add_argument("--replay-limit", type=int, default=None)
 
     def handle(self, *args, suite, provider, repeat, failures_only, cases, **options):
         if repeat < 1:
             raise CommandError("--repeat must be at least 1")
+        replay_tenant = None
+        if options.get("replay_tenant"):
+            replay_tenant = Tenant.objects.filter(slug=options["replay_tenant"]).first()
+            if replay_tenant is None:
+                raise CommandError(f"No tenant {options['replay_tenant']!r}.")
         progress = ProgressBar(sys.stderr)
         run = eval_run_execute(
             suite=suite,
@@ -63,6 +85,8 @@ class Command(BaseCommand):
             f"run={run.pk} suite={run.suite} provider={run.provider} model={run.model or '-'} "
             f"code_version={run.code_version or '-'}"
         )
+        if replay_tenant is not None:
+            self._replay_gate(run, replay_tenant, options.get("replay_provider") or provider, options)
         if not run.passed:
             # The "gate:" prefix and the metric lines are the output CI and users already read.
             whys = []
@@ -74,6 +98,27 @@ class Command(BaseCommand):
                 whys += [failure["why"]] if failure.get("why") else []
             raise CommandError(f"release gate FAILED (eval run #{run.pk})" + "".join(f"; {w}" for w in whys))
         self.stdout.write(self.style.SUCCESS(f"gate=passed (eval run #{run.pk})"))
+
+    def _replay_gate(self, run, tenant, provider, options):
+        """The replay suite: the release gate fails when the shadow agrees with what happened on
+        fewer of the tenant's recorded tickets than settings.EVAL_REPLAY_AGREEMENT_MIN."""
+        try:
+            replay = model_replay_create(
+                tenant=tenant, provider=provider, days=options["replay_days"], limit=options["replay_limit"]
+            )
+        except DomainError as error:
+            raise CommandError(error.message) from None
+        replay = model_replay_run(replay_id=replay.pk)
+        needed = Decimal(str(settings.EVAL_REPLAY_AGREEMENT_MIN))
+        agreement = replay.result.get("agreement")
+        self.stdout.write(model_replay_summary(replay))
+        self.stdout.write(f"replay_agreement={'-' if agreement is None else agreement} (model replay #{replay.pk})")
+        if agreement is None or Decimal(str(agreement)) < needed:
+            self.stderr.write(f"gate: replay_agreement={agreement} (needs >= {needed})")
+            raise CommandError(
+                f"release gate FAILED: the replay of {tenant.slug}'s recorded tickets agrees on "
+                f"{replay.result.get('agreed', 0)} of {replay.result.get('tickets', 0)} (model replay #{replay.pk})"
+            )
 
     def _table(self, run, failures_only):
         attempts = defaultdict(list)

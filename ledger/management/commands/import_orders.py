@@ -41,3 +41,11 @@ class Command(BaseCommand):
         for warning in result.warnings:
             self.stderr.write(self.style.WARNING(warning))
         self.stdout.write(self.style.SUCCESS(f"Imported {path}: {result.summary()}."))
+        for conflict in result.conflicts:
+            self.stderr.write(self.style.ERROR(f"conflict: {conflict}"))
+        if result.conflicts:
+            # Exit 1: a record the ledger contradicts was refused and needs a person.
+            raise CommandError(
+                f"{len(result.conflicts)} record(s) refused: they disagree with the ledger (listed above); "
+                "everything else was imported."
+            )

@@ -27,6 +27,10 @@ EXPECTED = {
         "approvals.approve_approvalrequest",
         "approvals.view_approvalvote",
         "approvals.view_refundpolicy",
+        "approvals.add_refundpolicy",
+        "approvals.change_refundpolicy",
+        "approvals.view_policyreplay",
+        "approvals.view_decisionrecord",
         "ledger.view_order",
         "ledger.view_customer",
         "ledger.view_payment",
@@ -44,11 +48,18 @@ EXPECTED = {
         "approvals.view_tenantcapability",
         "approvals.add_tenantcapability",
         "approvals.change_tenantcapability",
+        "approvals.view_refundpolicy",
+        "approvals.add_refundpolicy",
+        "approvals.change_refundpolicy",
+        "approvals.view_policyreplay",
+        "approvals.view_decisionrecord",
         "refundagent.view_ticket",
         "refundagent.view_escalatedticket",
         "refundagent.view_agentrun",
         "refundagent.view_traceevent",
         "refundagent.view_refunddraft",
+        "refundagent.view_modelreplay",
+        "refundagent.add_modelreplay",
         "evals.view_evalcase",
         "evals.view_evalrun",
         "evals.view_evalresult",
@@ -104,8 +115,8 @@ def test_setup_roles_repairs_the_roles_and_a_second_run_changes_nothing(db):
     assert "operator: created" in first
     assert "support: -ledger.view_payment" in first
     assert second.splitlines() == [
-        "finance: unchanged (13 permissions)",
-        "operator: unchanged (12 permissions)",
+        "finance: unchanged (17 permissions)",
+        "operator: unchanged (19 permissions)",
         "support: unchanged (5 permissions)",
     ]
     assert dict(Group.objects.values_list("name", "pk")) == groups_after_first

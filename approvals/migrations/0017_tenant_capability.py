@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('approvals', '0014_approval_followup'),
+        ('approvals', '0016_decision_record_policy_replay'),
         ('ledger', '0009_drop_ledger_refund_issue_function'),
     ]
 
