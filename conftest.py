@@ -41,6 +41,13 @@ def _fast_password_hashing(settings):
 
 
 @pytest.fixture(autouse=True)
+def _approver_second_factor_off(settings):
+    """Said here, whatever DJANGO_DEBUG the run has: tests decide as a person signed in with a
+    password. approvals/tests/test_second_factor.py turns the second factor on and tests it."""
+    settings.APPROVER_SECOND_FACTOR = False
+
+
+@pytest.fixture(autouse=True)
 def _empty_cache():
     """The API's rate-limit counts live in the cache: every test starts from none."""
     from django.core.cache import cache

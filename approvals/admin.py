@@ -9,8 +9,10 @@ amount, finance requests changes and the agent drafts a new request with its own
 
 import json
 from datetime import timedelta
+from urllib.parse import urlencode
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
@@ -22,8 +24,10 @@ from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.functional import cached_property
 from django.utils.html import format_html
+from django.utils.http import url_has_allowed_host_and_scheme
 from django.utils.safestring import mark_safe
 from django.utils.timesince import timesince, timeuntil
+from django_otp.forms import OTPTokenForm
 
 from ledger.admin import (
     NoDeleteAdminMixin,
@@ -39,12 +43,22 @@ from ledger.services import ledger_refund_record_paid
 from ledger.tenancy import tenant_for_user
 
 from .decisions import DECISIONS, approval_decisions_open, approval_request_decide, user_can_decide
-from .models import QUEUE_RANK, ApprovalRequest, ApprovalVote, Capability, DecisionRecord, PolicyReplay, RefundPolicy
+from .models import (
+    QUEUE_RANK,
+    ApprovalRequest,
+    ApprovalVote,
+    Capability,
+    DecisionRecord,
+    PolicyReplay,
+    RefundPolicy,
+    TenantCapability,
+)
 from .outbox import policy_replay_start
 from .payouts import approval_request_payment_retry
 from .policies import policy_draft_publish, policy_replay_latest, refund_policy_draft
 from .replay import policy_replay_summary
 from .review import review_sections
+from .second_factor import NO_DEVICE, UNVERIFIED, second_factor_state, second_factor_verify
 from .selectors import approval_changes_asked, approvals_refused_by_provider
 
 BADGE_COLOURS = {
@@ -467,6 +481,11 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
     def get_urls(self):
         return [
             path(
+                "second-factor/",
+                self.admin_site.admin_view(self.second_factor_view),
+                name="approvals_approvalrequest_second_factor",
+            ),
+            path(
                 "<path:object_id>/decide/<str:decision>/",
                 self.admin_site.admin_view(self.decide_view),
                 name="approvals_approvalrequest_decide",
@@ -515,6 +534,16 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
             raise Http404("Unknown decision.")
         if not user_can_decide(request.user):
             raise PermissionDenied("Deciding approval requests needs the finance role and permission.")
+        # The second factor, before anything of the request is shown or decided.
+        factor = second_factor_state(user=request.user)
+        if factor == NO_DEVICE:
+            raise PermissionDenied(
+                "Deciding refunds needs a confirmed second factor (a TOTP device): ask an administrator "
+                "to create one for you (manage.py otp_device_create)."
+            )
+        if factor == UNVERIFIED:
+            verify = reverse("admin:approvals_approvalrequest_second_factor")
+            return HttpResponseRedirect(f"{verify}?{urlencode({'next': request.get_full_path()})}")
         # The URL takes any text (admin's own object_id convention); a non-numeric id is no object.
         if not object_id.isascii() or not object_id.isdigit():
             raise Http404("No such approval request.")
@@ -569,9 +598,40 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
             "expired": obj.expires_at <= timezone.now(),
             "cannot": cannot,
             "is_nav_sidebar_enabled": False,
+            # The embedded demo may run without the second factor; it says so where money is decided.
+            "second_factor_off": not settings.APPROVER_SECOND_FACTOR,
         }
         return TemplateResponse(
             request, "admin/approvals/approvalrequest/decide.html", context, status=422 if form.errors else 200
+        )
+
+    def second_factor_view(self, request):
+        """Enter the authenticator's code once per session; then back to the decision asked for."""
+        back = request.POST.get("next") or request.GET.get("next") or ""
+        if not url_has_allowed_host_and_scheme(back, allowed_hosts={request.get_host()}):
+            back = reverse("admin:approvals_approvalrequest_changelist")
+        if second_factor_state(user=request.user) == NO_DEVICE:
+            raise PermissionDenied(
+                "You have no confirmed second factor (a TOTP device): ask an administrator to create one."
+            )
+        data = request.POST.copy() if request.method == "POST" else None
+        devices = [value for value, _ in OTPTokenForm.device_choices(request.user) if value]
+        if data is not None and not data.get("otp_device") and len(devices) == 1:
+            data["otp_device"] = devices[0]  # one device: no need to pick it
+        form = OTPTokenForm(request.user, request, data)
+        if request.method == "POST" and form.is_valid():
+            second_factor_verify(request=request, device=request.user.otp_device)
+            return HttpResponseRedirect(back)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "form": form,
+            "next": back,
+            "title": "Confirm your second factor",
+            "is_nav_sidebar_enabled": False,
+        }
+        return TemplateResponse(
+            request, "admin/approvals/approvalrequest/second_factor.html", context, status=422 if form.errors else 200
         )
 
 
@@ -754,3 +814,49 @@ class CapabilityAdmin(StrictChangeListAdminMixin, admin.ModelAdmin):
 
     def has_delete_permission(self, request, obj=None):
         return False
+
+    # Installation-wide: a switch here stops every tenant's agent, so superusers only, whatever
+    # groups say; a tenant's operator switches its own tenant (TenantCapabilityAdmin).
+    def has_change_permission(self, request, obj=None):
+        return request.user.is_superuser
+
+
+@admin.register(TenantCapability)
+class TenantCapabilityAdmin(TenantScopedAdminMixin, NoDeleteAdminMixin, admin.ModelAdmin):
+    """A tenant's own kill switches: its operators switch a capability off (or back on) for their
+    tenant alone; it never turns on what the installation switched off."""
+
+    list_display = ("capability", "enabled", "tenant", "updated_at")
+    list_editable = ("enabled",)
+    list_filter = ("enabled", "tenant")
+    readonly_fields = ("updated_at",)
+
+    def get_fields(self, request, obj=None):
+        fields = ("capability", "enabled", "updated_at")
+        return ("tenant", *fields) if request.user.is_superuser else fields
+
+    def get_readonly_fields(self, request, obj=None):
+        # A switch stays on its capability and tenant; make another for another.
+        return ("tenant", "capability", "updated_at") if obj is not None else ("updated_at",)
+
+    def get_form(self, request, obj=None, **kwargs):
+        form = super().get_form(request, obj, **kwargs)
+        tenant = None if request.user.is_superuser else admin_tenant(request)
+
+        class TenantForm(form):
+            def clean(self):
+                cleaned = super().clean()
+                if tenant is not None and self.instance.pk is None:
+                    # The operator's own tenant, never one they choose.
+                    self.instance.tenant = tenant
+                    capability = cleaned.get("capability")
+                    if TenantCapability.objects.filter(tenant=tenant, capability=capability).exists():
+                        raise forms.ValidationError(
+                            f"{tenant.slug} already has a switch for {capability}: change that one."
+                        )
+                return cleaned
+
+        return TenantForm
+
+    def has_add_permission(self, request):
+        return super().has_add_permission(request) and (request.user.is_superuser or admin_tenant(request) is not None)

@@ -12,6 +12,7 @@ from ledger.pagination import LimitOffsetPage, SerializedQuerySet
 from .decisions import approval_request_decide
 from .models import ApprovalRequest
 from .schemas import ApprovalOut, approval_serialize
+from .second_factor import second_factor_check
 from .selectors import approval_get, approvals_for
 
 router = Router(tags=["approvals"])
@@ -55,6 +56,10 @@ def approval_decision(request, request_id: int, body: DecisionIn):
     """Decide one exact action. `args_hash` must be the request's; wrong hash, expired or already
     decided answer 409; the filer of the ticket or a user without the finance role 403. Above the
     policy threshold the first approval answers 200 with the request still pending."""
+    if getattr(request, "api_token", None) is None:
+        # A session signed in with a password alone decides nothing: the admin's second factor
+        # applies here too. A Bearer token is a credential an administrator issued, not a password.
+        second_factor_check(user=request.user)
     approval_request_decide(
         request_id=request_id,
         user=request.user,

@@ -6,7 +6,8 @@ from django.apps import AppConfig
 class ApprovalsConfig(AppConfig):
     name = "approvals"
     # What each role may do with the approvals' models (see ledger/tenancy.py, roles_sync).
-    # Finance decides approvals; operators switch capabilities off (the kill switch).
+    # Finance decides approvals. Operators see the installation's kill switches (superusers flip
+    # them) and switch capabilities off for their own tenant (TenantCapability).
     role_permissions = {
         "finance": [
             "approvals.view_approvalrequest",
@@ -21,7 +22,9 @@ class ApprovalsConfig(AppConfig):
         ],
         "operator": [
             "approvals.view_capability",
-            "approvals.change_capability",
+            "approvals.view_tenantcapability",
+            "approvals.add_tenantcapability",
+            "approvals.change_tenantcapability",
             "approvals.view_refundpolicy",
             "approvals.add_refundpolicy",
             "approvals.change_refundpolicy",

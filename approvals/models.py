@@ -207,6 +207,30 @@ class Capability(models.Model):
         return self.side_effect in self.AGENT_ALLOWED
 
 
+class TenantCapability(models.Model):
+    """One tenant's own kill switch for one capability. The registry's `enabled` is the
+    installation's (superusers only); a tenant's operator switches a capability off for that
+    tenant alone here. A tool runs for a tenant only when both are on (no row: on)."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="capability_switches")
+    capability = models.ForeignKey(Capability, on_delete=models.CASCADE, related_name="tenant_switches")
+    enabled = models.BooleanField(default=True, help_text="Off: this tenant's agent may not use the capability.")
+    updated_at = models.DateTimeField(auto_now=True)
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        verbose_name = "tenant capability switch"
+        verbose_name_plural = "tenant capability switches"
+        ordering = ["capability__name"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "capability"], name="tenant_capability_one_switch"),
+        ]
+
+    def __str__(self):
+        return f"{self.capability.name} for {self.tenant.slug}: {'on' if self.enabled else 'off'}"
+
+
 # The review queue's rank: pending requests first (the admin orders by it; an index has it).
 # Pending requests and refused payments (both back with finance) first.
 QUEUE_RANK = Case(

@@ -65,6 +65,13 @@ class EvalCaseAdmin(StrictChangeListAdminMixin, admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None):
         return False  # results keep pointing at their case; disable a case instead
 
+    # The installation's cases (every tenant's release gate): superusers only, whatever groups say.
+    def has_add_permission(self, request):
+        return request.user.is_superuser
+
+    def has_change_permission(self, request, obj=None):
+        return request.user.is_superuser
+
 
 class EvalResultInline(BadFlagsMixin, ReadOnlyAdminMixin, admin.TabularInline):
     model = EvalResult

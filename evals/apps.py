@@ -4,7 +4,8 @@ from django.apps import AppConfig
 class EvalsConfig(AppConfig):
     name = "evals"
     # What each role may do with the evals' models (see ledger/tenancy.py, roles_sync).
-    # Operators watch the runs and may switch a case off.
+    # Operators watch the runs. Eval cases and their expectations are the installation's (every
+    # tenant's release gate): superusers change them, a tenant's operator does not.
     role_permissions = {
-        "operator": ["evals.view_evalcase", "evals.change_evalcase", "evals.view_evalrun", "evals.view_evalresult"],
+        "operator": ["evals.view_evalcase", "evals.view_evalrun", "evals.view_evalresult"],
     }

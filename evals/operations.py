@@ -9,13 +9,15 @@ from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from decimal import Decimal
 
+from axes.models import AccessAttempt
 from django.conf import settings
-from django.db.models import Count, F, JSONField, Min, OuterRef, Subquery, Sum, Window
+from django.contrib.auth import get_user_model
+from django.db.models import Count, Exists, F, JSONField, Max, Min, OuterRef, Subquery, Sum, Window
 from django.db.models.functions import Coalesce, JSONObject, TruncDate
 from django.utils import timezone
 
 from approvals.followups import approval_followups_undelivered
-from approvals.models import ApprovalRequest, Capability
+from approvals.models import ApprovalRequest, Capability, TenantCapability
 from ledger.models import RefundEntry, RefundEntryEvent
 from refundagent.models import AgentRun, Ticket, TicketReply
 
@@ -158,7 +160,13 @@ def operations_overview(*, tenant, now: datetime | None = None) -> dict:
         .order_by("day")
     )
     runs = eval_runs_recent(limit=30)
-    capabilities = list(Capability.objects.order_by("name").values("name", "side_effect", "enabled", "updated_at"))
+    # The installation's switches, and this tenant's own (an operator switches its tenant only).
+    tenant_off = TenantCapability.objects.filter(capability=OuterRef("pk"), tenant=tenant, enabled=False)
+    capabilities = list(
+        Capability.objects.order_by("name")
+        .annotate(tenant_off=Exists(tenant_off))
+        .values("name", "side_effect", "enabled", "updated_at", "tenant_off")
+    )
 
     by_day = {row["day"]: {**row, **_per_ticket(row)} for row in usage}
     budget = settings.DASHBOARD_DAILY_MODEL_BUDGET_USD
@@ -191,8 +199,26 @@ def operations_overview(*, tenant, now: datetime | None = None) -> dict:
         "over_budget": [day for day, cost in cost_per_day if budget and cost > budget],
         "eval_runs": runs,
         "capabilities": capabilities,
-        "switched_off": [c["name"] for c in capabilities if not c["enabled"]],
+        "switched_off": [c["name"] for c in capabilities if not c["enabled"] or c["tenant_off"]],
+        "lockouts": sign_in_lockouts(tenant=tenant, now=now),
     }
+
+
+def sign_in_lockouts(*, tenant, now: datetime) -> list[dict]:
+    """The tenant's people whose sign-in django-axes has locked (failed attempts at its limit,
+    within the cool-off), newest first: an operator sees who is locked out and resets them in
+    the admin ("Access attempts") or with `manage.py axes_reset_username`. Names of other
+    tenants' people are not listed."""
+    members = get_user_model().objects.filter(membership__tenant=tenant).values("username")
+    recent = AccessAttempt.objects.filter(username__in=Subquery(members))
+    if settings.AXES_COOLOFF_TIME:
+        recent = recent.filter(attempt_time__gte=now - settings.AXES_COOLOFF_TIME)
+    return list(
+        recent.values("username")
+        .annotate(failures=Sum("failures_since_start"), last_attempt=Max("attempt_time"))
+        .filter(failures__gte=settings.AXES_FAILURE_LIMIT)
+        .order_by("-last_attempt")[:LIST_LIMIT]
+    )
 
 
 EMPTY_USAGE = {

@@ -3,7 +3,7 @@ from ninja import Router
 from .schemas import OrderLedgerOut, RefundPaidIn, RefundPaidOut
 from .selectors import order_get, order_ledger, order_refund_position
 from .services import ledger_refund_record_paid
-from .tenancy import tenant_for_user, user_require_role
+from .tenancy import tenant_for_user, user_require_access, user_require_role
 
 router = Router(tags=["ledger"])
 refunds_router = Router(tags=["ledger"])
@@ -32,7 +32,7 @@ def refund_paid(request, refund_id: int, payload: RefundPaidIn):
 @router.get("/{order}/ledger", response=OrderLedgerOut)
 def order_ledger_get(request, order: str):
     """An order's refunds as the ledger records them (another tenant's order answers 404)."""
-    user_require_role(request.user, "support", "finance")
+    user_require_access(request.user, "tickets.read")
     found = order_get(tenant=tenant_for_user(request.user), external_id=order)
     return order_ledger_serialize(found)
 

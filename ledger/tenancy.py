@@ -46,6 +46,24 @@ def user_require_role(user: AbstractBaseUser, *roles: str) -> None:
         raise Forbidden(f"This needs the {' or '.join(roles)} role.", code="role_required")
 
 
+# The one rule of who may do what with tickets, read by the API, the support web UI and the
+# Idempotency-Key replay alike (docs/api.md): a page and its endpoint can never disagree.
+# Deciding money has its own check, with the maker-checker rule (approval_decider_check).
+ROLE_RULES = {
+    # Read tickets, their trace, orders and ledgers: customer messages and card digits.
+    "tickets.read": ("support", "finance"),
+    # File a ticket.
+    "tickets.file": ("support",),
+    # Take, hand back, escalate, close a ticket; propose a refund on it.
+    "tickets.work": ("support", "finance"),
+}
+
+
+def user_require_access(user: AbstractBaseUser, action: str) -> None:
+    """Forbidden (`role_required`) unless `user` has a role `ROLE_RULES[action]` allows."""
+    user_require_role(user, *ROLE_RULES[action])
+
+
 def membership_ensure(*, user: AbstractBaseUser, tenant: Tenant) -> Membership:
     """Make `user` a member of `tenant` unless they already are; a user of another tenant is
     refused. Seeding and imports find their staff by username, and a user's roles (groups) count

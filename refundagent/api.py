@@ -8,7 +8,7 @@ from ninja.pagination import paginate
 from approvals.schemas import ApprovalOut, approval_serialize
 from approvals.selectors import approvals_for_tenant
 from ledger.pagination import LimitOffsetPage, SerializedQuerySet
-from ledger.tenancy import tenant_for_user, user_require_role
+from ledger.tenancy import tenant_for_user, user_require_access
 
 from .emails import ticket_reply_send
 from .schemas import (
@@ -52,7 +52,7 @@ def ticket_file(request, payload: TicketIn):
 @paginate(LimitOffsetPage)
 def ticket_index(request, filters: Query[TicketFilter]):
     """The caller's tenant's tickets, newest first (`?status=escalated` to filter)."""
-    user_require_role(request.user, "support", "finance")
+    user_require_access(request.user, "tickets.read")
     return SerializedQuerySet(
         ticket_list(tenant=tenant_for_user(request.user), status=filters.status), ticket_summary_serialize
     )
@@ -60,14 +60,14 @@ def ticket_index(request, filters: Query[TicketFilter]):
 
 @router.get("/{int:ticket_id}", response=TicketOut)
 def ticket_detail(request, ticket_id: int):
-    user_require_role(request.user, "support", "finance")
+    user_require_access(request.user, "tickets.read")
     return ticket_detail_serialize(ticket_get(tenant=tenant_for_user(request.user), ticket_id=ticket_id))
 
 
 @router.get("/{int:ticket_id}/trace", response=TraceOut)
 def ticket_trace(request, ticket_id: int):
     """The ticket's trace, in order, redacted (it was redacted before it was stored)."""
-    user_require_role(request.user, "support", "finance")
+    user_require_access(request.user, "tickets.read")
     return trace_export(ticket_get(tenant=tenant_for_user(request.user), ticket_id=ticket_id))
 
 
@@ -76,7 +76,7 @@ def ticket_proposal(request, ticket_id: int, payload: ProposalIn):
     """A person proposes an exact refund on an escalated, failed or payment_failed ticket (support,
     finance): 201 with the approval request (origin `human`). The gate's hard limits answer 422 and
     nothing is written; a ticket not in the queue 409."""
-    user_require_role(request.user, "support", "finance")
+    user_require_access(request.user, "tickets.work")
     tenant = tenant_for_user(request.user)
     ticket = ticket_get(tenant=tenant, ticket_id=ticket_id)
     made = ticket_refund_propose(
@@ -97,7 +97,7 @@ def ticket_proposal(request, ticket_id: int, payload: ProposalIn):
 @router.post("/{int:ticket_id}/assign", response=TicketOut)
 def ticket_assign_endpoint(request, ticket_id: int, payload: AssignIn):
     """Take a ticket of the escalation queue (`{"to": "me"}`) or hand it back (`{"to": null}`)."""
-    user_require_role(request.user, "support", "finance")
+    user_require_access(request.user, "tickets.work")
     tenant = tenant_for_user(request.user)
     ticket_assign(ticket=ticket_get(tenant=tenant, ticket_id=ticket_id), user=request.user, to_me=payload.to == "me")
     return ticket_detail_serialize(ticket_get(tenant=tenant, ticket_id=ticket_id))

@@ -20,7 +20,7 @@ from approvals.schemas import approval_serialize
 from ledger.api import order_ledger_serialize
 from ledger.exceptions import DomainError, Forbidden, NotFound
 from ledger.selectors import order_refund_position
-from ledger.tenancy import tenant_for_user, user_require_role, user_roles
+from ledger.tenancy import tenant_for_user, user_require_access, user_roles
 
 from . import selectors
 from .emails import ticket_reply_send
@@ -42,8 +42,14 @@ def forbidden(request, reason: str):
     return render(request, "403.html", {"reason": reason, "roles": getattr(request, "roles", set())}, status=403)
 
 
-def tenant_view(view):
-    """Login required; sets `request.tenant` and `request.roles`; maps domain errors once."""
+def tenant_view(view=None, *, needs: str = "tickets.read"):
+    """Login required; sets `request.tenant` and `request.roles`; maps domain errors once.
+
+    Every page of this UI shows tickets (customer messages, card digits), so each checks the
+    role its page `needs` by the rule the API checks (ledger/tenancy.py ROLE_RULES) before the
+    view runs; a member of the tenant without that role gets the 403 page."""
+    if view is None:
+        return lambda view: tenant_view(view, needs=needs)
 
     @login_required
     @wraps(view)
@@ -51,6 +57,7 @@ def tenant_view(view):
         try:
             request.tenant = tenant_for_user(request.user)
             request.roles = user_roles(request.user)
+            user_require_access(request.user, needs)
             return view(request, *args, **kwargs)
         except NotFound as exc:
             raise Http404(exc.message) from None
@@ -109,12 +116,8 @@ def ticket_list(request):
     )
 
 
-@tenant_view
+@tenant_view(needs="tickets.file")
 def ticket_new(request):
-    try:
-        user_require_role(request.user, "support")
-    except Forbidden:
-        return forbidden(request, "Filing refund tickets needs the support role.")
     form = TicketForm(request.POST or None)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
@@ -264,7 +267,7 @@ def _form_errors(form) -> str:
     )
 
 
-@tenant_view
+@tenant_view(needs="tickets.work")
 @require_POST
 def ticket_escalate_view(request, pk: int):
     ticket = _ticket_get(request, pk)
@@ -288,7 +291,7 @@ def ticket_escalate_view(request, pk: int):
     return redirect(reverse("ticket", kwargs={"pk": ticket.pk}))
 
 
-@tenant_view
+@tenant_view(needs="tickets.work")
 @require_POST
 def ticket_close_view(request, pk: int):
     ticket = _ticket_get(request, pk)
@@ -307,7 +310,7 @@ def ticket_close_view(request, pk: int):
     return redirect(reverse("ticket", kwargs={"pk": ticket.pk}))
 
 
-@tenant_view
+@tenant_view(needs="tickets.work")
 @require_POST
 def ticket_assign_view(request, pk: int):
     """Take the ticket (`to=me`) or hand it back (`to=` empty); back to where the button was."""
@@ -325,7 +328,7 @@ def ticket_assign_view(request, pk: int):
     return redirect(reverse("ticket", kwargs={"pk": ticket.pk}))
 
 
-@tenant_view
+@tenant_view(needs="tickets.work")
 @require_POST
 def ticket_propose_view(request, pk: int):
     ticket = _ticket_get(request, pk)

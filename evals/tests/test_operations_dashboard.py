@@ -93,7 +93,7 @@ def test_the_dashboard_costs_the_same_queries_for_2_and_40_tickets_and_1_and_8_f
     large = _queries(client)
     # then the page needs exactly as many queries
     assert small == large
-    assert small <= 16, small  # 16: the failed customer emails' panel reads one more table
+    assert small <= 17, small  # 17: the failed customer emails' and the locked-out sign-ins' panels
 
 
 def test_the_payout_failures_panel_lists_the_ledgers_refused_refunds_with_reason_and_links(demo, user, declined):

@@ -668,7 +668,9 @@ class _Loop:
 
     def tools_refresh(self, capabilities: dict | None = None):
         """The tools offered from here on: from `capabilities`, else from the registry as it is now."""
-        self.capabilities = capabilities if capabilities is not None else capabilities_load()
+        self.capabilities = (
+            capabilities if capabilities is not None else capabilities_load(tenant_id=self.ticket.tenant_id)
+        )
         self.tools = tool_manifest(self.capabilities, customer_level=self.order is None)
         self.offered = {t.name for t in self.tools}
 

@@ -20,13 +20,14 @@ from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from django.contrib.postgres.expressions import ArraySubquery
+from django.db.models import Case, Exists, F, OuterRef, Value, When
 from django.db.models.functions import JSONObject
 from django.utils import timezone
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, ValidationError, ValidationInfo, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
 from approvals import gate
-from approvals.models import Capability
+from approvals.models import Capability, TenantCapability
 from ledger.exceptions import InvalidAmount
 from ledger.models import Order, Payment
 from ledger.money import CENT, MAX_AMOUNT, MONEY_PATTERN, money_check_currency, money_parse
@@ -242,9 +243,28 @@ TOOL_DEFS: dict[str, ToolDef] = {
 BY_API_NAME = {d.name: d for d in TOOL_DEFS.values()}
 
 
-def capabilities_load() -> dict[str, Capability]:
-    """The registry as it is now (one query): operators flip `enabled` without a deploy."""
-    return {c.name: c for c in Capability.objects.filter(name__in=list(TOOL_DEFS))}
+def _tenant_switched_off(tenant) -> Exists:
+    """Whether the capability's tenant switch (approvals.TenantCapability) is off for `tenant`
+    (an id, or an OuterRef to one)."""
+    return Exists(TenantCapability.objects.filter(capability=OuterRef("pk"), tenant=tenant, enabled=False))
+
+
+def _enabled_for_tenant(tenant) -> Case:
+    """On only when the installation's switch and the tenant's own are both on."""
+    return Case(When(_tenant_switched_off(tenant), then=Value(False)), default=F("enabled"))
+
+
+def capabilities_load(*, tenant_id=None) -> dict[str, Capability]:
+    """The registry as it is now (one query), with `tenant_id`'s own switches applied: superusers
+    flip the installation's `enabled`, a tenant's operators their tenant's, without a deploy."""
+    queryset = Capability.objects.filter(name__in=list(TOOL_DEFS))
+    if tenant_id is None:
+        return {c.name: c for c in queryset}
+    loaded = {}
+    for capability in queryset.annotate(enabled_here=_enabled_for_tenant(tenant_id)):
+        capability.enabled = capability.enabled_here
+        loaded[capability.name] = capability
+    return loaded
 
 
 # The fields read with the ticket: all but updated_at (a datetime would come back as JSON text).
@@ -257,7 +277,9 @@ def capabilities_annotation() -> dict:
     rows = (
         Capability.objects.filter(name__in=list(TOOL_DEFS))
         .order_by()
-        .values(row=JSONObject(**{name: name for name in _LOADED_FIELDS}))
+        # `enabled` as it is for the ticket's tenant (its own switch applied).
+        .annotate(enabled_here=_enabled_for_tenant(OuterRef(OuterRef("tenant_id"))))
+        .values(row=JSONObject(**{name: "enabled_here" if name == "enabled" else name for name in _LOADED_FIELDS}))
     )
     return {"capabilities_loaded": ArraySubquery(rows)}
 
@@ -266,7 +288,7 @@ def capabilities_of(ticket) -> dict[str, Capability]:
     """The registry as read with the ticket (`capabilities_annotation`), else as it is now."""
     loaded = getattr(ticket, "capabilities_loaded", None)
     if loaded is None:
-        return capabilities_load()
+        return capabilities_load(tenant_id=ticket.tenant_id)
     return {row["name"]: Capability(**row) for row in loaded}
 
 

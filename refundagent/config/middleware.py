@@ -2,10 +2,13 @@
 every error under /api/, and Idempotency-Key on the API's two creating POSTs."""
 
 import json
+import math
 import re
 
 from django.http import HttpResponse, HttpResponseBadRequest
 
+from approvals.decisions import approval_decider_check
+from approvals.second_factor import second_factor_check
 from ledger.committed import when_database_answers
 from ledger.exceptions import DomainError
 from ledger.idempotency import (
@@ -14,9 +17,10 @@ from ledger.idempotency import (
     idempotency_key_release,
     idempotency_request_hash,
 )
-from ledger.tenancy import api_token_authenticate
+from ledger.tenancy import api_token_authenticate, tenant_for_user, user_require_access
 from ledger.text import CONTROL_CHARS, json_strings
 
+from .api import TokenRateThrottle
 from .problems import PROBLEM_CONTENT_TYPE, problem_from_response, problem_response
 
 API_PREFIX = "/api/"
@@ -117,8 +121,30 @@ class ApiProblemMiddleware:
 # client fixes the cause and retries with the same key (Stripe does the same).
 NOT_KEPT = {401, 403, 429}
 
-# The two POSTs that honour Idempotency-Key (docs/api.md).
-IDEMPOTENT_PATHS = (re.compile(r"^/api/tickets/?$"), re.compile(r"^/api/approvals/\d+/decision/?$"))
+
+def _may_file_ticket(request, user) -> None:
+    tenant_for_user(user)
+    user_require_access(user, "tickets.file")
+
+
+def _may_decide(request, user) -> None:
+    tenant_for_user(user)
+    approval_decider_check(user=user)
+    if not _bearer(request):
+        second_factor_check(user=user)
+
+
+def _bearer(request) -> str:
+    header = request.headers.get("Authorization", "")
+    return header[7:].strip() if header.lower().startswith("bearer ") else ""
+
+
+# The two POSTs that honour Idempotency-Key (docs/api.md), each with the check a fresh request
+# makes of its caller before it runs: a replay is answered only to a caller who passes it now.
+IDEMPOTENT_PATHS = {
+    re.compile(r"^/api/tickets/?$"): _may_file_ticket,
+    re.compile(r"^/api/approvals/\d+/decision/?$"): _may_decide,
+}
 
 
 def _caller(request):
@@ -130,6 +156,26 @@ def _caller(request):
     return user if user is not None and user.is_authenticated else None
 
 
+class _ReplayThrottle(TokenRateThrottle):
+    """The API's own rate limit (same scope, same cache keys), charged for a replay: a replay is
+    a request like any other, so it counts and is refused over the limit."""
+
+    def charge(self, request, user) -> int | None:
+        """None when the request fits the limit (and is counted), else the seconds to wait."""
+        token = _bearer(request)
+        counted = _Counted(api_token=token or None, auth=None if token else user, META=request.META)
+        if self.allow_request(counted):
+            return None
+        return math.ceil(self.wait() or 1)
+
+
+class _Counted:
+    """What the throttle reads of a request: its token, else its user, else its address."""
+
+    def __init__(self, *, api_token, auth, META):
+        self.api_token, self.auth, self.META = api_token, auth, META
+
+
 class IdempotencyMiddleware:
     """Stripe's Idempotency-Key on POST /api/tickets and POST /api/approvals/{id}/decision (see
     ledger/idempotency.py). A replay carries `Idempotent-Replayed: true`. 5xx, 401, 403 and 429
@@ -138,10 +184,12 @@ class IdempotencyMiddleware:
 
     def __init__(self, get_response):
         self.get_response = get_response
+        self.throttle = _ReplayThrottle()
 
     def __call__(self, request):
         key = request.headers.get("Idempotency-Key")
-        if key is None or request.method != "POST" or not any(p.match(request.path_info) for p in IDEMPOTENT_PATHS):
+        caller_check = next((check for p, check in IDEMPOTENT_PATHS.items() if p.match(request.path_info)), None)
+        if key is None or request.method != "POST" or caller_check is None:
             return self.get_response(request)
         user = _caller(request)
         if user is None:
@@ -152,6 +200,9 @@ class IdempotencyMiddleware:
         except DomainError as exc:
             return problem_response(exc.status_code, detail=exc.message, code=exc.code)
         if stored is not None:
+            refused = self._replay_refused(request, user, caller_check)
+            if refused is not None:
+                return refused
             response = HttpResponse(
                 bytes(stored.response_body), status=stored.status_code, content_type=stored.content_type or None
             )
@@ -176,3 +227,18 @@ class IdempotencyMiddleware:
                 )
             )
         return response
+
+    def _replay_refused(self, request, user, caller_check):
+        """The answer a fresh request would get before its operation ran (429 over the rate
+        limit, then 403 for a caller who may not make it now), or None: the replay may be
+        answered. The stored answer is kept either way, for when the caller may again."""
+        wait = self.throttle.charge(request, user)
+        if wait is not None:
+            response = problem_response(429, detail=f"Request was throttled. Expected available in {wait} seconds.")
+            response["Retry-After"] = str(wait)
+            return response
+        try:
+            caller_check(request, user)
+        except DomainError as exc:
+            return problem_response(exc.status_code, detail=exc.message, code=exc.code)
+        return None

@@ -65,6 +65,11 @@ INSTALLED_APPS = [
     "django_celery_beat",
     # django-ninja's own static files: /api/docs serves Swagger UI locally, never from a CDN.
     "ninja",
+    # Login throttling and lockout, in the database (docs/configuration.md "Sign-in").
+    "axes",
+    # The second factor (TOTP) of everyone who approves money.
+    "django_otp",
+    "django_otp.plugins.otp_totp",
     "ledger",
     "approvals",
     "refundagent",
@@ -84,10 +89,14 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # request.user.is_verified(): whether this session confirmed a second factor.
+    "django_otp.middleware.OTPMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # After authentication: keys belong to the session's user or the Bearer token's.
     "refundagent.config.middleware.IdempotencyMiddleware",
+    # Last, as django-axes asks: turns a locked-out sign-in into its lockout answer.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "refundagent.config.urls"
@@ -172,10 +181,42 @@ if envbool("DATABASE_PREPARED_STATEMENTS", "true"):
     DATABASES["default"].setdefault("OPTIONS", {}).update({"server_side_binding": True, "prepare_threshold": 5})
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Django's full set: accounts here approve money. Applies wherever a password is chosen (the
+# admin's user forms, `createsuperuser`, `changepassword`).
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {
+        "NAME": "django.contrib.auth.password_validation.MinimumLengthValidator",
+        "OPTIONS": {"min_length": envint("PASSWORD_MIN_LENGTH", "12")},
+    },
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+if AUTH_PASSWORD_VALIDATORS[1]["OPTIONS"]["min_length"] < 12:
+    raise ImproperlyConfigured("PASSWORD_MIN_LENGTH must be at least 12")
+
+# --- Sign-in: throttling, lockout and the second factor (docs/configuration.md "Sign-in") -------
+# django-axes counts failed sign-ins in the database, on the support login and the admin's
+# alike (both go through django.contrib.auth.authenticate), and refuses the next one once a
+# username, or an address, has failed AXES_FAILURE_LIMIT times, until the cool-off passes or
+# an operator resets it (the admin's "Access attempts", the operations page's lockouts).
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_ENABLED = envbool("AXES_ENABLED", "1")
+AXES_FAILURE_LIMIT = envint("AXES_FAILURE_LIMIT", "5")
+AXES_COOLOFF_TIME = timedelta(minutes=envint("AXES_COOLOFF_MINUTES", "30"))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+# Behind a proxy the client's address is in X-Forwarded-For: how many proxies to trust.
+AXES_IPWARE_PROXY_COUNT = envint("AXES_IPWARE_PROXY_COUNT", "0") or None
+if AXES_FAILURE_LIMIT < 1:
+    raise ImproperlyConfigured("AXES_FAILURE_LIMIT must be a positive integer")
+# Everyone who may approve money confirms a TOTP device (django-otp) in the session before the
+# admin lets them decide. On whenever DEBUG is off; the embedded demo (DEBUG on) runs without it
+# unless told, and says so on the decision page. APPROVER_SECOND_FACTOR=1/0 forces either.
+APPROVER_SECOND_FACTOR = envbool("APPROVER_SECOND_FACTOR", "0" if DEBUG else "1")
+OTP_TOTP_ISSUER = os.getenv("OTP_TOTP_ISSUER", "refundagent")
+OTP_ADMIN_HIDE_SENSITIVE_DATA = True
 
 LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"

@@ -8,6 +8,7 @@ from django.apps import apps
 from django.contrib.auth import authenticate, get_user_model
 from django.contrib.auth.models import Group
 from django.core.management import CommandError, call_command
+from django.test import RequestFactory
 from django.utils import timezone
 
 from approvals.models import RefundPolicy
@@ -76,7 +77,8 @@ def test_demo_users_have_the_tenant_roles_and_password_of_api_md(settings, usern
     settings.DEMO_PASSWORD = "s3cret-demo"
     call_command("seed_demo")
 
-    user = authenticate(username=username, password="s3cret-demo")
+    # As the login views call it: with the request, which django-axes needs to count attempts.
+    user = authenticate(RequestFactory().post("/login/"), username=username, password="s3cret-demo")
 
     assert user is not None
     tenant, roles = EXPECTED_USERS[username]

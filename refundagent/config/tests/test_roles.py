@@ -42,8 +42,12 @@ EXPECTED = {
         "refundagent.view_refunddraft",
     },
     "operator": {
+        # The installation's switches and eval cases are superusers' to change; an operator
+        # switches capabilities for its own tenant (approvals.TenantCapability).
         "approvals.view_capability",
-        "approvals.change_capability",
+        "approvals.view_tenantcapability",
+        "approvals.add_tenantcapability",
+        "approvals.change_tenantcapability",
         "approvals.view_refundpolicy",
         "approvals.add_refundpolicy",
         "approvals.change_refundpolicy",
@@ -57,7 +61,6 @@ EXPECTED = {
         "refundagent.view_modelreplay",
         "refundagent.add_modelreplay",
         "evals.view_evalcase",
-        "evals.change_evalcase",
         "evals.view_evalrun",
         "evals.view_evalresult",
     },
@@ -113,7 +116,7 @@ def test_setup_roles_repairs_the_roles_and_a_second_run_changes_nothing(db):
     assert "support: -ledger.view_payment" in first
     assert second.splitlines() == [
         "finance: unchanged (17 permissions)",
-        "operator: unchanged (18 permissions)",
+        "operator: unchanged (19 permissions)",
         "support: unchanged (5 permissions)",
     ]
     assert dict(Group.objects.values_list("name", "pk")) == groups_after_first
