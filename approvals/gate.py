@@ -53,6 +53,9 @@ class Proposal:
     # The item ids the draft names (None: the whole scope the ticket was filed for). They narrow
     # a whole-order ticket only where the policy's item rules say what its whole-order rules say.
     items: list[str] | None = None
+    # A second check's finding that the reply speaks of money moving (refundagent.agent.reply_check),
+    # made outside the gate; '' when it found nothing or did not run.
+    reply_model_claim: str = ""
 
 
 @dataclass
@@ -260,11 +263,13 @@ def policy_gate_evaluate(
             f"The draft cites {proposal.policy_version}, but the current policy is {policy.version}.",
         )
     # Only the outcome's own reply may speak of money moving (refundagent/replies.py).
-    if claims := reply_money_claims(proposal.customer_reply):
+    claims = [str(claim) for claim in reply_money_claims(proposal.customer_reply)]
+    if claims or proposal.reply_model_claim:
         return stop(
             Outcome.ESCALATED,
             "reply_promises_payment",
-            f"The customer reply draft promises a payment before finance approved one: {claims[0]}.",
+            "The customer reply draft promises a payment before finance approved one: "
+            f"{claims[0] if claims else proposal.reply_model_claim}.",
         )
 
     if narrowed and not scope_open:

@@ -22,6 +22,7 @@ from approvals import gate
 from approvals.decision_records import decision_record_create
 from approvals.gate import Outcome
 from approvals.models import ApprovalRequest, RefundPolicy
+from approvals.reply_claims import reply_money_claims
 from approvals.requests import approval_request_create
 from ledger.models import Order
 from ledger.money import ZERO
@@ -33,6 +34,7 @@ from ..redaction import sensitive_values_for_ticket
 from ..selectors import order_open_tickets
 from ..ticket_state import STOP_REASON_FOR_STATUS, ticket_transition
 from ..tracing import trace_event_build, trace_events_write
+from .reply_check import reply_model_claim
 from .tools import CREATE_DRAFT, CreateDraftArgs
 
 
@@ -257,6 +259,8 @@ def _verdict(
         customer_reply=args.customer_reply,
         destination=args.destination,
         items=list(args.items) if args.items else None,
+        # The second check only where the rule found nothing: it can only add a claim.
+        reply_model_claim="" if reply_money_claims(args.customer_reply) else reply_model_claim(args.customer_reply),
     )
     verdict = gate.policy_gate_evaluate(
         order=order,

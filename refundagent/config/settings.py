@@ -342,7 +342,8 @@ ANTHROPIC_PRICE_OUTPUT_PER_MTOK = _env_price("ANTHROPIC_PRICE_OUTPUT_PER_MTOK")
 ANTHROPIC_PRICE_CACHE_WRITE_PER_MTOK = _env_price("ANTHROPIC_PRICE_CACHE_WRITE_PER_MTOK")
 ANTHROPIC_PRICE_CACHE_READ_PER_MTOK = _env_price("ANTHROPIC_PRICE_CACHE_READ_PER_MTOK")
 # A second, independent model check of the model-written reply for money claims
-# (approvals/reply_claims.py): on by default when a key is set; it only adds to the rule.
+# (refundagent/agent/reply_check.py, in the agent's decision, never in the gate): on by default when a
+# key is set; it only adds to the rule.
 REPLY_MODEL_CHECK = envbool("REPLY_MODEL_CHECK", "1" if ANTHROPIC_API_KEY else "0")
 REPLY_MODEL_CHECK_MODEL = os.getenv("REPLY_MODEL_CHECK_MODEL", "")
 REPLY_MODEL_CHECK_TIMEOUT_SECONDS = envint("REPLY_MODEL_CHECK_TIMEOUT_SECONDS", "20")
