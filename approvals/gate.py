@@ -229,7 +229,11 @@ def policy_gate_evaluate(
             f"Payment method {refund_to.external_id} is not one of customer {order.customer.external_id}'s.",
         )
     if disputes is None:
-        disputes = order_open_disputes(order)
+        # One read for both: the payments say whether any is disputed; the disputes' own rows are
+        # read only then (a dispute is always on one of the order's payments).
+        if payments is None:
+            payments = order_payments_returnable(order)
+        disputes = order_open_disputes(order) if any(payment.disputed for payment in payments) else []
     verdict.facts["disputes"] = [
         {
             "provider_ref": dispute.provider_ref,

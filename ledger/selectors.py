@@ -5,7 +5,7 @@ import functools
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from django.db.models import DecimalField, OuterRef, Subquery, Sum
+from django.db.models import DecimalField, Exists, OuterRef, Subquery, Sum
 from django.db.models.functions import Coalesce
 
 from .exceptions import NotFound
@@ -241,13 +241,18 @@ class PaymentReturnable:
     payment_ref: str  # pi_…/ch_… for a provider payment, "" for a gift card
     paid: Decimal
     returnable: Decimal
+    # A dispute the customer's bank still holds against this payment (order_open_disputes says which).
+    disputed: bool = False
 
 
 def order_payments_returnable(order: Order) -> list[PaymentReturnable]:
     """The order's payments in the order they were made, each with what it can still return: what
     it paid minus the counting refunds made to its method. A refund recorded without a method is
     the first payment's (as it was paid out before methods were named)."""
-    payments = list(order.payments.select_related("payment_method").order_by("id"))
+    open_disputes = Dispute.objects.filter(payment=OuterRef("pk")).exclude(status__in=Dispute.SETTLED_FOR_THE_SHOP)
+    payments = list(
+        order.payments.select_related("payment_method").annotate(disputed=Exists(open_disputes)).order_by("id")
+    )
     returned: dict[int | None, Decimal] = {}
     for row in (
         refund_entries_with_effective_amount(RefundEntry.objects.filter(order=order).counting())
@@ -272,6 +277,7 @@ def order_payments_returnable(order: Order) -> list[PaymentReturnable]:
                 payment_ref=payment.payment_ref,
                 paid=payment.amount,
                 returnable=(payment.amount - taken).quantize(CENT),
+                disputed=payment.disputed,
             )
         )
     return legs

@@ -77,7 +77,7 @@ def test_an_approver_with_a_device_enters_its_code_before_deciding(
         done = finance.post(decide_url(request), {"args_hash": request.args_hash, "note": "ok"})
     assert done.status_code == 302
     request.refresh_from_db()
-    assert request.status == "executed"
+    assert request.status == "approved" and request.decided_by == people["finance"]
 
 
 def test_a_session_cannot_decide_through_the_api_without_the_second_factor(file_request, people):

@@ -183,6 +183,7 @@ def test_the_executed_review_page_fits_and_says_its_checks_in_words(live_server,
 
     from approvals.decisions import approval_request_decide
     from approvals.models import ApprovalRequest
+    from tests.factories import manual_payout_record
 
     # given finance approved the 120.00 request, and it was paid and verified
     request = screens["request"]
@@ -192,7 +193,8 @@ def test_the_executed_review_page_fits_and_says_its_checks_in_words(live_server,
         decision="approve",
         args_hash=request.args_hash,
     )
-    assert ApprovalRequest.objects.get(pk=request.pk).status == "executed"
+    # the manual gateway: finance records the payout it made by hand, then it is verified
+    assert manual_payout_record(ApprovalRequest.objects.get(pk=request.pk)).status == "executed"
     base = live_server.url
     page.set_viewport_size(SIZES[size])
     admin_log_in(page, base, "acme-finance2", f"/admin/approvals/approvalrequest/{request.pk}/change/")

@@ -50,7 +50,10 @@ def test_the_agent_decision_records_the_facts_it_decided_on(file_ticket):
         Decimal("120.00"),
     )
     assert record.required_approvals == approval.required_approvals == 1
-    assert record.risk == {} and record.backfilled is False
+    # the risk figures the demo policy's rules read, as the verdict had them: one open ticket on the order
+    assert record.risk == RefundDraft.objects.get(ticket=ticket).gate_verdict["risk"]
+    assert record.risk["open_tickets_on_order"] == 1 and "customer_refunds_in_window" in record.risk
+    assert record.backfilled is False
 
 
 def test_a_later_change_to_the_order_does_not_alter_the_record(file_ticket):

@@ -12,12 +12,13 @@ from refundagent.models import AgentRun, RefundDraft, Ticket, TraceEvent
 
 # The agent's run after filing, with the four calls below (savepoints not counted): the claim
 # (2), the ticket with its values to redact and the capabilities (1), three reads (3), four
-# persists, each the run's compare-and-set and its step's events (8), and the decision (10:
-# capabilities, policy, original payment method, order position, the policy's risk figures in
-# one query, draft, approval, the decision's record of facts (docs/replay.md), ticket, and the
-# stop's run and events). With the filing's three statements the whole ticket is 28, within the
-# 30 the benchmark allows (benchmarks/side_by_side.py).
-RUN_QUERIES_MAX = 24
+# persists, each the run's compare-and-set and its step's events (8), and the decision (13:
+# capabilities, policy, original payment method, order position, the payments with whether any
+# is disputed and what each can still return (2), the policy's risk figures in one query,
+# draft, approval, the decision's record of facts (docs/replay.md), ticket, and the stop's run
+# and events). With the filing's three statements the whole ticket is 30, the most the
+# benchmark allows (benchmarks/side_by_side.py).
+RUN_QUERIES_MAX = 27
 
 
 @pytest.fixture
@@ -91,7 +92,7 @@ def test_every_trace_event_of_a_run_is_written_with_the_persist_of_its_step(file
         "stop",
     ]
     counted = [sql for sql, _ in statements if "SAVEPOINT" not in sql]
-    assert len(counted) <= RUN_QUERIES_MAX, "\n".join(s[:90] for s in counted)
+    assert len(counted) <= RUN_QUERIES_MAX, "\n".join(s[:140] for s in counted)
 
 
 class _TakenOver(ScriptedProvider):
