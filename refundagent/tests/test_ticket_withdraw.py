@@ -125,9 +125,11 @@ def test_close_or_escalate_racing_an_approval_never_both_win(user, move):
         request.refresh_from_db()
         moved = RefundEntry.objects.filter(idempotency_key=request.idempotency_key).exists()
         if moved:
-            # the approval won: the ticket was not closed (an escalated one stays with its person)
-            assert request.status == ApprovalRequest.Status.EXECUTED
-            assert ticket.status == (Ticket.Status.ESCALATED if move == "close" else Ticket.Status.REFUNDED)
+            # the approval won: the ticket was not closed (an escalated one stays with its person);
+            # the manual gateway's refund waits, approved, for finance to record the payout
+            assert request.status == ApprovalRequest.Status.APPROVED
+            assert RefundEntry.objects.get(idempotency_key=request.idempotency_key).status == "pending"
+            assert ticket.status == (Ticket.Status.ESCALATED if move == "close" else Ticket.Status.APPROVED)
         else:
             assert request.status == ApprovalRequest.Status.WITHDRAWN
             assert ticket.status == (Ticket.Status.CLOSED if move == "close" else Ticket.Status.ESCALATED)
