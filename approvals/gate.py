@@ -228,11 +228,11 @@ def policy_gate_evaluate(
             "foreign_destination",
             f"Payment method {refund_to.external_id} is not one of customer {order.customer.external_id}'s.",
         )
+    if payments is None:
+        payments = order_payments_returnable(order)
     if disputes is None:
-        # One read for both: the payments say whether any is disputed; the disputes' own rows are
-        # read only then (a dispute is always on one of the order's payments).
-        if payments is None:
-            payments = order_payments_returnable(order)
+        # The payments say whether any is disputed; the disputes' own rows are read only then (a
+        # dispute is always on one of the order's payments).
         disputes = order_open_disputes(order) if any(payment.disputed for payment in payments) else []
     verdict.facts["disputes"] = [
         {
@@ -357,8 +357,6 @@ def policy_gate_evaluate(
             f"{allowed} {order.currency} has more decimal places than {order.currency} has: a person decides.",
         )
     # 'original' with no method named: any of the order's payments may take it.
-    if payments is None and destination == "original":
-        payments = order_payments_returnable(order)
     verdict.facts["payments"] = [
         {
             "payment_id": payment.payment_id,
@@ -368,11 +366,9 @@ def policy_gate_evaluate(
             "paid": str(payment.paid),
             "returnable": str(payment.returnable),
         }
-        for payment in payments or []
+        for payment in payments
     ]
-    legs, why = _refund_legs(
-        order=order, destination=destination, method=refund_to, amount=allowed, payments=payments or []
-    )
+    legs, why = _refund_legs(order=order, destination=destination, method=refund_to, amount=allowed, payments=payments)
     if why:
         return stop(Outcome.ESCALATED, "split_tender", why)
     verdict.legs = legs

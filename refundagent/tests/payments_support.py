@@ -11,8 +11,11 @@ from approvals.requests import approval_request_create
 from refundagent.models import Ticket
 
 
-def ticket_awaiting_approval(*, order, filer, amount: str, key: str) -> tuple[Ticket, "ApprovalRequest"]:  # noqa: F821
-    """A ticket of `order`'s customer in approval_required, and its pending request for `amount`."""
+def ticket_gated(
+    *, order, filer, amount: str, key: str, refund_to=None
+) -> tuple[Ticket, "GateVerdict", "ApprovalRequest | None"]:  # noqa: F821
+    """A ticket of `order`'s customer, the gate's verdict on a refund of `amount` (to `refund_to`,
+    None: the original method), and its pending request when the gate allows one (else None)."""
     ticket = Ticket.objects.create(
         tenant=order.tenant,
         order=order,
@@ -29,14 +32,22 @@ def ticket_awaiting_approval(*, order, filer, amount: str, key: str) -> tuple[Ti
         policy=policy,
         now=timezone.now(),
         item_ids=[],
-        refund_to=None,
+        refund_to=refund_to,
         proposal=Proposal(
             recommendation="refund", amount=Decimal(amount), policy_version=policy.version, destination=None
         ),
     )
+    if verdict.outcome != "approval_required":
+        return ticket, verdict, None
     request, _ = approval_request_create(
         order=order, policy=policy, verdict=verdict, idempotency_key=key, requested_by=filer, ticket_ref=ticket.pk
     )
+    return ticket, verdict, request
+
+
+def ticket_awaiting_approval(*, order, filer, amount: str, key: str) -> tuple[Ticket, "ApprovalRequest"]:  # noqa: F821
+    """A ticket of `order`'s customer in approval_required, and its pending request for `amount`."""
+    ticket, _, request = ticket_gated(order=order, filer=filer, amount=amount, key=key)
     return ticket, request
 
 

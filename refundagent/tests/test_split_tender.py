@@ -10,12 +10,11 @@ from unittest import mock
 import pytest
 from django.utils import timezone
 
-from approvals.gate import Proposal, policy_current, policy_gate_evaluate
 from approvals.models import ApprovalRequest
-from approvals.requests import approval_request_create
 from ledger.models import Order, Payment, PaymentMethod, RefundEntry
 from ledger.services import canonical_hash
 from refundagent.models import Ticket
+from refundagent.tests.payments_support import ticket_gated
 
 pytestmark = pytest.mark.django_db
 
@@ -59,30 +58,7 @@ def people(make_user, policy):
 
 def file_refund(order, filer, amount, *, refund_to=None, key="split-1"):
     """What the agent's decision does with a draft: the gate, then the request if it allows one."""
-    ticket = Ticket.objects.create(
-        tenant=order.tenant,
-        order=order,
-        customer=order.customer,
-        message="Refund please.",
-        currency=order.currency,
-        created_by=filer,
-        status=Ticket.Status.APPROVAL_REQUIRED,
-        stop_reason=Ticket.StopReason.APPROVAL_REQUIRED,
-    )
-    policy = policy_current(order.tenant)
-    verdict = policy_gate_evaluate(
-        order=order,
-        policy=policy,
-        now=timezone.now(),
-        refund_to=refund_to,
-        proposal=Proposal(recommendation="refund", amount=Decimal(amount), policy_version=policy.version),
-    )
-    if verdict.outcome != "approval_required":
-        return ticket, verdict, None
-    request, _ = approval_request_create(
-        order=order, policy=policy, verdict=verdict, idempotency_key=key, requested_by=filer, ticket_ref=ticket.pk
-    )
-    return ticket, verdict, request
+    return ticket_gated(order=order, filer=filer, amount=amount, key=key, refund_to=refund_to)
 
 
 def approve_by_api(api_client, finance, request, django_capture_on_commit_callbacks):
