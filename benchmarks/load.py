@@ -96,15 +96,25 @@ class Processes:
         self.procs.clear()
 
 
-def load_orders(run: str, n: int) -> list[str]:
-    """n fresh orders of the demo customer, one per ticket, so tickets do not queue on one order."""
+def load_orders(run: str, n: int) -> list[tuple[str, str]]:
+    """n fresh orders, one per ticket and each of its own customer paid by card: tickets do not
+    queue on one order's lock, and no customer trips the per-customer refund risk rule (a real
+    burst comes from many customers). Returns (order, customer) external ids."""
     from django.apps import apps
 
+    Customer, PaymentMethod = apps.get_model("ledger", "Customer"), apps.get_model("ledger", "PaymentMethod")
     OrderItem, Payment = apps.get_model("ledger", "OrderItem"), apps.get_model("ledger", "Payment")
-    card = apps.get_model("ledger", "PaymentMethod").objects.get(
-        customer__tenant__slug="acme", customer__external_id="CUST-1001", external_id="card_4242"
-    )
     orders = demo_orders_create([f"{run}-{i}" for i in range(n)], total="120.00", days_old=3)
+    tenant = orders[0].tenant
+    customers = Customer.objects.bulk_create(
+        [Customer(tenant=tenant, external_id=f"CUST-{o.external_id}", name=f"Load {o.pk}") for o in orders]
+    )
+    cards = PaymentMethod.objects.bulk_create(
+        [PaymentMethod(customer=c, external_id="card_4242", kind="card", brand="visa", last4="4242") for c in customers]
+    )
+    for order, customer in zip(orders, customers, strict=True):
+        order.customer = customer
+    type(orders[0]).objects.bulk_update(orders, ["customer"])
     OrderItem.objects.bulk_create(
         [
             OrderItem(order=o, line_no=1, item_id=f"IT-{o.pk}", name="Headphones", price=Decimal("120.00"))
@@ -123,10 +133,10 @@ def load_orders(run: str, n: int) -> list[str]:
                 amount=Decimal("120.00"),
                 currency="USD",
             )
-            for o in orders
+            for o, card in zip(orders, cards, strict=True)
         ]
     )
-    return [o.external_id for o in orders]
+    return [(o.external_id, c.external_id) for o, c in zip(orders, customers, strict=True)]
 
 
 def api_token() -> str:
@@ -137,8 +147,10 @@ def api_token() -> str:
     return out.getvalue().strip().splitlines()[-1].strip()
 
 
-def file_tickets(base: str, token: str, orders: list[str], clients: int, deadline: float) -> tuple[list, list]:
-    """POST every ticket from `clients` threads. Returns [(ticket id, sent at)] and the errors."""
+def file_tickets(
+    base: str, token: str, orders: list[tuple[str, str]], clients: int, deadline: float
+) -> tuple[list, list]:
+    """POST a ticket per (order, customer) from `clients` threads. Returns [(ticket id, sent at)] and the errors."""
     import requests
 
     filed, errors, lock = [], [], threading.Lock()
@@ -151,8 +163,8 @@ def file_tickets(base: str, token: str, orders: list[str], clients: int, deadlin
             with lock:
                 if not todo:
                     return
-                _, order = todo.pop(0)
-            body = {"order": order, "customer": "CUST-1001", "message": MESSAGE, "requested_amount": "120.00"}
+                _, (order, customer) = todo.pop(0)
+            body = {"order": order, "customer": customer, "message": MESSAGE, "requested_amount": "120.00"}
             sent = time.time()
             try:
                 response = session.post(f"{base}/api/tickets", data=json.dumps(body), headers=headers, timeout=30)
