@@ -8,7 +8,7 @@ Runs the stack as docker-compose.yml does: gunicorn for the web, the agent's wor
 (prefork, 2 processes), real PostgreSQL (DATABASE_URL's server, a database "<name>_latency" of
 its own) and Redis (CELERY_BROKER_URL: the broker and the model-call slots). The agent talks to
 its own fake Messages API (refundagent/tests/fake_anthropic.py, PlannedReplies), the `anthropic`
-SDK unchanged: each turn takes --turn-seconds, answers as a model working the refund would
+SDK unchanged: each turn takes --turn-seconds (the reply's second check, --check-seconds), answers as a model working the refund would
 (order, payments, policy, then a draft), and reports prompt-cache usage as Anthropic does
 (cache_creation_input_tokens the first time a prefix past --min-cacheable tokens is seen,
 cache_read_input_tokens afterwards).
@@ -42,7 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from _bench import BENCH_ENV, database_ensure, database_url, db_name, django_setup, settings_module, url_with_db  # noqa: E402
 from load import PYTHON_BIN, Processes, api_token, file_tickets, free_port, http_wait, load_orders, wsgi_module  # noqa: E402
 
-MODEL = "claude-sonnet-4-5"
+MODEL = "claude-sonnet-5-5"
 
 
 def celery(name: str, queue: str, pool: str, concurrency: int, run: str) -> list[str]:
@@ -103,6 +103,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tickets", type=int, default=100)
     parser.add_argument("--turn-seconds", type=float, default=1.5)
+    # The reply's second check (agent.reply_check) asks for one word: time to first token, no
+    # tool call to write. About a third of a working turn.
+    parser.add_argument("--check-seconds", type=float, default=0.5)
     parser.add_argument("--min-cacheable", type=int, default=1024, help="the fake's minimum cacheable prefix")
     parser.add_argument("--agent-pool", default="threads", choices=["threads", "prefork", "gevent"])
     parser.add_argument("--agent-concurrency", type=int, default=100)
@@ -130,7 +133,9 @@ def main() -> int:
 
     connection.close()
 
-    replies = PlannedReplies(turn_seconds=args.turn_seconds, min_cacheable_tokens=args.min_cacheable)
+    replies = PlannedReplies(
+        turn_seconds=args.turn_seconds, check_seconds=args.check_seconds, min_cacheable_tokens=args.min_cacheable
+    )
     fake = FakeAnthropic(responder=replies).start()
     env = {
         **os.environ,
@@ -242,7 +247,8 @@ def main() -> int:
         )
     print(
         f"runs in flight at most {max(in_flight, default=0)}; model calls in flight at most {replies.in_flight_max}; "
-        f"model calls {replies.answered - calls_before} ({(usage['calls'] or 0) / n:.1f} per ticket), 429s {replies.refused}"
+        f"model calls {replies.answered - calls_before} ({(replies.answered - calls_before) / n:.1f} per ticket, "
+        f"{(usage['calls'] or 0) / n:.1f} of them turns, the rest the reply check), 429s {replies.refused}"
     )
     print(
         f"tokens per ticket: input {plain / n:.0f}, cache write {write / n:.0f}, cache read {read / n:.0f}, "

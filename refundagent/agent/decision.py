@@ -22,7 +22,6 @@ from approvals import gate
 from approvals.decision_records import decision_record_create
 from approvals.gate import Outcome
 from approvals.models import ApprovalRequest, RefundPolicy
-from approvals.reply_claims import reply_money_claims
 from approvals.requests import approval_request_create
 from ledger.models import Order
 from ledger.money import ZERO
@@ -34,7 +33,6 @@ from ..redaction import sensitive_values_for_ticket
 from ..selectors import order_open_tickets
 from ..ticket_state import STOP_REASON_FOR_STATUS, ticket_transition
 from ..tracing import trace_event_build, trace_events_write
-from .reply_check import reply_model_claim
 from .tools import CREATE_DRAFT, CreateDraftArgs
 
 
@@ -62,10 +60,13 @@ def agent_draft_decide(
     stop_run: Callable[[DraftDecision], None],
     sensitive: list[str] | None = None,
     trace: Callable[..., None] | None = None,
+    reply_model_claim: str = "",
 ) -> DraftDecision:
     """Decide the agent's draft and stop the ticket with the outcome; returns the decision.
 
-    `args` are the validated draft, `raw_args` the model's arguments as sent (traced). `order`
+    `args` are the validated draft, `raw_args` the model's arguments as sent (traced).
+    `reply_model_claim` is what the reply's second model check found (agent.reply_check; the
+    loop makes that call, as it makes its other model calls), '' for nothing. `order`
     is the order the draft is about, already scope-checked: the ticket's own, or on a
     customer-level ticket the customer's order the draft names (None: it named none, and a
     person must decide). Items: the ticket's if it named any, else the draft's where the gate
@@ -99,6 +100,7 @@ def agent_draft_decide(
         original_method=original_method,
         position=position,
         now=now,
+        reply_model_claim=reply_model_claim,
     )
     status = _status_for(verdict, policy)
 
@@ -238,6 +240,7 @@ def _verdict(
     original_method,
     position=None,
     now: datetime,
+    reply_model_claim: str = "",
 ) -> tuple[gate.GateVerdict, gate.Proposal | None, dict]:
     """The gate's verdict on the draft, the proposal it decided, and what a customer-level ticket
     adopts from it."""
@@ -259,8 +262,7 @@ def _verdict(
         customer_reply=args.customer_reply,
         destination=args.destination,
         items=list(args.items) if args.items else None,
-        # The second check only where the rule found nothing: it can only add a claim.
-        reply_model_claim="" if reply_money_claims(args.customer_reply) else reply_model_claim(args.customer_reply),
+        reply_model_claim=reply_model_claim,
     )
     verdict = gate.policy_gate_evaluate(
         order=order,

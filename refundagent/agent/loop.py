@@ -54,8 +54,9 @@ from ..tracing import trace_event_build, trace_events_write
 from .decision import DraftDecision, agent_draft_decide
 from .model_slots import model_slot
 from .prompts import NUDGE, SYSTEM_PROMPT, ticket_first_message
-from .providers.base import ModelTurn, Provider, ProviderError, ToolCall
+from .providers.base import ModelTurn, Provider, ProviderError, ToolCall, Usage
 from .providers.registry import provider_get
+from .reply_check import ReplyCheck, reply_check_needed, reply_model_check
 from .spans import agent_run_span, model_complete, step_span, tool_answer
 from .tools import (
     CREATE_DRAFT,
@@ -557,6 +558,7 @@ class _Loop:
 
     def decide(self, call: ToolCall, args, order):
         """The runtime's decision on the draft (agent.decision). Always stops the run."""
+        check = self.reply_check(args.customer_reply)
         recorded = len(self.pending)
         try:
             agent_draft_decide(
@@ -567,6 +569,7 @@ class _Loop:
                 order=order,
                 sensitive=self.sensitive,
                 trace=self.trace,
+                reply_model_claim=check.claim,
                 stop_run=lambda decision: self.stop_decided(call, decision),
             )
         except TicketStateConflict:
@@ -579,6 +582,18 @@ class _Loop:
                 "The ticket was changed by a person while the agent ran.",
             ) from None
         raise _Done()
+
+    def reply_check(self, reply: str) -> ReplyCheck:
+        """The reply's second model check (agent.reply_check), made like the loop's own calls: in
+        a model slot, with no database connection held, its tokens and cost counted in the run
+        (persisted with the decision's stop). Not an iteration: the model's turn count stays."""
+        if not reply_check_needed(reply):
+            return ReplyCheck()
+        with model_slot(tenant_id=self.ticket.tenant_id, waiting=self.waited):
+            _database_release()
+            check = reply_model_check(reply)
+        self.usage_add(check.usage, check.cost_usd)
+        return check
 
     def stop_decided(self, call: ToolCall, decision: DraftDecision):
         """Inside the decision's transaction: answer the draft call and stop the run with it."""
@@ -675,15 +690,18 @@ class _Loop:
         self.offered = {t.name for t in self.tools}
 
     def account(self, turn: ModelTurn):
-        run, usage = self.run, turn.usage
-        run.iterations += 1
+        self.run.iterations += 1
+        self.usage_add(turn.usage, self.provider.cost_usd(turn.usage))
+        if turn.model:
+            self.run.model = turn.model
+
+    def usage_add(self, usage: Usage, cost_usd: Decimal):
+        run = self.run
         run.input_tokens += usage.input_tokens
         run.output_tokens += usage.output_tokens
         run.cache_creation_input_tokens += usage.cache_creation_input_tokens
         run.cache_read_input_tokens += usage.cache_read_input_tokens
-        run.cost_usd = Decimal(run.cost_usd) + Decimal(self.provider.cost_usd(usage))
-        if turn.model:
-            run.model = turn.model
+        run.cost_usd = Decimal(run.cost_usd) + Decimal(cost_usd)
 
     def tokens_used(self) -> int:
         run = self.run

@@ -1,13 +1,23 @@
 """The second, independent check of a model-written reply (approvals.reply_claims has the
 rule): another model call, asked only whether the draft speaks of money moving to the customer.
-It runs in the agent's decision, where model calls belong, never in the gate, which stays
-deterministic (a policy replay decides as it did). It can only add a claim: a YES reaches the gate
-as `Proposal.reply_model_claim`; a NO or no answer leaves the rule's result alone."""
+The agent's loop makes it, as it makes its own model calls (in a model slot, holding no database
+connection, its tokens and cost counted in the run), never the gate, which stays deterministic (a
+policy replay decides as it did). It can only add a claim: a YES reaches the gate as
+`Proposal.reply_model_claim`; a NO or no answer leaves the rule's result alone."""
 
+import functools
 import logging
+from dataclasses import dataclass, field
+from decimal import Decimal
 
 import anthropic
 from django.conf import settings
+
+from approvals.reply_claims import reply_money_claims
+
+from .providers.anthropic import usage_from
+from .providers.base import Usage
+from .providers.pricing import usage_cost_usd
 
 logger = logging.getLogger(__name__)
 
@@ -21,19 +31,51 @@ _MODEL_SYSTEM = (
 )
 
 
-def reply_model_claim(text: str) -> str:
-    """What the second check found ('' for nothing, when it is off, or when it cannot answer)."""
-    if not (settings.REPLY_MODEL_CHECK and settings.ANTHROPIC_API_KEY) or not (text or "").strip():
-        return ""
+@functools.lru_cache(maxsize=4)
+def _client(api_key: str, base_url: str | None, timeout: float) -> anthropic.Anthropic:
+    """One client per setting, shared by the worker's threads (the SDK's client is thread-safe):
+    its connection pool keeps the provider's connection open between tickets, where a client per
+    call would open a new TLS connection for every check."""
+    return anthropic.Anthropic(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=1)
+
+
+@dataclass(frozen=True)
+class ReplyCheck:
+    """What the second check found ('' for nothing, when it is off, or when it cannot answer), and
+    what the call used (the run counts it in its tokens and cost)."""
+
+    claim: str = ""
+    usage: Usage = field(default_factory=Usage)
+    model: str = ""
+
+    @property
+    def cost_usd(self) -> Decimal:
+        if not self.model:
+            return Decimal(0)
+        return usage_cost_usd(model=self.model, **self.usage.__dict__)
+
+
+def reply_check_needed(text: str) -> bool:
+    """Whether the second check runs: it is on, there is a key, and the reply has words the rule
+    (approvals.reply_claims) found nothing in. It can only add a claim, so where the rule already
+    stopped the reply it would be a call for nothing."""
+    return bool(
+        settings.REPLY_MODEL_CHECK and settings.ANTHROPIC_API_KEY and (text or "").strip()
+    ) and not reply_money_claims(text)
+
+
+def reply_model_check(text: str) -> ReplyCheck:
+    """Ask the model whether the draft speaks of money moving. The caller (agent.loop) holds a
+    model slot and no database connection: it is a model call like the loop's own."""
+    if not reply_check_needed(text):
+        return ReplyCheck()
+    model = settings.REPLY_MODEL_CHECK_MODEL or settings.ANTHROPIC_MODEL
     try:
-        client = anthropic.Anthropic(
-            api_key=settings.ANTHROPIC_API_KEY,
-            base_url=settings.ANTHROPIC_BASE_URL,
-            timeout=settings.REPLY_MODEL_CHECK_TIMEOUT_SECONDS,
-            max_retries=1,
+        client = _client(
+            settings.ANTHROPIC_API_KEY, settings.ANTHROPIC_BASE_URL, settings.REPLY_MODEL_CHECK_TIMEOUT_SECONDS
         )
         message = client.messages.create(
-            model=settings.REPLY_MODEL_CHECK_MODEL or settings.ANTHROPIC_MODEL,
+            model=model,
             max_tokens=5,
             system=_MODEL_SYSTEM,
             messages=[{"role": "user", "content": f"<draft_reply>\n{text}\n</draft_reply>"}],
@@ -41,5 +83,6 @@ def reply_model_claim(text: str) -> str:
         answer = "".join(block.text for block in message.content if block.type == "text").strip().upper()
     except anthropic.AnthropicError as error:
         logger.warning("reply model check unavailable, the rule decides alone: %s", error)
-        return ""
-    return "the second model check says the reply speaks of money moving" if answer.startswith("YES") else ""
+        return ReplyCheck()
+    claim = "the second model check says the reply speaks of money moving" if answer.startswith("YES") else ""
+    return ReplyCheck(claim=claim, usage=usage_from(message.usage), model=message.model or model)

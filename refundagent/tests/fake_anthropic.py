@@ -235,7 +235,8 @@ class FakeAnthropic:
 
 class PlannedReplies:
     """A responder that answers like a model working a refund: the offline planner's next turn
-    (it reads the transcript: order, payments, policy, then a draft), after `turn_seconds`.
+    (it reads the transcript: order, payments, policy, then a draft), after `turn_seconds`; a
+    request without tools (the reply's second check) gets NO after `check_seconds`.
 
     Usage reports prompt caching as Anthropic does: the prompt is tools, then system, then the
     messages; a prefix ending at a `cache_control` breakpoint is written to the cache
@@ -254,8 +255,11 @@ class PlannedReplies:
         min_cacheable_tokens: int = 1024,
         rate_limited=None,
         retry_after: str = "1",
+        check_seconds: float | None = None,
     ):
         self.turn_seconds = turn_seconds
+        # The reply check answers one word where a turn writes a tool call: about a third.
+        self.check_seconds = turn_seconds / 3 if check_seconds is None else check_seconds
         self.min_cacheable_tokens = min_cacheable_tokens
         self.rate_limited = rate_limited
         self.retry_after = retry_after
@@ -278,9 +282,11 @@ class PlannedReplies:
             self.in_flight += 1
             self.in_flight_max = max(self.in_flight_max, self.in_flight)
         try:
-            if self.turn_seconds:
-                time.sleep(self.turn_seconds)
-            turn = self._plan(body)
+            working = bool(body.get("tools"))
+            seconds = self.turn_seconds if working else self.check_seconds
+            if seconds:
+                time.sleep(seconds)
+            turn = self._plan(body) if working else self._check_answer()
             usage = self._usage(body, output=turn.content)
             with self.lock:
                 self.answered += 1
@@ -301,6 +307,14 @@ class PlannedReplies:
         finally:
             with self.lock:
                 self.in_flight -= 1
+
+    @staticmethod
+    def _check_answer():
+        """A request without tools is the reply's second check (agent.reply_check): the planner's
+        replies are honest, so the model answers NO."""
+        from refundagent.agent.providers.base import ModelTurn
+
+        return ModelTurn(content=[{"type": "text", "text": "NO"}], stop_reason="end_turn")
 
     @staticmethod
     def _plan(body: dict):

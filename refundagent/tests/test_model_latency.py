@@ -98,3 +98,26 @@ def test_redis_down_leaves_the_caps_open(settings, caplog):
     with model_slot(tenant_id=1) as waited:
         assert waited < 3
     assert "calling the model without a slot" in caplog.text
+
+
+def test_the_planned_model_answers_the_reply_check_as_a_real_one_would(file_ticket, fake_anthropic, settings, caplog):
+    # given the benchmarks' planned model, and the reply's second check on (as with a key)
+    fake_anthropic.responder = planned = PlannedReplies()
+    settings.REPLY_MODEL_CHECK = True
+    settings.ANTHROPIC_API_KEY = "test-key"
+    settings.ANTHROPIC_BASE_URL = fake_anthropic.url
+    ticket = file_ticket(hold_agent=True)
+    # when the agent works the ticket
+    agent_run_ticket(ticket_id=ticket.pk, provider=fake_anthropic.provider(max_retries=0))
+    # then the check is one more call, without tools, answered NO: the draft waits for finance
+    ticket.refresh_from_db()
+    assert ticket.status == Ticket.Status.APPROVAL_REQUIRED
+    checks = [body for body in fake_anthropic.bodies if not body.get("tools")]
+    assert len(checks) == 1 and "<draft_reply>" in checks[0]["messages"][0]["content"]
+    assert "reply model check unavailable" not in caplog.text
+    # and the run counts the check's tokens and cost with its turns': every token the model billed
+    run = AgentRun.objects.get(ticket=ticket)
+    billed = planned.usage_total
+    assert (run.input_tokens, run.output_tokens) == (billed["input_tokens"], billed["output_tokens"])
+    assert run.cache_read_input_tokens == billed["cache_read_input_tokens"]
+    assert run.iterations == len(fake_anthropic.bodies) - 1  # the check is not a turn
