@@ -35,8 +35,11 @@ class RefundagentConfig(AppConfig):
             receivers,  # noqa: F401
             sweep,  # noqa: F401
         )
+        from .agent.providers.anthropic import model_retirement_check
         from .agent.providers.caching import prompt_cache_check
 
         # Warns at start (manage.py commands, the web, the workers) when the configured model
         # would not cache the prompt prefix.
         checks.register(prompt_cache_check, checks.Tags.compatibility)
+        # And when a configured model is on the SDK's list of retiring models.
+        checks.register(model_retirement_check, checks.Tags.compatibility)

@@ -324,7 +324,7 @@ CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 
 # --- The agent --------------------------------------------------------------------------
 ANTHROPIC_API_KEY = os.getenv("ANTHROPIC_API_KEY", "")
-ANTHROPIC_MODEL = os.getenv("ANTHROPIC_MODEL", "claude-sonnet-4-5")
+ANTHROPIC_MODEL = os.getenv("ANTHROPIC_MODEL", "claude-sonnet-5-5")
 ANTHROPIC_BASE_URL = os.getenv("ANTHROPIC_BASE_URL", "") or None
 ANTHROPIC_TIMEOUT_SECONDS = envint("ANTHROPIC_TIMEOUT_SECONDS", "60")
 ANTHROPIC_MAX_RETRIES = envint("ANTHROPIC_MAX_RETRIES", "3")

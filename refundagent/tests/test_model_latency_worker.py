@@ -55,7 +55,7 @@ def test_a_429_storm_fails_no_ticket(celery_workers, demo, user):
                 "AGENT_PROVIDER": "anthropic",
                 "ANTHROPIC_API_KEY": "test-key",
                 "ANTHROPIC_BASE_URL": fake.url,
-                "ANTHROPIC_MODEL": "claude-sonnet-4-5",
+                "ANTHROPIC_MODEL": "claude-sonnet-5-5",
                 "ANTHROPIC_MAX_RETRIES": "0",
                 # The storm counts the loop's own model calls; the reply's second check (on with a
                 # key) would add refusals that the loop never sees.

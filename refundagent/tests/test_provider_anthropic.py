@@ -412,3 +412,27 @@ def test_an_operator_price_setting_replaces_only_its_part(settings, table_prices
         HAIKU_4_5.cache_write,
         HAIKU_4_5.cache_read,
     )
+
+
+def test_a_retiring_model_is_a_warning_at_start_and_the_default_is_not_one(settings):
+    from django.core.management import call_command
+    from django.core.management.base import SystemCheckError
+
+    from refundagent.agent.providers.anthropic import model_retirement_problems
+
+    settings.AGENT_PROVIDER = "anthropic"
+    # the default model is current
+    assert model_retirement_problems() == []
+    # a model on the SDK's retirement list, as the agent's or the reply check's, is named with its date
+    settings.ANTHROPIC_MODEL = "claude-sonnet-4-5"
+    settings.REPLY_MODEL_CHECK, settings.REPLY_MODEL_CHECK_MODEL = True, "claude-sonnet-4-20250514"
+    problems = model_retirement_problems()
+    assert len(problems) == 2
+    assert problems[0].startswith("ANTHROPIC_MODEL=claude-sonnet-4-5 reaches its end of life on November 30th, 2026")
+    assert problems[1].startswith("REPLY_MODEL_CHECK_MODEL=claude-sonnet-4-20250514")
+    # and `manage.py check` shows it (as an error when warnings fail the deploy check)
+    with pytest.raises(SystemCheckError, match="refundagent.W002"):
+        call_command("check", fail_level="WARNING")
+    # the offline provider sends no model name: nothing to warn about
+    settings.AGENT_PROVIDER = "offline"
+    assert model_retirement_problems() == []

@@ -12,6 +12,7 @@ from decimal import Decimal
 
 import anthropic
 from django.conf import settings
+from django.core import checks
 
 from .base import ModelTurn, ProviderError, ToolCall, ToolSpec, Usage
 from .pricing import usage_cost_usd
@@ -204,3 +205,28 @@ def describe(e: "anthropic.APIStatusError") -> str:
     message = e.api_message or str(e)
     request_id = f" (request {e.request_id})" if e.request_id else ""
     return f"anthropic {e.status_code} {kind}: {message}{request_id}"
+
+
+def model_retirement_problems() -> list[str]:
+    """The configured models the SDK lists as retired or retiring (with the date it gives): after
+    that date every call fails, and every ticket with it. The SDK keeps that list beside its
+    Messages resource; an SDK without it checks nothing."""
+    if settings.AGENT_PROVIDER != "anthropic":
+        return []
+    from anthropic.resources.messages import messages as sdk_messages
+
+    retiring = getattr(sdk_messages, "DEPRECATED_MODELS", {})
+    configured = {"ANTHROPIC_MODEL": settings.ANTHROPIC_MODEL}
+    if settings.REPLY_MODEL_CHECK and settings.REPLY_MODEL_CHECK_MODEL:
+        configured["REPLY_MODEL_CHECK_MODEL"] = settings.REPLY_MODEL_CHECK_MODEL
+    return [
+        f"{setting}={model} reaches its end of life on {retiring[model]} (Anthropic's deprecation list in the SDK): "
+        "after that every model call fails. Choose a current model (docs/providers.md)."
+        for setting, model in configured.items()
+        if model in retiring
+    ]
+
+
+def model_retirement_check(app_configs, **kwargs):
+    """The system check (registered by the app's ready()): a warning per retiring model."""
+    return [checks.Warning(problem, id="refundagent.W002") for problem in model_retirement_problems()]
