@@ -7,6 +7,9 @@ in-flight amounts, the ticket's request, items and destination, and the model's 
 draft is evaluated as if it were current (an unsaved copy marked published) and the model's
 citation of the policy then current is read as citing the draft: the question is what the draft
 would have decided, not whether the model knew its name. "Before" is what was decided then.
+A person's proposal is decided with the rules the person waived (as far as the draft still lets
+a person waive them): an exception is not a flip because the draft's rule would refuse it
+without the waiver. The result counts agent decisions and people's proposals apart.
 """
 
 import copy
@@ -28,7 +31,8 @@ from ledger.selectors import LinePosition, PaymentReturnable, RefundPosition
 from .gate import Outcome, Proposal, policy_gate_evaluate
 from .models import DecisionRecord, PolicyReplay, RefundPolicy
 from .policies import refund_policy_fingerprint
-from .requests import approvals_needed
+from .proposals import WAIVABLE
+from .requests import EXCEPTION_APPROVALS, approvals_needed
 
 DEFAULT_DAYS = 30
 MAX_DAYS = 3650
@@ -49,6 +53,7 @@ JSON_FIELDS = (
     "order_disputes",
     "order_payments",
     "risk",
+    "waived_rules",
 )
 RECORD_FIELDS = (
     "id",
@@ -69,12 +74,15 @@ RECORD_FIELDS = (
     "required_approvals",
     "decided_at",
     "backfilled",
+    "source",
+    "policy_exception",
 )
 
 
 @dataclass(frozen=True)
 class ReplayedDecision:
     record_id: int
+    source: str
     ticket_ref: int | None
     order: str
     currency: str
@@ -190,6 +198,10 @@ def decision_record_replay(
 
 
 def _decide(record, policy, order, position, original, refund_to, proposal, refunded):
+    # A person's exception is decided again with the rules they waived, as far as the draft still
+    # lets a person waive them: a draft that changes a waived rule (a shorter window) does not
+    # flip it; one that makes the rule unwaivable does (the person could not have asked).
+    waive = frozenset(record.get("waived_rules") or ()) & frozenset(policy.waivable_rules or ()) & WAIVABLE
     verdict = policy_gate_evaluate(
         order=order,
         policy=policy,
@@ -199,6 +211,7 @@ def _decide(record, policy, order, position, original, refund_to, proposal, refu
         item_ids=list(record["item_ids"] or []),
         refund_to=refund_to,
         now=record["decided_at"],
+        waive=waive,
         original_method=original,
         position=position,
         # The risk figures read then, judged by the draft's risk rules (approvals.risk).
@@ -228,6 +241,8 @@ def _decide(record, policy, order, position, original, refund_to, proposal, refu
             amount=verdict.allowed_amount,
             exposure=lambda: exposure,
         )
+        if record.get("policy_exception"):
+            approvals = max(approvals, EXCEPTION_APPROVALS)
     return verdict, approvals
 
 
@@ -250,6 +265,7 @@ def _replay_one(record: dict, policy: RefundPolicy) -> ReplayedDecision:
         after, allowed_after, codes_after = verdict.outcome, verdict.allowed_amount, verdict.codes
     return ReplayedDecision(
         record_id=record["id"],
+        source=record["source"],
         ticket_ref=record["ticket_ref"],
         order=record["order_external_id"],
         currency=record["currency"],
@@ -335,6 +351,11 @@ def _policy_replay_run(replay: PolicyReplay, draft: RefundPolicy, progress) -> P
     allowed_before, allowed_after = defaultdict(lambda: ZERO), defaultdict(lambda: ZERO)
     flipped, dual_control, backfilled, not_replayable, done = [], 0, 0, 0, 0
     flipped_count = 0
+    # Agent decisions and people's proposals, counted apart (a proposal that flips to `escalate`
+    # is one the gate would have refused the person).
+    by_source = {
+        source: {"decisions": 0, "flipped": 0, "directions": Counter()} for source in DecisionRecord.Source.values
+    }
     rows = records.order_by("decided_at", "id").values(*RECORD_FIELDS, facts=JSONObject(**{f: f for f in JSON_FIELDS}))
     for record in rows.iterator(chunk_size=READ_CHUNK):
         record.update(record.pop("facts"))
@@ -347,18 +368,24 @@ def _policy_replay_run(replay: PolicyReplay, draft: RefundPolicy, progress) -> P
             allowed_after[replayed.currency] += replayed.allowed_after
         rules_before.update(replayed.codes_before)
         rules_after.update(replayed.codes_after)
+        counts = by_source.setdefault(replayed.source, {"decisions": 0, "flipped": 0, "directions": Counter()})
+        counts["decisions"] += 1
         if replayed.dual_control_newly_needed:
             dual_control += 1
         if replayed.flipped:
             flipped_count += 1
-            directions[
+            direction = (
                 f"{OUTCOME_WORDS.get(replayed.before, replayed.before)} -> "
                 f"{OUTCOME_WORDS.get(replayed.after, replayed.after)}"
-            ] += 1
+            )
+            directions[direction] += 1
+            counts["flipped"] += 1
+            counts["directions"][direction] += 1
             if len(flipped) < MAX_FLIPPED_LISTED:
                 flipped.append(
                     {
                         "ticket": replayed.ticket_ref,
+                        "source": replayed.source,
                         "order": replayed.order,
                         "before": replayed.before,
                         "after": replayed.after,
@@ -380,6 +407,10 @@ def _policy_replay_run(replay: PolicyReplay, draft: RefundPolicy, progress) -> P
         "not_replayable": not_replayable,
         "flipped": flipped_count,
         "directions": dict(sorted(directions.items())),
+        "sources": {
+            source: {**counts, "directions": dict(sorted(counts["directions"].items()))}
+            for source, counts in by_source.items()
+        },
         "dual_control_newly_needed": dual_control,
         "allowed_before": _money(allowed_before),
         "allowed_after": _money(allowed_after),
