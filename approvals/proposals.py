@@ -18,6 +18,7 @@ policy replay decides it again with the same waivers (docs/replay.md). A refused
 """
 
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 
 from django.db import transaction
@@ -30,7 +31,7 @@ from ledger.selectors import order_refund_position
 from ledger.tenancy import user_require_role
 
 from .decision_records import decision_record_create
-from .gate import Outcome, Proposal, policy_current, policy_gate_evaluate
+from .gate import GateVerdict, Outcome, Proposal, policy_current, policy_gate_evaluate
 from .locks import order_lock
 from .models import ApprovalRequest, DecisionRecord
 from .requests import approval_request_create
@@ -43,6 +44,20 @@ WAIVABLE = frozenset({"window", "order_status"})
 # The gate's refusal code for each waivable rule.
 RULE_OF_CODE = {"outside_window": "window", "status_not_eligible": "order_status"}
 WAIVABLE_RULE_WORDS = {"window": "the refund window", "order_status": "the order status rule"}
+
+
+def exception_rules_waive(
+    *, evaluate: Callable[[frozenset[str]], GateVerdict], waivable: frozenset[str], waive: frozenset[str] = frozenset()
+) -> tuple[GateVerdict, frozenset[str]]:
+    """The gate's verdict on an exception (`evaluate(waive)`), and the rules it went outside: from
+    `waive`, each rule of `waivable` the gate names as broken is waived, one at a time, so the
+    request, finance and the evaluator see "the refund window", not every rule. A policy replay
+    decides a recorded exception the same way (approvals.replay)."""
+    verdict = evaluate(waive)
+    while (broken := RULE_OF_CODE.get(verdict.codes[0] if verdict.codes else "")) in waivable - waive:
+        waive |= {broken}
+        verdict = evaluate(waive)
+    return verdict, waive
 
 
 def approval_proposal_create(
@@ -142,13 +157,7 @@ def approval_proposal_create(
                 position=position,
             )
 
-        # An exception waives only the rules this refund breaks (the gate names one at a time),
-        # so the request, finance and the evaluator see "the refund window", not every rule.
-        waive = frozenset()
-        verdict = evaluate(waive)
-        while (broken := RULE_OF_CODE.get(verdict.codes[0] if verdict.codes else "")) in waivable - waive:
-            waive |= {broken}
-            verdict = evaluate(waive)
+        verdict, waive = exception_rules_waive(evaluate=evaluate, waivable=waivable)
         if verdict.outcome != Outcome.APPROVAL_REQUIRED or verdict.allowed_amount != amount:
             hint = (
                 ""

@@ -181,8 +181,8 @@ def test_a_replay_does_not_flip_an_exception_a_person_made(excepted):
     assert (line["decisions"], line["flipped"]) == ("4", "0")
     assert (line["before"], line["after"]) == ("250.00", "250.00")  # 120.00 + 50.00 + the exception's 80.00
     result = PolicyReplay.objects.get(draft__version="refund-policy-same").result
-    assert result["sources"]["agent"] == {"decisions": 3, "flipped": 0, "directions": {}}
-    assert result["sources"]["proposal"] == {"decisions": 1, "flipped": 0, "directions": {}}
+    assert result["sources"]["agent"] == {"decisions": 3, "flipped": 0, "directions": {}, "waivers_widened": 0}
+    assert result["sources"]["proposal"] == {"decisions": 1, "flipped": 0, "directions": {}, "waivers_widened": 0}
     assert result["dual_control_newly_needed"] == 0  # the exception needed two approvers then too
     assert any(text.startswith("people's proposals") and " 1 " in text for text in lines)
 
@@ -199,7 +199,7 @@ def test_a_shorter_window_flips_the_agent_decision_but_not_the_waived_proposal(e
     assert (line["flipped"], line["difference"]) == ("1", "-120.00")
     assert [(f["ticket"], f["source"]) for f in result["flipped_tickets"]] == [(decided["ORD-5001"].pk, "agent")]
     assert result["sources"]["agent"]["flipped"] == 1
-    assert result["sources"]["proposal"] == {"decisions": 1, "flipped": 0, "directions": {}}
+    assert result["sources"]["proposal"] == {"decisions": 1, "flipped": 0, "directions": {}, "waivers_widened": 0}
 
 
 def test_a_draft_that_no_longer_lets_a_person_waive_the_window_flips_the_exception(excepted, decided):
@@ -212,7 +212,12 @@ def test_a_draft_that_no_longer_lets_a_person_waive_the_window_flips_the_excepti
     # then the exception flips: under the draft the person could not have gone outside the window
     result = PolicyReplay.objects.get(draft__version="v5-no-window-exceptions").result
     assert summary(lines)["difference"] == "-80.00"
-    assert result["sources"]["proposal"] == {"decisions": 1, "flipped": 1, "directions": {"refund -> escalate": 1}}
+    assert result["sources"]["proposal"] == {
+        "decisions": 1,
+        "flipped": 1,
+        "directions": {"refund -> escalate": 1},
+        "waivers_widened": 0,
+    }
     assert result["sources"]["agent"]["flipped"] == 0
     flip = result["flipped_tickets"][0]
     assert (flip["ticket"], flip["source"], flip["codes_after"]) == (
@@ -221,6 +226,34 @@ def test_a_draft_that_no_longer_lets_a_person_waive_the_window_flips_the_excepti
         ["outside_window"],
     )
     assert any(str(decided["ORD-5002"].pk) in text and text.endswith("person") for text in lines)
+
+
+def test_a_draft_breaking_another_rule_flips_a_plain_proposal_but_an_exception_waives_it_too(excepted, decided, user):
+    # given also support's plain proposal (no exception) of 20.00 on ORD-5003, back in the queue
+    ticket = decided["ORD-5003"]
+    Ticket.objects.filter(pk=ticket.pk).update(status=Ticket.Status.ESCALATED)
+    ApprovalRequest.objects.filter(ticket_ref=ticket.pk).update(status=ApprovalRequest.Status.DENIED)
+    ticket.refresh_from_db()
+    ticket_refund_propose(ticket=ticket, user=user("acme-support"), amount="20.00", reason="One scratch.")
+    # and a draft under which delivered orders are no longer refundable (a rule a person may waive)
+    run("policy_draft", "--tenant", "acme", "--name", "v5-processed", "--set", "full_refund_statuses=processed")
+
+    # when it is replayed
+    lines = run("replay_policy", "--tenant", "acme", "--draft", "v5-processed")
+
+    # then the plain proposal flips (the person would have been refused), the exception does not:
+    # under the draft it would have gone outside the status rule too, which the result counts
+    result = PolicyReplay.objects.get(draft__version="v5-processed").result
+    assert result["sources"]["proposal"] == {
+        "decisions": 2,
+        "flipped": 1,
+        "directions": {"refund -> escalate": 1},
+        "waivers_widened": 1,
+    }
+    flips = {(f["ticket"], f["source"], tuple(f["codes_after"])) for f in result["flipped_tickets"]}
+    assert (ticket.pk, "proposal", ("status_not_eligible",)) in flips
+    assert not any(flip[0] == decided["ORD-5002"].pk for flip in flips)
+    assert any(text.startswith("  waiving a rule more") and text.endswith(" 1") for text in lines)
 
 
 def test_a_replay_with_proposals_writes_nothing_but_its_own_record(excepted):

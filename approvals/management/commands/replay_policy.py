@@ -53,6 +53,8 @@ def replay_table(replay) -> list[str]:
         lines.append(
             f"{SOURCE_WORDS.get(source, source):<28}{counts['decisions']:>10}{' flipped':<9}{counts['flipped']:>6}"
         )
+        if counts.get("waivers_widened"):
+            lines.append(f"{'  waiving a rule more':<28}{counts['waivers_widened']:>10}")
     lines.append(f"{'dual control newly needed':<28}{result['dual_control_newly_needed']:>10}")
     for currency in sorted(set(result["allowed_before"]) | set(result["allowed_after"])):
         lines.append(
