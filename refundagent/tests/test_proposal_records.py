@@ -3,10 +3,12 @@ and the rules the person waived, in the transaction that makes its request; a po
 decides it again with the same waivers, so an exception a person made is not reported as a flip
 because the draft's rule would have refused it without the waiver."""
 
+import re
 from decimal import Decimal
 
 import pytest
 from django.db import IntegrityError, InternalError, connection, transaction
+from django.test import Client
 
 from approvals.models import ApprovalRequest, DecisionRecord, PolicyReplay
 from ledger.exceptions import InvalidInput
@@ -296,3 +298,21 @@ def test_proposal_records_and_their_replays_are_tenant_scoped(excepted, decided,
     assert sources["globex"]["proposal"]["decisions"] == 1 and sources["globex"]["agent"]["decisions"] == 1
     assert sources["acme"]["proposal"]["decisions"] == 1 and sources["acme"]["agent"]["decisions"] == 3
     assert list(DecisionRecord.objects.for_tenant(globex.tenant).filter(source="proposal")) == [globex]
+
+
+def test_the_replay_page_counts_agent_decisions_and_proposals_apart(excepted, decided, user):
+    # given a replay of a draft that makes the window unwaivable (the exception on ORD-5002 flips)
+    run("policy_draft", "--tenant", "acme", "--name", "v5-no-window-exceptions", "--set", "waivable_rules=order_status")
+    run("replay_policy", "--tenant", "acme", "--draft", "v5-no-window-exceptions")
+    replay = PolicyReplay.objects.get(draft__version="v5-no-window-exceptions")
+
+    # when finance opens its page in the admin
+    finance = Client()
+    finance.force_login(user("acme-finance"))
+    page = finance.get(f"/admin/approvals/policyreplay/{replay.pk}/change/").content.decode()
+
+    # then the agent's three decisions and the one proposal are counted apart, and the flipped row says whose
+    assert re.search(r'id="ra-replay-source-agent"><th>Agent decisions</th><td>3, 0 flipped<', page)
+    assert re.search(r'id="ra-replay-source-proposal"><th>People&rsquo;s proposals</th><td>1, 1 flipped', page)
+    row = page.split(f'href="/tickets/{decided["ORD-5002"].pk}/"', 1)[1].split("</tr>", 1)[0]
+    assert "a person&rsquo;s proposal" in row and "outside_window" in row
