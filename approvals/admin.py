@@ -795,8 +795,18 @@ def _int_or_none(value):
 class DecisionRecordAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     """The facts each gate decision was taken on: read-only, like the table (a trigger refuses changes)."""
 
-    list_display = ("id", "decided_at", "order_external_id", "outcome", "allowed_amount", "currency", "policy_version")
-    list_filter = ("outcome", "backfilled")
+    list_display = (
+        "id",
+        "decided_at",
+        "source",
+        "order_external_id",
+        "outcome",
+        "allowed_amount",
+        "currency",
+        "policy_version",
+        "waived_rules",
+    )
+    list_filter = ("source", "outcome", "policy_exception", "backfilled")
     search_fields = ("order_external_id",)
     date_hierarchy = "decided_at"
 

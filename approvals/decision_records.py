@@ -1,6 +1,12 @@
 """Recording the facts of each gate decision (approvals.models.DecisionRecord), so that a policy
 replay (approvals.replay) can decide them again with a draft, whatever happened to the order
-since. Written in the transaction of the decision it records: one commits with the other."""
+since. Written in the transaction of the decision it records: one commits with the other.
+
+Two decisions are recorded: the gate's on an agent's draft (refundagent.agent.decision) and on
+a person's proposal that became a request (approvals.proposals). Not recorded: a proposal the gate
+refuses (a 422 that writes nothing; the person's next proposal is the decision), and the
+re-checks of a request before approval and execution (approvals.invalidation), which decide the
+one decision already recorded again: recording them would count it twice in a replay."""
 
 from datetime import datetime
 from decimal import Decimal
@@ -58,10 +64,15 @@ def decision_record_create(
     source: str = DecisionRecord.Source.AGENT,
     required_approvals: int = 0,
     approval_pk: int | None = None,
+    proposed_by=None,
+    policy_exception: bool = False,
+    waived_rules: list[str] | tuple = (),
 ) -> DecisionRecord:
     """Record the facts `verdict` was decided on. `position` is the one the gate read; the
     exposure dual control counts is read here, leaving out the request this decision made
-    (`approval_pk`)."""
+    (`approval_pk`). A person's proposal (`source` PROPOSAL) also keeps who proposed it
+    (`proposed_by`), whether it was a policy exception, and the rules the gate was told to waive
+    (`waived_rules`), which a replay passes to the gate again."""
     fields = {}
     if order is not None:
         refunded = position.refunded_total if position is not None else None
@@ -125,5 +136,8 @@ def decision_record_create(
         order_disputes=verdict.facts.get("disputes", []),
         order_payments=verdict.facts.get("payments", []),
         required_approvals=required_approvals,
+        proposed_by=proposed_by,
+        policy_exception=policy_exception,
+        waived_rules=sorted(waived_rules),
         **fields,
     )

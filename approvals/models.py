@@ -442,7 +442,8 @@ class ApprovalFollowUp(models.Model):
 class DecisionRecord(models.Model):
     """The facts one gate decision was taken on, as they were then: the order's status, age,
     total and refunded amount, its lines, the ticket's request, items and destination, the
-    model's proposal, the risk figures, the policy version and the outcome. A later change to
+    model's (or the person's) proposal, the risk figures, the policy version and the outcome, and
+    on a person's proposal who made it and the rules it waived. A later change to
     the order cannot alter it (a PostgreSQL trigger refuses UPDATE and DELETE, approvals/0016);
     a policy replay (approvals.replay) decides these facts again with a draft."""
 
@@ -500,6 +501,19 @@ class DecisionRecord(models.Model):
     )
     codes = models.JSONField(default=list, blank=True)
     required_approvals = models.PositiveSmallIntegerField(default=0, help_text="0 when no approval was needed.")
+    # A person's proposal (source `proposal`, approvals.proposals): who proposed it, and the
+    # exception they asked for. A replay decides it again with the same rules waived.
+    proposed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"
+    )
+    policy_exception = models.BooleanField(
+        default=False, help_text="A person's policy exception: two distinct approvers at least, whatever the amount."
+    )
+    waived_rules = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="The policy rules the person's exception went outside (window, order_status).",
+    )
     backfilled = models.BooleanField(
         default=False, help_text="Rebuilt from a draft recorded before facts were kept (see missing_facts)."
     )

@@ -11,9 +11,14 @@ The hard limits hold and cannot be waived: the amount must be within what is sti
 methods. A refusal writes nothing (InvalidInput, 422). A policy exception waives the policy's
 `waivable_rules` only (policy data: by default the window and the order status), needs a written
 reason, and two distinct approvers, neither of them a maker, whatever the amount.
+
+A proposal that becomes a request is a gate decision like the agent's: its facts, who proposed
+it and the rules it waived are recorded (approvals.decision_records) in the same transaction, so a
+policy replay decides it again with the same waivers (docs/replay.md). A refused one is not.
 """
 
 import uuid
+from collections.abc import Callable
 from datetime import datetime
 
 from django.db import transaction
@@ -25,9 +30,10 @@ from ledger.money import money_check_currency, money_parse
 from ledger.selectors import order_refund_position
 from ledger.tenancy import user_require_role
 
-from .gate import Outcome, Proposal, policy_current, policy_gate_evaluate
+from .decision_records import decision_record_create
+from .gate import GateVerdict, Outcome, Proposal, policy_current, policy_gate_evaluate
 from .locks import order_lock
-from .models import ApprovalRequest
+from .models import ApprovalRequest, DecisionRecord
 from .requests import approval_request_create
 
 MAX_REASON_LENGTH = 2000
@@ -38,6 +44,20 @@ WAIVABLE = frozenset({"window", "order_status"})
 # The gate's refusal code for each waivable rule.
 RULE_OF_CODE = {"outside_window": "window", "status_not_eligible": "order_status"}
 WAIVABLE_RULE_WORDS = {"window": "the refund window", "order_status": "the order status rule"}
+
+
+def exception_rules_waive(
+    *, evaluate: Callable[[frozenset[str]], GateVerdict], waivable: frozenset[str], waive: frozenset[str] = frozenset()
+) -> tuple[GateVerdict, frozenset[str]]:
+    """The gate's verdict on an exception (`evaluate(waive)`), and the rules it went outside: from
+    `waive`, each rule of `waivable` the gate names as broken is waived, one at a time, so the
+    request, finance and the evaluator see "the refund window", not every rule. A policy replay
+    decides a recorded exception the same way (approvals.replay)."""
+    verdict = evaluate(waive)
+    while (broken := RULE_OF_CODE.get(verdict.codes[0] if verdict.codes else "")) in waivable - waive:
+        waive |= {broken}
+        verdict = evaluate(waive)
+    return verdict, waive
 
 
 def approval_proposal_create(
@@ -121,25 +141,23 @@ def approval_proposal_create(
             raise InvalidInput("The tenant has no current refund policy.", code="policy_missing")
         waivable = frozenset(policy.waivable_rules or ()) & WAIVABLE if exception else frozenset()
 
+        proposal = Proposal(recommendation="refund", amount=amount, policy_version=policy.version)
+
         def evaluate(waive):
             return policy_gate_evaluate(
                 order=order,
                 policy=policy,
-                proposal=Proposal(recommendation="refund", amount=amount, policy_version=policy.version),
+                proposal=proposal,
                 requested_amount=amount,
                 item_ids=items,
                 refund_to=refund_to,
                 now=now,
                 waive=waive,
+                # Read once under the lock: what the gate decides on is what the record keeps.
+                position=position,
             )
 
-        # An exception waives only the rules this refund breaks (the gate names one at a time),
-        # so the request, finance and the evaluator see "the refund window", not every rule.
-        waive = frozenset()
-        verdict = evaluate(waive)
-        while (broken := RULE_OF_CODE.get(verdict.codes[0] if verdict.codes else "")) in waivable - waive:
-            waive |= {broken}
-            verdict = evaluate(waive)
+        verdict, waive = exception_rules_waive(evaluate=evaluate, waivable=waivable)
         if verdict.outcome != Outcome.APPROVAL_REQUIRED or verdict.allowed_amount != amount:
             hint = (
                 ""
@@ -158,7 +176,7 @@ def approval_proposal_create(
                 code=(verdict.codes or ["not_eligible"])[0],
                 details={"gate": verdict.as_dict()},
             )
-        request, _ = approval_request_create(
+        request, created = approval_request_create(
             order=order,
             policy=policy,
             verdict=verdict,
@@ -172,4 +190,25 @@ def approval_proposal_create(
             waived_rules=sorted(waive),
             proposal_reason=reason,
         )
+        if created:  # a key replayed returns the request its first call made, and recorded
+            decision_record_create(
+                tenant=order.tenant,
+                order=order,
+                policy=policy,
+                proposal=proposal,
+                verdict=verdict,
+                position=position,
+                requested_amount=amount,
+                requested_currency=None,
+                item_ids=verdict.item_ids,
+                refund_to=refund_to,
+                now=now,
+                ticket_ref=ticket_ref,
+                source=DecisionRecord.Source.PROPOSAL,
+                required_approvals=request.required_approvals,
+                approval_pk=request.pk,
+                proposed_by=user,
+                policy_exception=exception,
+                waived_rules=waive,
+            )
     return request

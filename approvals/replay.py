@@ -7,6 +7,9 @@ in-flight amounts, the ticket's request, items and destination, and the model's 
 draft is evaluated as if it were current (an unsaved copy marked published) and the model's
 citation of the policy then current is read as citing the draft: the question is what the draft
 would have decided, not whether the model knew its name. "Before" is what was decided then.
+A person's exception is decided as one, with the rules the person waived (as far as the draft
+still lets a person waive them): it is not a flip because the draft's rule would refuse it
+without the waiver. The result counts agent decisions and people's proposals apart.
 """
 
 import copy
@@ -28,7 +31,8 @@ from ledger.selectors import LinePosition, PaymentReturnable, RefundPosition
 from .gate import Outcome, Proposal, policy_gate_evaluate
 from .models import DecisionRecord, PolicyReplay, RefundPolicy
 from .policies import refund_policy_fingerprint
-from .requests import approvals_needed
+from .proposals import WAIVABLE, exception_rules_waive
+from .requests import EXCEPTION_APPROVALS, approvals_needed
 
 DEFAULT_DAYS = 30
 MAX_DAYS = 3650
@@ -49,6 +53,7 @@ JSON_FIELDS = (
     "order_disputes",
     "order_payments",
     "risk",
+    "waived_rules",
 )
 RECORD_FIELDS = (
     "id",
@@ -69,12 +74,15 @@ RECORD_FIELDS = (
     "required_approvals",
     "decided_at",
     "backfilled",
+    "source",
+    "policy_exception",
 )
 
 
 @dataclass(frozen=True)
 class ReplayedDecision:
     record_id: int
+    source: str
     ticket_ref: int | None
     order: str
     currency: str
@@ -86,6 +94,8 @@ class ReplayedDecision:
     approvals_after: int
     codes_before: list
     codes_after: list
+    # A person's exception the draft lets through only by waiving a rule the person did not.
+    waivers_widened: bool = False
 
     @property
     def flipped(self) -> bool:
@@ -121,6 +131,15 @@ def decision_record_replay(
     if current); returns (verdict, approvals needed). Pure: the order, its lines and its
     destination are rebuilt from the record, never read. `proposal`: another draft to decide on
     these facts instead of the recorded one (a shadow model's, agent.shadow)."""
+    verdict, approvals, _ = _record_decide(
+        record=record, policy=policy, original_version=original_version, proposal=proposal
+    )
+    return verdict, approvals
+
+
+def _record_decide(*, record: dict, policy: RefundPolicy, original_version: str | None, proposal: Proposal | None):
+    """decision_record_replay's verdict and approvals, and the rules a person's exception went
+    outside under `policy`."""
     customer_id = 1
     order = SimpleNamespace(
         pk=record["order_id"],
@@ -190,34 +209,52 @@ def decision_record_replay(
 
 
 def _decide(record, policy, order, position, original, refund_to, proposal, refunded):
-    verdict = policy_gate_evaluate(
-        order=order,
-        policy=policy,
-        proposal=proposal,
-        requested_amount=record["requested_amount"],
-        requested_currency=record["requested_currency"] or None,
-        item_ids=list(record["item_ids"] or []),
-        refund_to=refund_to,
-        now=record["decided_at"],
-        original_method=original,
-        position=position,
-        # The risk figures read then, judged by the draft's risk rules (approvals.risk).
-        risk_figures=record.get("risk") or None,
-        # A record from before disputes and payments were kept has none: decided as then.
-        disputes=[SimpleNamespace(**dispute) for dispute in record.get("order_disputes") or []],
-        payments=[
-            PaymentReturnable(
-                payment_id=payment["payment_id"],
-                method_id=payment["method_id"],
-                method=payment["method"],
-                kind=payment["kind"],
-                payment_ref="",
-                paid=Decimal(payment["paid"]),
-                returnable=Decimal(payment["returnable"]),
-            )
-            for payment in record.get("order_payments") or []
-        ],
-    )
+    disputes = [SimpleNamespace(**dispute) for dispute in record.get("order_disputes") or []]
+    payments = [
+        PaymentReturnable(
+            payment_id=payment["payment_id"],
+            method_id=payment["method_id"],
+            method=payment["method"],
+            kind=payment["kind"],
+            payment_ref="",
+            paid=Decimal(payment["paid"]),
+            returnable=Decimal(payment["returnable"]),
+        )
+        for payment in record.get("order_payments") or []
+    ]
+
+    def evaluate(waive):
+        return policy_gate_evaluate(
+            order=order,
+            policy=policy,
+            proposal=proposal,
+            requested_amount=record["requested_amount"],
+            requested_currency=record["requested_currency"] or None,
+            item_ids=list(record["item_ids"] or []),
+            refund_to=refund_to,
+            now=record["decided_at"],
+            waive=waive,
+            original_method=original,
+            position=position,
+            # The risk figures read then, judged by the draft's risk rules (approvals.risk).
+            risk_figures=record.get("risk") or None,
+            # A record from before disputes and payments were kept has none: decided as then.
+            disputes=disputes,
+            payments=payments,
+        )
+
+    waive = frozenset()
+    if record.get("policy_exception"):
+        # A person's exception is decided again as one: with the rules they waived, as far as the
+        # draft still lets a person waive them, and any other rule the draft lets them waive that
+        # it breaks (as approvals.proposals would have). A shorter window does not flip a window
+        # exception; a draft that makes the window unwaivable does (the person could not have asked).
+        waivable = frozenset(policy.waivable_rules or ()) & WAIVABLE
+        verdict, waive = exception_rules_waive(
+            evaluate=evaluate, waivable=waivable, waive=frozenset(record.get("waived_rules") or ()) & waivable
+        )
+    else:
+        verdict = evaluate(waive)
     approvals = 0
     if verdict.outcome == Outcome.APPROVAL_REQUIRED and verdict.allowed_amount:
         exposure = record["order_exposure"] if record["order_exposure"] is not None else refunded
@@ -228,7 +265,9 @@ def _decide(record, policy, order, position, original, refund_to, proposal, refu
             amount=verdict.allowed_amount,
             exposure=lambda: exposure,
         )
-    return verdict, approvals
+        if record.get("policy_exception"):
+            approvals = max(approvals, EXCEPTION_APPROVALS)
+    return verdict, approvals, waive
 
 
 def decision_record_replayable(record: dict) -> bool:
@@ -244,12 +283,17 @@ def _replay_one(record: dict, policy: RefundPolicy) -> ReplayedDecision:
     if not decision_record_replayable(record):
         # Left as it was decided: counted, never reported as a flip it cannot know.
         after, approvals_after, codes_after = before, record["required_approvals"], list(record["codes"] or [])
-        allowed_after = record["allowed_amount"]
+        allowed_after, waivers_widened = record["allowed_amount"], False
     else:
-        verdict, approvals_after = decision_record_replay(record=record, policy=policy)
+        verdict, approvals_after, waived = _record_decide(
+            record=record, policy=policy, original_version=None, proposal=None
+        )
         after, allowed_after, codes_after = verdict.outcome, verdict.allowed_amount, verdict.codes
+        # An exception the draft would let go outside a rule the person did not waive.
+        waivers_widened = after == Outcome.APPROVAL_REQUIRED and bool(waived - set(record.get("waived_rules") or ()))
     return ReplayedDecision(
         record_id=record["id"],
+        source=record["source"],
         ticket_ref=record["ticket_ref"],
         order=record["order_external_id"],
         currency=record["currency"],
@@ -261,7 +305,12 @@ def _replay_one(record: dict, policy: RefundPolicy) -> ReplayedDecision:
         approvals_after=approvals_after,
         codes_before=list(record["codes"] or []),
         codes_after=list(codes_after),
+        waivers_widened=waivers_widened,
     )
+
+
+def _source_counts() -> dict:
+    return {"decisions": 0, "flipped": 0, "directions": Counter(), "waivers_widened": 0}
 
 
 def _money(totals: dict) -> dict:
@@ -335,6 +384,10 @@ def _policy_replay_run(replay: PolicyReplay, draft: RefundPolicy, progress) -> P
     allowed_before, allowed_after = defaultdict(lambda: ZERO), defaultdict(lambda: ZERO)
     flipped, dual_control, backfilled, not_replayable, done = [], 0, 0, 0, 0
     flipped_count = 0
+    # Agent decisions and people's proposals, counted apart (a proposal that flips to `escalate`
+    # is one the gate would have refused the person; `waivers_widened`: exceptions that pass only
+    # by waiving a rule the person did not).
+    by_source = {source: _source_counts() for source in DecisionRecord.Source.values}
     rows = records.order_by("decided_at", "id").values(*RECORD_FIELDS, facts=JSONObject(**{f: f for f in JSON_FIELDS}))
     for record in rows.iterator(chunk_size=READ_CHUNK):
         record.update(record.pop("facts"))
@@ -347,18 +400,25 @@ def _policy_replay_run(replay: PolicyReplay, draft: RefundPolicy, progress) -> P
             allowed_after[replayed.currency] += replayed.allowed_after
         rules_before.update(replayed.codes_before)
         rules_after.update(replayed.codes_after)
+        counts = by_source.setdefault(replayed.source, _source_counts())
+        counts["decisions"] += 1
+        counts["waivers_widened"] += replayed.waivers_widened
         if replayed.dual_control_newly_needed:
             dual_control += 1
         if replayed.flipped:
             flipped_count += 1
-            directions[
+            direction = (
                 f"{OUTCOME_WORDS.get(replayed.before, replayed.before)} -> "
                 f"{OUTCOME_WORDS.get(replayed.after, replayed.after)}"
-            ] += 1
+            )
+            directions[direction] += 1
+            counts["flipped"] += 1
+            counts["directions"][direction] += 1
             if len(flipped) < MAX_FLIPPED_LISTED:
                 flipped.append(
                     {
                         "ticket": replayed.ticket_ref,
+                        "source": replayed.source,
                         "order": replayed.order,
                         "before": replayed.before,
                         "after": replayed.after,
@@ -380,6 +440,10 @@ def _policy_replay_run(replay: PolicyReplay, draft: RefundPolicy, progress) -> P
         "not_replayable": not_replayable,
         "flipped": flipped_count,
         "directions": dict(sorted(directions.items())),
+        "sources": {
+            source: {**counts, "directions": dict(sorted(counts["directions"].items()))}
+            for source, counts in by_source.items()
+        },
         "dual_control_newly_needed": dual_control,
         "allowed_before": _money(allowed_before),
         "allowed_after": _money(allowed_after),

@@ -6,7 +6,8 @@ takes to decide them all again with a draft. The target is under 60 seconds on t
 Works in "<DATABASE_URL's name>_replay" (created, migrated and filled here when missing, kept for
 the next run): the demo data, 10,000 orders of the demo customer, then decision records in bulk
 up to --decisions, spread over the last 29 days, on orders 0 to 59 days old at the decision, a
-fifth of them item refunds (the order's lines recorded), a tenth escalated by the model, amounts
+fifth of them item refunds (the order's lines recorded), a tenth escalated by the model, a
+twentieth people's exceptions (the window waived where the order is older than it), amounts
 from 10.00 to 900.00 (some above the dual-control threshold). Then the command replays them with
 a draft whose window is 14 days instead of 30. Prints the seconds and the command's summary
 line; asserts nothing.
@@ -57,12 +58,18 @@ def fill(target: int) -> int:
             amount = Decimal(10 + (i * 37) % 891).quantize(Decimal("0.01"))
             items = i % 5 == 0
             escalated = i % 10 == 3
-            outcome = "escalated" if escalated or age > 30 else "approval_required"
+            # A person's exception: the window waived where the order is older than it.
+            person = i % 20 == 7
+            outcome = "escalated" if (escalated or age > 30) and not person else "approval_required"
+            approvals = (2 if amount > 500 or person else 1) if outcome == "approval_required" else 0
             batch.append(
                 Record(
                     tenant=acme,
                     order=order,
                     ticket_ref=i,
+                    source="proposal" if person else "agent",
+                    policy_exception=person,
+                    waived_rules=["window"] if person and age > 30 else [],
                     decided_at=decided_at,
                     order_external_id=order.external_id,
                     order_status="delivered",
@@ -85,7 +92,9 @@ def fill(target: int) -> int:
                         "amount": str(amount),
                         "policy_version": policy.version,
                         "destination": None,
-                        "customer_reply": "We passed your request for this order to our finance team for review.",
+                        "customer_reply": ""
+                        if person
+                        else "We passed your request for this order to our finance team for review.",
                         "reply_promises_payment": False,
                     },
                     policy=policy,
@@ -95,7 +104,7 @@ def fill(target: int) -> int:
                     if outcome == "approval_required"
                     else None,
                     codes=["eligible"] if outcome == "approval_required" else ["outside_window"],
-                    required_approvals=(2 if amount > 500 else 1) if outcome == "approval_required" else 0,
+                    required_approvals=approvals,
                 )
             )
         with transaction.atomic():

@@ -7,8 +7,10 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
+from approvals.decisions import approval_request_decide
+from approvals.exceptions import ApprovalConflict
 from approvals.gate import Outcome, Proposal, policy_gate_evaluate
-from approvals.models import ApprovalRequest
+from approvals.models import ApprovalRequest, DecisionRecord
 from approvals.proposals import approval_proposal_create
 from approvals.verification import approval_verdict
 from ledger.exceptions import InvalidInput
@@ -69,3 +71,50 @@ def test_the_evaluator_refuses_an_exception_approved_by_fewer_than_two(policy, m
     assert not verdict["ok"]
     assert "exception_within_policy" in verdict["failed"]
     assert "within_policy_window" not in [c["name"] for c in verdict["checks"]]
+
+
+def test_a_proposal_replayed_with_its_key_is_one_request_and_one_record(policy, make_order, make_user):
+    # given an exception proposed with an idempotency key
+    order, support = make_order("100.00", days_old=60), make_user("s", "support")
+    first = approval_proposal_create(
+        user=support, order=order, amount="50.00", reason="Goodwill.", exception=True, idempotency_key="p-1"
+    )
+    # when the same proposal is made again with that key (a retried request)
+    again = approval_proposal_create(
+        user=support, order=order, amount="50.00", reason="Goodwill.", exception=True, idempotency_key="p-1"
+    )
+    # then it is the same request, and the decision is recorded once, with its waiver and proposer
+    assert again.pk == first.pk
+    record = DecisionRecord.objects.get()
+    assert (record.source, record.waived_rules, record.proposed_by, record.required_approvals) == (
+        "proposal",
+        ["window"],
+        support,
+        2,
+    )
+
+
+def test_the_rechecks_before_approval_record_no_decision(people, make_order, django_capture_on_commit_callbacks):
+    # given a person's exception on a 100.00 order outside the window (one recorded decision)
+    order = make_order("100.00", days_old=60)
+    request = approval_proposal_create(
+        user=people["support"], order=order, amount="100.00", reason="Goodwill.", exception=True
+    )
+    assert DecisionRecord.objects.count() == 1
+
+    # when finance approves it (the gate re-checks it first, with the window waived as approved)
+    approval_request_decide(
+        request_id=request.pk, user=people["finance"], decision="approve", args_hash=request.args_hash
+    )
+    # and the shop then refunds 30.00 by hand, so the second approval's re-check invalidates and replaces it
+    ledger_refund_issue(order=order, amount="30.00", currency="USD", idempotency_key="shop:late", source="import")
+    with django_capture_on_commit_callbacks(execute=True), pytest.raises(ApprovalConflict):
+        approval_request_decide(
+            request_id=request.pk, user=people["finance2"], decision="approve", args_hash=request.args_hash
+        )
+
+    # then the re-checks and the replacement decided the one recorded decision again: still one record
+    request.refresh_from_db()
+    assert request.status == ApprovalRequest.Status.INVALIDATED and request.replaced_by is not None
+    assert request.replaced_by.waived_rules == ["window"]
+    assert DecisionRecord.objects.count() == 1

@@ -9,6 +9,10 @@ from ledger.exceptions import DomainError
 
 from ._policy_args import tenant_by_slug
 
+# Who decided a recorded decision, as the table's rows and flipped tickets say it.
+SOURCE_WORDS = {"agent": "agent decisions", "proposal": "people's proposals"}
+FLIP_SOURCE_WORDS = {"agent": "agent", "proposal": "person"}
+
 
 class Command(BaseCommand):
     help = "Replay the recorded gate decisions of the last days with a draft policy."
@@ -44,6 +48,13 @@ def replay_table(replay) -> list[str]:
     ]
     for direction, count in result["directions"].items():
         lines.append(f"{'  ' + direction:<28}{count:>10}")
+    # Agent decisions and people's proposals apart (a replay made before proposals were recorded has none).
+    for source, counts in (result.get("sources") or {}).items():
+        lines.append(
+            f"{SOURCE_WORDS.get(source, source):<28}{counts['decisions']:>10}{' flipped':<9}{counts['flipped']:>6}"
+        )
+        if counts.get("waivers_widened"):
+            lines.append(f"{'  waiving a rule more':<28}{counts['waivers_widened']:>10}")
     lines.append(f"{'dual control newly needed':<28}{result['dual_control_newly_needed']:>10}")
     for currency in sorted(set(result["allowed_before"]) | set(result["allowed_after"])):
         lines.append(
@@ -54,11 +65,12 @@ def replay_table(replay) -> list[str]:
     for code, counts in result["rules"].items():
         lines.append(f"{code:<28}{counts['before']:>10}{counts['after']:>10}")
     if result["flipped_tickets"]:
-        lines.append(f"{'ticket':<10}{'order':<16}{'before':<20}{'after':<20}{'allowed before':>16}{'after':>12}")
+        lines.append(f"{'ticket':<10}{'order':<16}{'before':<20}{'after':<20}{'allowed before':>16}{'after':>12}  by")
     for flip in result["flipped_tickets"]:
         lines.append(
             f"{str(flip['ticket'] or '-'):<10}{flip['order'] or '-':<16}{flip['before']:<20}{flip['after']:<20}"
             f"{flip['allowed_before'] or '-':>16}{flip['allowed_after'] or '-':>12}"
+            f"  {FLIP_SOURCE_WORDS.get(flip.get('source'), 'agent')}"
         )
     if result["flipped_listed"] < result["flipped"]:
         lines.append(f"(the first {result['flipped_listed']} of {result['flipped']} flipped tickets are listed)")
