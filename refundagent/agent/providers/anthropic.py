@@ -11,6 +11,7 @@ import copy
 from decimal import Decimal
 
 import anthropic
+from anthropic.resources.messages import messages as sdk_messages
 from django.conf import settings
 from django.core import checks
 
@@ -213,8 +214,6 @@ def model_retirement_problems() -> list[str]:
     Messages resource; an SDK without it checks nothing."""
     if settings.AGENT_PROVIDER != "anthropic":
         return []
-    from anthropic.resources.messages import messages as sdk_messages
-
     retiring = getattr(sdk_messages, "DEPRECATED_MODELS", {})
     configured = {"ANTHROPIC_MODEL": settings.ANTHROPIC_MODEL}
     if settings.REPLY_MODEL_CHECK and settings.REPLY_MODEL_CHECK_MODEL:
