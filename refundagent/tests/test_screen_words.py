@@ -141,3 +141,6 @@ def test_the_gates_reason_for_an_escalating_draft_reads_as_a_sentence_on_every_s
     ):
         assert "The agent asks a person to decide." in html
         assert "recommends &#x27;escalate&#x27;" not in html and "recommends 'escalate'" not in html
+    # and the trace's draft event says what was drafted in the label table's words
+    page = client.get(reverse("ticket", args=[ticket.pk])).content.decode()
+    assert f"Draft {ticket.drafts.get().pk}: Hand to a person, citing refund-policy-v4." in page
