@@ -56,6 +56,7 @@ from .models import (
 from .outbox import policy_replay_start
 from .payouts import approval_request_payment_retry
 from .policies import policy_draft_publish, policy_replay_latest, refund_policy_draft
+from .reason_words import destination_words
 from .replay import policy_replay_summary
 from .review import review_sections
 from .second_factor import NO_DEVICE, UNVERIFIED, second_factor_state, second_factor_verify
@@ -130,6 +131,14 @@ class PolicyVersionFilter(admin.SimpleListFilter):
 
     def queryset(self, request, queryset):
         return queryset.filter(policy_version=self.value()) if self.value() else queryset
+
+
+def destination_of_request_words(request) -> str:
+    """Where the request's refund goes, in words with the exact method: "the original payment
+    method (card_4242)" (the args' destination kind is a code)."""
+    args = request.args or {}
+    method = args.get("destination_method")
+    return destination_words(args.get("destination") or "original") + (f" ({method})" if method else "")
 
 
 def status_words(status: str) -> str:
@@ -437,6 +446,7 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
             "review": obj,
             "review_badge": status_badge_html(obj),
             "review_args_json": json.dumps(obj.args, indent=2, sort_keys=True),
+            "review_destination": destination_of_request_words(obj),
             "review_votes": votes,
             "review_approvals": sum(1 for v in votes if v.decision == ApprovalVote.Decision.APPROVE),
             "review_order": order,
@@ -595,6 +605,7 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
             "change_url": change_url,
             "title": f"{DECISION_LABELS[decision]}: request #{obj.pk}",
             "args_json": json.dumps(obj.args, indent=2, sort_keys=True),
+            "destination": destination_of_request_words(obj),
             "expired": obj.expires_at <= timezone.now(),
             "cannot": cannot,
             "is_nav_sidebar_enabled": False,

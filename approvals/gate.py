@@ -23,6 +23,7 @@ from ledger.selectors import (
 from ledger.telemetry import traced
 
 from .models import RefundPolicy
+from .reason_words import destination_words, destinations_words, recommendation_sentence
 from .reply_claims import reply_money_claims
 from .risk import RiskCheck, risk_rules_judge
 from .risk import risk_check as risk_rules_check
@@ -299,9 +300,9 @@ def policy_gate_evaluate(
         return stop(
             Outcome.ESCALATED,
             f"model_recommends_{proposal.recommendation}",
-            f"The agent recommends '{proposal.recommendation}'."
+            recommendation_sentence(proposal.recommendation)
             + ("" if eligible else f" {reason}")
-            + " A person decides.",
+            + ("" if proposal.recommendation == "escalate" else " A person decides."),
         )
     if not eligible:
         return stop(Outcome.DENIED if gate_denies else Outcome.ESCALATED, code, reason)
@@ -315,16 +316,19 @@ def policy_gate_evaluate(
         return stop(
             Outcome.ESCALATED,
             "destination_mismatch",
-            f"The draft sends the refund to '{proposal.destination}', but the ticket asks for '{verdict.destination}'"
-            f" ({verdict.destination_method or 'the original payment method'}): a person decides.",
+            f"The draft sends the refund to {destination_words(proposal.destination)}, but the ticket asks for "
+            f"{destination_words(verdict.destination)}"
+            f"{f' ({verdict.destination_method})' if verdict.destination_method else ''}: a person decides.",
         )
     destinations = policy.item_refund_destinations if item_ids else policy.full_refund_destinations
     if verdict.destination not in destinations:
         return stop(
             Outcome.ESCALATED,
             "destination_not_allowed",
-            f"Refunds to '{verdict.destination}' ({verdict.destination_method}) are not allowed by {policy.version} for "
-            f"{'item refunds' if item_ids else 'full refunds'} (allowed: {', '.join(destinations) or 'none'}).",
+            f"Refunds to {destination_words(verdict.destination)}"
+            f"{f' ({verdict.destination_method})' if verdict.destination_method else ''} are not allowed by "
+            f"{policy.version} for {'item refunds' if item_ids else 'full refunds'} (allowed: "
+            f"{destinations_words(destinations)}).",
         )
 
     cap, cap_words = refund_cap(position=position, item_ids=item_ids, currency=order.currency)
@@ -460,7 +464,7 @@ def _scope_rules_differ(*, order, policy, destination, waive) -> str:
     ):
         differences.append(f"order status {order.status}")
     if (destination in policy.full_refund_destinations) != (destination in policy.item_refund_destinations):
-        differences.append(f"destination {destination}")
+        differences.append(f"refunds to {destination_words(destination)}")
     return ", ".join(differences)
 
 

@@ -14,6 +14,7 @@ from .destinations import approval_destination_resolve
 from .exceptions import ApprovalConflict
 from .gate import Outcome, Proposal, policy_current, policy_gate_evaluate
 from .models import ApprovalRequest
+from .reason_words import gate_outcome_words
 from .requests import approval_request_create, approval_request_replacement_key
 from .signals import approval_invalidated, approval_replaced
 
@@ -63,7 +64,7 @@ def approval_facts_changed(*, request: ApprovalRequest, order: Order, now: datet
     if verdict.outcome != Outcome.APPROVAL_REQUIRED:
         # The stale citation is already named above.
         if verdict.codes != ["citation_stale"]:
-            changes.append(f"the policy gate now answers {verdict.outcome}: {verdict.reason}")
+            changes.append(f"the policy gate now {gate_outcome_words(verdict.outcome)}: {verdict.reason}")
     elif verdict.allowed_amount != request.amount:
         changes.append(f"the gate now allows {verdict.allowed_amount}, not {request.amount} {request.currency}")
     elif "destination_method" in args and verdict.destination_method != args["destination_method"]:

@@ -26,6 +26,7 @@ from ledger.models.refunds import COUNTING_STATUSES
 from ledger.money import ZERO, money_parse
 
 from .models import ApprovalRequest
+from .reason_words import method_kind_words
 from .risk_rules import DEFAULT_WINDOW_DAYS, risk_rules_validate
 
 # Requests whose money may still go out without a ledger entry yet.
@@ -152,6 +153,7 @@ def risk_rules_judge(*, rules: dict, figures: dict, amount: Decimal, policy_vers
     if figures["destination_method"] is not None and kind in kinds and not figures["destination_paid_with"]:
         codes.append("risk_unpaid_destination")
         reasons.append(
-            f"The refund would go to {kind} {figures['destination_method']}, which customer {customer} never paid with."
+            f"The refund would go to {method_kind_words(kind)} {figures['destination_method']}, which customer "
+            f"{customer} never paid with."
         )
     return codes, reasons

@@ -32,6 +32,19 @@ class TextareaField(forms.CharField):
         return super().to_python(value).replace("\r\n", "\n")
 
 
+# The longest customer id a form takes (the shop's id; ledger.models.Customer.external_id).
+CUSTOMER_ID_MAX = 100
+
+
+class CustomerQueryForm(forms.Form):
+    """`?customer=`: whose payment methods the new-ticket form's picker loads."""
+
+    customer = forms.CharField(max_length=CUSTOMER_ID_MAX, label="Customer")
+
+    def clean_customer(self):
+        return self.cleaned_data["customer"].strip()
+
+
 class TicketForm(_ItemsAndDestination, forms.Form):
     order = forms.CharField(
         max_length=100,
@@ -41,7 +54,7 @@ class TicketForm(_ItemsAndDestination, forms.Form):
         help_text="Blank: the agent finds the order among the customer's orders.",
     )
     customer = forms.CharField(
-        max_length=100, label="Customer", widget=forms.TextInput(attrs={"placeholder": "CUST-1001"})
+        max_length=CUSTOMER_ID_MAX, label="Customer", widget=forms.TextInput(attrs={"placeholder": "CUST-1001"})
     )
     message = forms.CharField(
         label="Customer's message",
@@ -63,14 +76,21 @@ class TicketForm(_ItemsAndDestination, forms.Form):
         "of ITEM-6).",
     )
 
-    refund_to = forms.CharField(
-        label="Refund to",
-        required=False,
-        max_length=100,
-        widget=forms.TextInput(attrs={"placeholder": "blank: the original payment method"}),
-        help_text="One of the customer's payment method ids (the ticket page lists them); blank = original "
-        "payment method.",
-    )
+    # Replaced in __init__ by the picker of the typed customer's own payment methods.
+    refund_to = forms.ChoiceField(label="Refund to", required=False)
+
+    def __init__(self, *args, methods=None, customer: str = "", **kwargs):
+        """`methods`: the typed customer's own payment methods (`selectors.customer_methods`);
+        None or empty (no customer typed yet, or none of the tenant's by that id: the same
+        answer) leaves only the original payment method to pick. `customer`: the id typed, for
+        the error of a method that is not theirs."""
+        super().__init__(*args, **kwargs)
+        self.fields["refund_to"] = refund_to_picker(
+            methods or [],
+            blank="The original payment method (the order's own payment)",
+            help_text="Where the money goes: the order's own payment, or one of the customer's payment methods.",
+            customer=customer,
+        )
 
     def clean_order(self):
         return self.cleaned_data["order"].strip()
@@ -173,6 +193,23 @@ def payment_method_label(method) -> str:
     return f"{method.get_kind_display()} {card} ({method.external_id})".replace("  ", " ")
 
 
+def refund_to_picker(methods, *, blank: str, help_text: str, customer: str = "") -> forms.ChoiceField:
+    """ "Refund to" as a picker of the customer's own payment methods, `blank` (the default)
+    first: the one picker of the new-ticket form and the proposal forms. A value that is not one
+    of them is an error at the field; the service checks again when it decides."""
+    whose = f"customer {customer}" if customer else "the customer"
+    return forms.ChoiceField(
+        label="Refund to",
+        required=False,
+        choices=[("", blank)] + [(method.external_id, payment_method_label(method)) for method in methods],
+        help_text=help_text,
+        # A ValidationError formats its message with %: a typed customer id's own % stays text.
+        error_messages={
+            "invalid_choice": f"%(value)s is not a payment method of {whose.replace('%', '%%')}: pick one from the list."
+        },
+    )
+
+
 class ProposalForm(_ItemsAndDestination, forms.Form):
     """A person's refund proposal on an escalated, failed or payment-failed ticket: the support
     app's ticket page and the admin's proposal page post the same form to the same service
@@ -220,11 +257,9 @@ class ProposalForm(_ItemsAndDestination, forms.Form):
         payment methods, which make "refund to" a picker instead of a typed id."""
         super().__init__(*args, **kwargs)
         if methods is not None:
-            self.fields["refund_to"] = forms.ChoiceField(
-                label="Refund to",
-                required=False,
-                choices=[("", "The ticket's choice, else the original payment method")]
-                + [(method.external_id, payment_method_label(method)) for method in methods],
+            self.fields["refund_to"] = refund_to_picker(
+                methods,
+                blank="The ticket's choice, else the original payment method",
                 help_text="One of the customer's own payment methods.",
             )
         if orders is None:

@@ -6,7 +6,7 @@ from approvals.models import ApprovalRequest
 from approvals.schemas import approval_serialize
 from approvals.selectors import approval_changes_asked, approval_latest_for_ticket
 from ledger.exceptions import NotFound
-from ledger.models import Order, PaymentMethod
+from ledger.models import Customer, Order, PaymentMethod
 from ledger.selectors import order_refund_position
 
 from .emails import SENDABLE, ticket_denied_by_a_person, ticket_reply_key
@@ -101,7 +101,19 @@ def ticket_others_open_on_order(ticket: Ticket) -> list[Ticket]:
 
 def ticket_customer_methods(ticket: Ticket) -> list[PaymentMethod]:
     """The ticket's customer's own payment methods: what "refund to" picks from."""
-    return list(PaymentMethod.objects.filter(customer_id=ticket.customer_id).order_by("kind", "external_id"))
+    return _methods_of(ticket.customer_id)
+
+
+def customer_methods(*, tenant, customer: str) -> list[PaymentMethod] | None:
+    """The payment methods of the tenant's customer `customer` (the shop's id, as typed on the
+    new-ticket form): what its "refund to" picks from. None when the tenant has no such customer;
+    another tenant's customer is answered exactly so (it does not exist for this tenant)."""
+    customer_id = Customer.objects.for_tenant(tenant).filter(external_id=customer).values_list("pk", flat=True).first()
+    return None if customer_id is None else _methods_of(customer_id)
+
+
+def _methods_of(customer_id: int) -> list[PaymentMethod]:
+    return list(PaymentMethod.objects.filter(customer_id=customer_id).order_by("kind", "external_id"))
 
 
 def ticket_changes_asked(ticket: Ticket, *, exclude_pk: int | None = None) -> ApprovalRequest | None:

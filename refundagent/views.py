@@ -24,7 +24,17 @@ from ledger.tenancy import tenant_for_user, user_require_access, user_roles
 
 from . import selectors
 from .emails import ticket_reply_send
-from .forms import CloseForm, EscalateForm, NoteForm, ProposalForm, QueueFilterForm, TicketFilterForm, TicketForm
+from .forms import (
+    CUSTOMER_ID_MAX,
+    CloseForm,
+    CustomerQueryForm,
+    EscalateForm,
+    NoteForm,
+    ProposalForm,
+    QueueFilterForm,
+    TicketFilterForm,
+    TicketForm,
+)
 from .labels import label
 from .models import QUEUE_STATUSES, Ticket
 from .services import ticket_assign, ticket_close, ticket_create, ticket_escalate
@@ -116,9 +126,34 @@ def ticket_list(request):
     )
 
 
+def _typed_customer(request) -> tuple[str, list | None]:
+    """The customer typed on the new-ticket form and their payment methods, for its "refund to"
+    picker; None when none is typed or the tenant has no such customer (another tenant's
+    customer reads exactly so)."""
+    customer = (request.POST.get("customer") or "").strip()
+    if not customer or len(customer) > CUSTOMER_ID_MAX:
+        return customer, None
+    return customer, selectors.customer_methods(tenant=request.tenant, customer=customer)
+
+
+def _methods_note(customer: str, methods) -> str:
+    if not customer:
+        return "Type the customer first: their payment methods are then offered."
+    if methods is None:
+        return f"Customer {customer} not found: only the original payment method can be picked."
+    return f"The payment methods of customer {customer}."
+
+
 @tenant_view(needs="tickets.file")
 def ticket_new(request):
-    form = TicketForm(request.POST or None)
+    customer, methods = _typed_customer(request)
+    if request.method == "POST" and "show_methods" in request.POST:
+        # Without the script: the typed customer's methods into the picker. Nothing is filed and
+        # nothing refused yet; what was typed stays in the form.
+        form = TicketForm(initial=request.POST.dict(), methods=methods, customer=customer)
+        context = {"form": form, "methods_note": _methods_note(customer, methods), "roles": request.roles, "nav": "new"}
+        return render(request, "refundagent/ticket_new.html", context)
+    form = TicketForm(request.POST or None, methods=methods, customer=customer)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
@@ -146,6 +181,27 @@ def ticket_new(request):
     return render(
         request, "refundagent/ticket_new.html", {"form": form, "roles": request.roles, "nav": "new"}, status=status
     )
+
+
+@tenant_view(needs="tickets.file")
+@require_GET
+def ticket_new_methods(request):
+    """The new-ticket form's "refund to" choices for a typed customer (what ticket_new.js loads
+    when the customer field changes): the same picker the form renders. An unknown customer, or
+    another tenant's, is a 404 with only the original payment method, the same answer for both."""
+    query = CustomerQueryForm(request.GET)
+    if not query.is_valid():
+        return JsonResponse({"detail": _form_errors(query)}, status=400)
+    customer = query.cleaned_data["customer"]
+    methods = selectors.customer_methods(tenant=request.tenant, customer=customer)
+    choices = TicketForm(methods=methods, customer=customer).fields["refund_to"].choices
+    body = {
+        "customer": customer,
+        "found": methods is not None,
+        "choices": [{"value": value, "label": str(text)} for value, text in choices],
+        "note": _methods_note(customer, methods),
+    }
+    return JsonResponse(body, status=200 if methods is not None else 404)
 
 
 @tenant_view

@@ -16,6 +16,7 @@ urlpatterns = [
     path("", RedirectView.as_view(pattern_name="tickets"), name="home"),
     path("tickets/", views.ticket_list, name="tickets"),
     path("tickets/new/", views.ticket_new, name="ticket_new"),
+    path("tickets/new/methods.json", views.ticket_new_methods, name="ticket_new_methods"),
     path("tickets/<int:pk>/", views.ticket_detail, name="ticket"),
     path("tickets/<int:pk>/status.json", views.ticket_status, name="ticket_status"),
     path("tickets/<int:pk>/escalate/", views.ticket_escalate_view, name="ticket_escalate"),

@@ -28,6 +28,7 @@ from ledger.money import ZERO
 from ledger.selectors import order_refund_position
 
 from ..exceptions import TicketStateConflict
+from ..labels import label
 from ..models import AgentRun, RefundDraft, Ticket
 from ..redaction import sensitive_values_for_ticket
 from ..selectors import order_open_tickets
@@ -127,8 +128,9 @@ def agent_draft_decide(
             status="ok",
             decision=args.recommendation,
             tool=CREATE_DRAFT,
-            reason=f"Draft {draft.pk}: {args.recommendation} {args.amount or ''} citing "
-            f"{args.policy_version or 'no policy'}.",
+            # In words for the trace's reason column; the code is the event's `decision`.
+            reason=f"Draft {draft.pk}: {label(args.recommendation, 'recommendation')}"
+            f"{f' {args.amount}' if args.amount is not None else ''}, citing {args.policy_version or 'no policy'}.",
             data={"draft": draft.pk, "args": raw_args},
         )
         trace(

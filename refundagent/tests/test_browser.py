@@ -224,3 +224,40 @@ def approve_in_admin(page, base, ticket):
     request.refresh_from_db()
     assert request.status == ApprovalRequest.Status.EXECUTED
     page.locator("#logout-form [type=submit]").click()
+
+
+def test_the_new_ticket_form_picks_refund_to_among_the_typed_customers_methods(live_server, page, registry, demo):
+    from playwright.sync_api import expect
+
+    from refundagent.models import Ticket
+
+    base = live_server.url
+    log_in(page, base, "acme-support")
+    page.goto(f"{base}/tickets/new/")
+    options = page.locator("#id_refund_to option")
+    # Given no customer typed: only the original payment method, and the script replaces the post button
+    expect(options).to_have_count(1)
+    expect(page.locator("#show-methods")).to_be_hidden()
+
+    # When support types another tenant's customer: nothing of theirs, the answer for an unknown one
+    page.fill("#id_customer", "CUST-2001")
+    page.locator("#id_message").click()  # leaving the field is the change
+    expect(page.locator("#refund-to-note")).to_contain_text("Customer CUST-2001 not found")
+    expect(options).to_have_count(1)
+
+    # When they type their own customer: that customer's card and gift card are offered
+    page.fill("#id_customer", "CUST-1001")
+    page.locator("#id_message").click()
+    expect(options).to_have_count(3)
+    expect(page.locator("#id_refund_to")).to_contain_text("Gift card, balance 25.00 (gift_card_cust-1001)")
+    page.fill("#id_order", "ORD-5005")
+    page.fill("#id_items", "ITEM-6")
+    page.fill("#id_message", "The socks arrived torn.")
+    page.select_option("#id_refund_to", "gift_card_cust-1001")
+    shot(page, "ticket-new-refund-to.png")
+    page.get_by_role("button", name="File ticket").click()
+
+    # Then the ticket is filed to exactly that gift card
+    page.wait_for_url(f"{base}/tickets/*/")
+    assert Ticket.objects.get().refund_to.external_id == "gift_card_cust-1001"
+    expect(page.locator("#evidence")).to_contain_text("gift_card_cust-1001")

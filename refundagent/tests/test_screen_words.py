@@ -8,7 +8,10 @@ from django.urls import reverse
 
 from approvals.decisions import approval_request_decide
 from approvals.models import ApprovalRequest
+from refundagent.agent.loop import agent_run_ticket
+from refundagent.agent.providers.scripted import ScriptedProvider
 from refundagent.models import Ticket
+from tests.factories import refund_draft
 
 pytestmark = pytest.mark.django_db
 
@@ -109,3 +112,35 @@ def test_the_review_page_says_votes_and_title_in_words(file_ticket, user, django
     assert "refunds.issue_refund" not in title and "750.00 USD" in title
     queue = finance2.get("/admin/approvals/approvalrequest/").content.decode()
     assert "0\xa0minutes ago" not in queue and "0 minutes ago" not in queue
+
+
+def test_the_gates_reason_for_an_escalating_draft_reads_as_a_sentence_on_every_screen(
+    file_ticket, user, django_capture_on_commit_callbacks
+):
+    # given the agent drafts "escalate" on ORD-5001 (eligible): the gate hands the ticket to a person
+    with django_capture_on_commit_callbacks(execute=False):
+        ticket = file_ticket(order="ORD-5001")
+    agent_run_ticket(
+        ticket_id=ticket.pk,
+        provider=ScriptedProvider(
+            [
+                {"tool": "orders_lookup_order", "input": {"order_id": "ORD-5001"}},
+                {"tool": "refund_policy_retrieve", "input": {}},
+                refund_draft("ORD-5001", None, recommendation="escalate"),
+            ]
+        ),
+    )
+    ticket.refresh_from_db()
+    assert ticket.status == Ticket.Status.ESCALATED
+    assert ticket.drafts.get().gate_verdict["codes"] == ["model_recommends_escalate"]  # the code is unchanged
+    client = logged_in(user, "acme-support")
+    # then the ticket page (stop detail, the gate's reasons) and the queue say it in words
+    for html in (
+        client.get(reverse("ticket", args=[ticket.pk])).content.decode(),
+        client.get(reverse("ticket_queue")).content.decode(),
+    ):
+        assert "The agent asks a person to decide." in html
+        assert "recommends &#x27;escalate&#x27;" not in html and "recommends 'escalate'" not in html
+    # and the trace's draft event says what was drafted in the label table's words
+    page = client.get(reverse("ticket", args=[ticket.pk])).content.decode()
+    assert f"Draft {ticket.drafts.get().pk}: Hand to a person, citing refund-policy-v4." in page

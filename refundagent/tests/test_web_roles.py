@@ -46,6 +46,7 @@ def test_a_member_without_the_support_or_finance_role_reads_no_ticket_page(
     html = response.content.decode()
     assert "needs the support or finance role" in html
     assert "charged twice" not in html and "4242" not in html
+    assert "jane.doe@example.com" not in html and "Jane Doe" not in html  # the customer's contact too
     # The API refuses the same user by the same rule.
     api = api_client(someone).get(f"/api/tickets/{ticket.pk}")
     assert api.status_code == 403

@@ -98,14 +98,44 @@ def test_ticket_page_shows_status_evidence_and_the_trace(login, ticket):
     assert str(ticket.trace_id) in html
 
 
-def test_ticket_page_never_shows_payment_refs_or_customer_email_of_the_order(login, ticket):
+def test_ticket_page_shows_the_customers_name_and_email_never_payment_refs(login, ticket):
+    """Support writes to the customer (the reply goes to this address), so the ticket page names
+    them as a helpdesk does; the processor's payment reference stays hidden."""
     order = ticket.order
     payment_ref = order.payments.get().payment_ref
+    email = order.customer.email
 
-    html = login("acme-support").get(reverse("ticket", args=[ticket.pk])).content.decode()
+    response = login("acme-support").get(reverse("ticket", args=[ticket.pk]))
 
+    html = response.content.decode()
     assert payment_ref not in html
-    assert order.customer.email not in html.replace(ticket.message, "")  # only the customer's own words quote it
+    customer = html.split('id="customer">', 1)[1].split("</dd>", 1)[0]
+    assert "Jane Doe" in customer and "CUST-1001" in customer
+    assert f'<a class="customer-email" href="mailto:{email}">{email}</a>' in customer
+    # The trace is the redacted record: the email the customer quoted in the message is not in it.
+    trace = html.split('id="trace"', 1)[1]
+    assert email not in trace
+
+
+def test_ticket_list_and_queue_show_the_customers_name_and_email(login, ticket):
+    client = login("acme-support")
+    ticket_transition(ticket=ticket, to=Ticket.Status.RUNNING)
+    ticket_transition(ticket=ticket, to=Ticket.Status.ESCALATED, detail="A person decides.")
+
+    for page in ("tickets", "ticket_queue"):
+        html = client.get(reverse(page)).content.decode()
+        assert "Jane Doe" in html and 'href="mailto:jane.doe@example.com"' in html, page
+
+
+@pytest.mark.parametrize("username", ["globex-support", "globex-finance"])
+def test_another_tenants_staff_never_see_the_customers_email(login, ticket, username):
+    client = login(username)
+
+    assert client.get(reverse("ticket", args=[ticket.pk])).status_code == 404
+    for page in ("tickets", "ticket_queue"):
+        response = client.get(reverse(page))
+        assert response.status_code == 200
+        assert "jane.doe@example.com" not in response.content.decode()
 
 
 def test_ticket_page_shows_draft_reply_approval_and_ledger(login, ticket):
