@@ -17,7 +17,6 @@ from django.utils.timesince import timesince
 
 from ledger.admin import ReadOnlyAdminMixin, ReadOnlyInline, TenantScopedAdminMixin, admin_tenant
 from ledger.exceptions import DomainError
-from ledger.models import PaymentMethod
 from ledger.selectors import order_refund_position
 
 from .agent.shadow import PROVIDERS as SHADOW_PROVIDERS
@@ -25,7 +24,7 @@ from .forms import ProposalForm
 from .labels import label, when
 from .models import QUEUE_STATUSES, AgentRun, EscalatedTicket, ModelReplay, RefundDraft, Ticket, TraceEvent
 from .outbox import model_replay_start
-from .selectors import ticket_customer_orders
+from .selectors import ticket_customer_methods, ticket_customer_orders
 from .services import ticket_assign
 from .tracing import trace_export
 
@@ -283,8 +282,10 @@ class EscalationQueueAdmin(TicketAdmin):
         status = 200
         # A ticket filed without an order: the form picks one of the customer's orders.
         orders = ticket_customer_orders(ticket) if ticket.order_id is None else None
+        # "Refund to" picks among the customer's own methods, as on the support app's ticket page.
+        methods = ticket_customer_methods(ticket)
         if request.method == "POST":
-            form = ProposalForm(request.POST, orders=orders)
+            form = ProposalForm(request.POST, orders=orders, methods=methods)
             if form.is_valid():
                 try:
                     made = form.propose(ticket=ticket, user=request.user)
@@ -308,7 +309,7 @@ class EscalationQueueAdmin(TicketAdmin):
             else:
                 status = 422
         else:
-            form = ProposalForm(orders=orders)
+            form = ProposalForm(orders=orders, methods=methods)
         order = ticket.order
         context = {
             **self.admin_site.each_context(request),
@@ -319,7 +320,7 @@ class EscalationQueueAdmin(TicketAdmin):
             "in_queue": ticket.status in QUEUE_STATUSES,
             "reason": self.reason(ticket),
             "position": order_refund_position(order) if order is not None else None,
-            "methods": list(PaymentMethod.objects.filter(customer=ticket.customer).order_by("external_id")),
+            "methods": methods,
             "change_url": reverse("admin:refundagent_escalatedticket_change", args=[ticket.pk])
             if ticket.status in QUEUE_STATUSES
             else reverse("admin:refundagent_ticket_change", args=[ticket.pk]),
