@@ -334,3 +334,46 @@ def test_an_item_refund_no_one_payment_can_return_goes_to_a_person(
         items=["ITEM-1"],
     )
     assert legs == [] and "item refund is not split" in why
+
+
+def test_the_review_page_lists_the_legs_before_approval_and_each_leg_executed(
+    fake_stripe, split_order, people, client, django_capture_on_commit_callbacks
+):
+    ticket, verdict, request = ticket_gated(order=split_order, filer=people["support"], amount="120.00", key="screen")
+    client.force_login(people["finance"])
+    review = f"/admin/approvals/approvalrequest/{request.pk}/change/"
+    page = client.get(review).content.decode()
+    # before approving: where each part of the money goes (the card's provider reference is not shown)
+    assert "leg 1: <strong>20.00 USD</strong> to Gift Card gift_card_9 (store credit" in page
+    assert "leg 2: <strong>100.00 USD</strong> to Card card_1 (refund to the payment" in page
+    assert "pi_split" not in page
+    request = approve(request, people["finance"], django_capture_on_commit_callbacks)
+    gift_entry, card_entry = RefundEntry.objects.filter(order=split_order).order_by("id")
+    page = client.get(review).content.decode()
+    # after: each leg's refund and its status, and the evaluator's checks per leg
+    assert f"refund #{gift_entry.pk} <strong>succeeded</strong>" in page
+    assert f"refund #{card_entry.pk} <strong>succeeded</strong>" in page
+    assert "The provider refunded the leg&#x27;s payment (leg 2)" in page
+
+
+def test_a_card_leg_paid_by_hand_waits_for_finance_after_the_store_credit(
+    settings, split_order, gift_card, people, client, django_capture_on_commit_callbacks
+):
+    settings.PAYMENT_GATEWAY = "manual"
+    ticket, verdict, request = ticket_gated(order=split_order, filer=people["support"], amount="120.00", key="hand")
+    request = approve(request, people["finance"], django_capture_on_commit_callbacks)
+    gift_entry, card_entry = RefundEntry.objects.filter(order=split_order).order_by("id")
+    assert (gift_entry.status, card_entry.status, card_entry.gateway) == ("succeeded", "pending", "manual")
+    assert request.status == ApprovalRequest.Status.APPROVED
+    # when finance records the card leg paid on the review page
+    client.force_login(people["finance2"])
+    with django_capture_on_commit_callbacks(execute=True):
+        client.post(f"/admin/approvals/approvalrequest/{request.pk}/paid/", {"reference": "SEPA-7"})
+    approval_execute(request_id=request.pk)
+    # then that leg is paid, the request verified, the gift card credited once
+    card_entry.refresh_from_db()
+    request.refresh_from_db()
+    gift_card.refresh_from_db()
+    assert (card_entry.status, card_entry.provider_ref) == ("succeeded", "SEPA-7")
+    assert request.status == ApprovalRequest.Status.EXECUTED, request.verification
+    assert gift_card.balance == Decimal("20.00")
