@@ -43,6 +43,7 @@ from ledger.services import ledger_refund_record_paid
 from ledger.tenancy import tenant_for_user
 
 from .decisions import DECISIONS, approval_decisions_open, approval_request_decide, user_can_decide
+from .destinations import approval_legs_screen, approval_request_entries
 from .models import (
     QUEUE_RANK,
     ApprovalRequest,
@@ -199,6 +200,13 @@ VERIFICATION_CHECK_WORDS = {
     "provider_amount": "The provider's amount matches",
     "provider_refund_id": "The provider's refund id matches",
     "provider_metadata_approval": "The provider's record names the approval",
+    "one_entry_per_leg": "One ledger entry per approved leg",
+    "legs_sum": "The legs add up to the approved amount",
+    "leg_payment": "Paid back to the leg's payment",
+    "leg_method": "Paid to the leg's payment method",
+    "leg_amount": "The leg's amount is the approved one",
+    "leg_tender": "Paid the way the leg's tender is paid",
+    "leg_provider_payment": "The provider refunded the leg's payment",
 }
 
 
@@ -453,6 +461,7 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
             "review_customer": order.customer,
             "review_items": list(order.items.all()),
             "review_payments": payments,
+            "review_legs": approval_legs_screen(request=obj),
             "review_position": position,
             "review_refundable_changed": position.refundable != obj.refundable_at_request,
             "review_ticket_url": SUPPORT_TICKET_URL.format(obj.ticket_ref) if obj.ticket_ref else "",
@@ -465,7 +474,11 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
             "review_verification": obj.verification,
             "review_verification_json": json.dumps(obj.verification, indent=2, default=str) if obj.verification else "",
             "review_checks": [
-                {**check, "words": verification_check_words(check.get("name", ""))}
+                {
+                    **check,
+                    "words": verification_check_words(check.get("name", ""))
+                    + (f" (leg {check['leg']})" if check.get("leg") else ""),
+                }
                 for check in ((obj.verification or {}).get("checks") or [])
             ],
             "review_sections": review_sections(obj),
@@ -481,10 +494,10 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
         }
 
     def _manual_payout(self, request, obj: ApprovalRequest) -> dict | None:
-        """The payout finance still has to make by hand (the manual gateway), for finance only."""
-        entry = obj.ledger_entry
-        waiting = entry is not None and entry.gateway == "manual" and entry.status == "pending"
-        if not waiting or not user_can_decide(request.user):
+        """The payout finance still has to make by hand (the manual gateway), for finance only: the
+        first leg still waiting for it (the next is offered once that one is recorded)."""
+        entry = _manual_leg_waiting(obj)
+        if entry is None or not user_can_decide(request.user):
             return None
         return {"entry": entry, "url": reverse("admin:approvals_approvalrequest_paid", args=[obj.pk])}
 
@@ -521,9 +534,11 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
         if obj is None or not self.has_view_permission(request, obj) or obj.ledger_entry_id is None:
             raise Http404("No such approval request.")
         change_url = reverse("admin:approvals_approvalrequest_change", args=[obj.pk])
+        # The leg waiting for a payout by hand (a request paid in legs may have one after store credit).
+        waiting = _manual_leg_waiting(obj)
         try:
             entry = ledger_refund_record_paid(
-                entry_id=obj.ledger_entry_id,
+                entry_id=waiting.pk if waiting is not None else obj.ledger_entry_id,
                 tenant=tenant_for_user(request.user),
                 reference=request.POST.get("reference", ""),
                 user=request.user,
@@ -606,6 +621,7 @@ class ApprovalRequestAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mod
             "title": f"{DECISION_LABELS[decision]}: request #{obj.pk}",
             "args_json": json.dumps(obj.args, indent=2, sort_keys=True),
             "destination": destination_of_request_words(obj),
+            "legs": approval_legs_screen(request=obj),
             "expired": obj.expires_at <= timezone.now(),
             "cannot": cannot,
             "is_nav_sidebar_enabled": False,
@@ -881,3 +897,8 @@ class TenantCapabilityAdmin(TenantScopedAdminMixin, NoDeleteAdminMixin, admin.Mo
 
     def has_add_permission(self, request):
         return super().has_add_permission(request) and (request.user.is_superuser or admin_tenant(request) is not None)
+
+
+def _manual_leg_waiting(obj: ApprovalRequest):
+    """The request's first leg written for a payout by hand and not recorded paid yet, or None."""
+    return approval_request_entries(request=obj).filter(gateway="manual", status="pending").first()

@@ -1,12 +1,14 @@
-"""Executing an approved request: the ledger write, exactly as approved and keyed by the
-request's idempotency key (`pending` under the order lock), the payout at the provider outside
-any lock and transaction, then the evaluator's verification (approvals.verification) once the
-entry `succeeded`. The Celery task (approvals.tasks) calls this; so do the evals, synchronously.
+"""Executing an approved request: the ledger write, exactly as approved, one entry per tender leg
+(all in one transaction, `pending` under the order lock; leg 0 keyed by the request's idempotency
+key, leg n by `<key>:leg<n>`), the payout of each leg at the provider outside any lock and
+transaction, then the evaluator's verification (approvals.verification) once every leg
+`succeeded`. The Celery task (approvals.tasks) calls this; so do the evals, synchronously.
 
 What the provider answers:
 - `succeeded`: verified now; the ticket becomes `refunded`.
 - `failed` / `canceled`: recorded by the ledger, whose signal makes the request and the ticket
-  `payment_failed` (approvals.payouts); the amount is refundable again.
+  `payment_failed` (approvals.payouts); that leg's amount is refundable again, the other legs
+  stand (never re-routed).
 - `pending`: the request stays `approved`; a webhook, the reconciliation or the sweep's next
   execution (same key, same refund) records the answer.
 - unreachable: `PaymentProviderUnavailable` propagates; the task retries with backoff.
@@ -24,7 +26,7 @@ from ledger.payouts import ledger_refund_payout
 from ledger.services import canonical_hash, ledger_refund_issue
 from ledger.telemetry import traced
 
-from .destinations import approval_destination_resolve
+from .destinations import approval_legs_resolve, approval_request_entries
 from .exceptions import ApprovalConflict
 from .invalidation import approval_facts_changed, approval_request_invalidate
 from .locks import order_lock
@@ -43,6 +45,17 @@ def approval_execute(*, request_id: int) -> ApprovalRequest:
     write): the request's idempotency key makes the ledger return the entry already written.
     Callable synchronously (evals run it inside a transaction where on_commit never fires)."""
     request = ApprovalRequest.objects.select_related("order", "order__customer", "order__tenant").get(pk=request_id)
+    if request.status == ApprovalRequest.Status.PAYMENT_FAILED:
+        # One leg was refused; legs written with it and not yet sent (the provider was unreachable
+        # when the refusal came) are still paid as approved, under their own keys.
+        metadata = approval_payout_metadata(request=request)
+        for entry in (
+            approval_request_entries(request=request)
+            .filter(status=RefundStatus.PENDING)
+            .exclude(gateway=RefundEntry.Gateway.MANUAL)
+        ):
+            ledger_refund_payout(entry_id=entry.pk, metadata=metadata)
+        return request
     if request.status in (
         ApprovalRequest.Status.EXECUTED,
         ApprovalRequest.Status.FAILED,
@@ -53,9 +66,11 @@ def approval_execute(*, request_id: int) -> ApprovalRequest:
         return request  # done before: executing again changes nothing
     if request.status != ApprovalRequest.Status.APPROVED:
         raise ApprovalConflict(f"Request #{request.pk} is {request.status}; only an approved request is executed.")
-    if RefundEntry.objects.filter(
-        pk=request.ledger_entry_id, gateway=RefundEntry.Gateway.MANUAL, status=RefundStatus.PENDING
-    ).exists():
+    if (
+        approval_request_entries(request=request)
+        .filter(gateway=RefundEntry.Gateway.MANUAL, status=RefundStatus.PENDING)
+        .exists()
+    ):
         return request  # written; finance pays it by hand and records it (ledger_refund_record_paid)
 
     args = request.args
@@ -66,39 +81,47 @@ def approval_execute(*, request_id: int) -> ApprovalRequest:
             or (args["currency"] != request.currency or args["order"] != request.order.external_id)
         ):
             raise InvalidInput("The stored args no longer match their hash or the request.", code="args_tampered")
-        destination, destination_kind = approval_destination_resolve(request=request)
+        legs = approval_legs_resolve(request=request)
         replacement = None
         with transaction.atomic():
             order = order_lock(order_id=request.order_id)
-            existing = RefundEntry.objects.filter(idempotency_key=request.idempotency_key).first()
-            # Facts re-checked under the order lock, unless the entry was already written by an
-            # earlier attempt (then the ledger replays it).
-            changed = "" if existing is not None else approval_facts_changed(request=request, order=order)
+            # Entries an earlier attempt wrote (all legs or none: one transaction), by leg key.
+            written = {entry.idempotency_key: entry for entry in approval_request_entries(request=request)}
+            # Facts re-checked under the order lock, unless the legs were already written by an
+            # earlier attempt (then the ledger replays them).
+            changed = "" if written else approval_facts_changed(request=request, order=order)
             if changed:
                 replacement = approval_request_invalidate(
                     request=request, reason=changed, now=timezone.now(), from_status=ApprovalRequest.Status.APPROVED
                 )
             else:
-                entry = ledger_refund_issue(
-                    order=order,
-                    amount=args["amount"],
-                    currency=args["currency"],
-                    idempotency_key=request.idempotency_key,
-                    destination=destination,
-                    destination_kind=destination_kind,
-                    item_ids=list(args.get("items") or []),
-                    source=RefundEntry.Source.APPROVAL,
-                    approval_ref=str(request.pk),
-                    reason=f"Approved request #{request.pk} under {request.policy_version}.",
-                    created_by=request.decided_by,
-                )
+                # Every leg in this one transaction: a leg the ledger refuses (its payment can no
+                # longer return it) undoes the others, and the request fails with the reason.
+                entries = [
+                    written.get(leg.key)
+                    or ledger_refund_issue(
+                        order=order,
+                        amount=leg.amount,
+                        currency=args["currency"],
+                        idempotency_key=leg.key,
+                        destination=leg.method,
+                        destination_kind=leg.kind,
+                        item_ids=list(args.get("items") or []) if leg.index == 0 else [],
+                        source=RefundEntry.Source.APPROVAL,
+                        approval_ref=str(request.pk),
+                        reason=f"Approved request #{request.pk} under {request.policy_version}"
+                        + (f", leg {leg.index + 1} of {len(legs)}." if len(legs) > 1 else "."),
+                        created_by=request.decided_by,
+                        payment=leg.payment,
+                    )
+                    for leg in legs
+                ]
+                entry = entries[0]
                 ApprovalRequest.objects.filter(pk=request.pk, status=ApprovalRequest.Status.APPROVED).update(
                     ledger_entry=entry, updated_at=timezone.now()
                 )
                 request.refresh_from_db()
-                refund_executed.send(
-                    sender=ApprovalRequest, request=request, entry=entry, replayed=existing is not None
-                )
+                refund_executed.send(sender=ApprovalRequest, request=request, entry=entry, replayed=bool(written))
         if changed:
             logger.warning(
                 "approval %s not executed: %s (replacement %s)",
@@ -111,24 +134,31 @@ def approval_execute(*, request_id: int) -> ApprovalRequest:
     except DomainError as exc:
         return _approval_execution_failed(request=request, exc=exc)
 
-    if entry.status == RefundStatus.PENDING:
-        # The provider call: outside the transaction above, no row locked. The same metadata on every
-        # attempt (the provider compares a retried request's parameters with the first).
-        entry = ledger_refund_payout(entry_id=entry.pk, metadata=approval_payout_metadata(request=request))
-    if entry.status == RefundStatus.SUCCEEDED:
-        approval_verify(request_id=request.pk)
-    elif entry.status in (RefundStatus.FAILED, RefundStatus.CANCELED):
+    # The provider calls: outside the transaction above, no row locked, one per leg still pending,
+    # each under its own leg's key. The same metadata on every attempt (the provider compares a
+    # retried request's parameters with the first). A leg the provider refuses stands alone: the
+    # others are still paid as approved, never re-routed.
+    metadata = approval_payout_metadata(request=request)
+    entries = [
+        ledger_refund_payout(entry_id=entry.pk, metadata=metadata) if entry.status == RefundStatus.PENDING else entry
+        for entry in entries
+    ]
+    refused = [entry for entry in entries if entry.status in (RefundStatus.FAILED, RefundStatus.CANCELED)]
+    if refused:
         # Normally done by the ledger's signal when the refusal was recorded (approvals.payouts);
         # here too, so a request never stays approved over a refused refund.
+        entry = refused[0]
         reason = entry.events.order_by("-id").values_list("reason", flat=True).first() or ""
         with transaction.atomic():
             approval_payment_failed(request=request, entry=entry, reason=reason)
+    elif all(entry.status == RefundStatus.SUCCEEDED for entry in entries):
+        approval_verify(request_id=request.pk)
     else:
         logger.info(
-            "approval %s: refund #%s is %s; not verified yet",
+            "approval %s: refunds %s are %s; not verified yet",
             request.pk,
-            entry.pk,
-            entry.status,
+            ", ".join(f"#{entry.pk}" for entry in entries),
+            ", ".join(entry.status for entry in entries),
             extra={"approval": request.pk},
         )
     request.refresh_from_db()

@@ -372,7 +372,9 @@ def policy_gate_evaluate(
         }
         for payment in payments
     ]
-    legs, why = _refund_legs(order=order, destination=destination, method=refund_to, amount=allowed, payments=payments)
+    legs, why = _refund_legs(
+        order=order, destination=destination, method=refund_to, amount=allowed, payments=payments, items=item_ids
+    )
     if why:
         return stop(Outcome.ESCALATED, "split_tender", why)
     verdict.legs = legs
@@ -411,14 +413,25 @@ def policy_gate_evaluate(
 
 
 def _refund_legs(
-    *, order: Order, destination: str, method, amount: Decimal, payments: list[PaymentReturnable]
+    *,
+    order: Order,
+    destination: str,
+    method,
+    amount: Decimal,
+    payments: list[PaymentReturnable],
+    items: list[str],
 ) -> tuple[list[dict], str]:
-    """The tender leg that receives `amount`, or why none can (a person splits it).
+    """The tender legs that receive `amount`, or why they cannot (a person splits it).
 
     A refund to the order's own payments ('original') goes back to one payment that can still
-    return all of it: the one the ticket names, else the first made. Never more than that payment
-    can return (a charge cannot give back more than it took). A gift card the order was not paid
-    with ('gift_card') takes store credit. An order with no recorded payment names no leg."""
+    return all of it when there is one: the one the ticket names, else the first made. With no
+    payment named and none able to return it whole, it is split over the order's payments in the
+    order they were made (by id), each giving back what it still can, until the amount is covered
+    (docs/payments.md, "Split tender"). Never more than a payment can return (a charge cannot give
+    back more than it took). A payment the ticket names is where the customer asked for the money:
+    it is never topped up from another tender, and an item refund is never split (its units would
+    sit on one leg only); both go to a person. A gift card the order was not paid with
+    ('gift_card') takes store credit. An order with no recorded payment names no leg."""
     if destination != "original":  # a gift card the order was not paid with: store credit
         leg = {"payment": None, "method": method.external_id, "kind": method.kind, "amount": str(amount)}
         return [{**leg, "returnable": None}], ""
@@ -428,13 +441,39 @@ def _refund_legs(
     candidates = [p for p in payments if method is None or p.method == method.external_id]
     for payment in candidates:
         if payment.returnable >= amount:
-            leg = {"payment": payment.payment_id, "method": payment.method, "kind": payment.kind, "amount": str(amount)}
-            return [{**leg, "returnable": str(payment.returnable)}], ""
+            return [_leg(payment, amount)], ""
     listed = ", ".join(f"{p.method or p.kind} {p.returnable}" for p in candidates)
+    together = sum((p.returnable for p in candidates), ZERO)
+    if method is None and not items and together >= amount:
+        legs, left = [], amount
+        for payment in candidates:
+            share = min(payment.returnable, left)
+            if share > ZERO:
+                legs.append(_leg(payment, share))
+                left -= share
+        return legs, ""
+    if method is not None:
+        why = f"the ticket names {method.external_id}, which can still return {listed}"
+    elif items:
+        why = f"an item refund is not split over payments ({listed})"
+    else:
+        why = f"all its payments together can still return only {together} ({listed})"
     return [], (
-        f"{amount} {order.currency} is more than any one payment of {order.external_id} can still return "
-        f"({listed}): a person decides how to split it, one refund per payment."
+        f"{amount} {order.currency} is more than any one payment of {order.external_id} can still return, and "
+        f"{why}: a person decides how to split it, one refund per payment."
     )
+
+
+def _leg(payment: PaymentReturnable, amount: Decimal) -> dict:
+    """One tender leg: the order's payment (its id; the provider reference stays in the ledger), its
+    method and kind, the amount it gives back and what it could still return."""
+    return {
+        "payment": payment.payment_id,
+        "method": payment.method,
+        "kind": payment.kind,
+        "amount": str(amount),
+        "returnable": str(payment.returnable),
+    }
 
 
 def refund_cap(*, position, item_ids: list[str], currency: str) -> tuple[Decimal, str]:

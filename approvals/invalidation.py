@@ -10,7 +10,7 @@ from ledger.exceptions import DomainError
 from ledger.models import Order
 from ledger.selectors import order_refund_position
 
-from .destinations import approval_destination_resolve
+from .destinations import approval_destination_resolve, approval_legs_resolve
 from .exceptions import ApprovalConflict
 from .gate import Outcome, Proposal, policy_current, policy_gate_evaluate
 from .models import ApprovalRequest
@@ -42,6 +42,7 @@ def approval_facts_changed(*, request: ApprovalRequest, order: Order, now: datet
     args = request.args or {}
     try:
         refund_to, kind = approval_destination_resolve(request=request)
+        approval_legs_resolve(request=request)
     except DomainError as exc:
         changes.append(f"destination: {exc.message}")
         return "; ".join(changes)
@@ -55,8 +56,7 @@ def approval_facts_changed(*, request: ApprovalRequest, order: Order, now: datet
         requested_amount=request.amount,
         requested_currency=request.currency,
         item_ids=list(args.get("items") or []),
-        # The exact leg approved (requests that name legs); older ones: any original payment.
-        refund_to=refund_to if kind != "original" or args.get("legs") else None,
+        refund_to=_gate_refund_to(args=args, refund_to=refund_to, kind=kind),
         now=now,
         # A person's exception was approved outside exactly these rules: they are not a change.
         waive=frozenset(request.waived_rules or ()),
@@ -72,6 +72,15 @@ def approval_facts_changed(*, request: ApprovalRequest, order: Order, now: datet
     elif args.get("legs") and _legs_paid(verdict.legs) != _legs_paid(args["legs"]):
         changes.append(f"the refund's legs were {_legs_paid(args['legs'])}, now {_legs_paid(verdict.legs)}")
     return "; ".join(changes)
+
+
+def _gate_refund_to(*, args: dict, refund_to, kind: str):
+    """The method the gate is asked about again: the exact leg approved (a request naming one leg);
+    a refund split over several legs, or an older request naming none, any of the order's payments
+    (the gate splits it again the same way when nothing changed)."""
+    if kind != "original" or len(args.get("legs") or []) == 1:
+        return refund_to
+    return None
 
 
 def _legs_paid(legs: list[dict]) -> list[tuple]:
@@ -112,7 +121,7 @@ def approval_request_invalidate(*, request, reason: str, actor=None, now, from_s
         policy=policy,
         proposal=proposal,
         item_ids=request.args.get("items") or [],
-        refund_to=refund_to if kind != "original" or request.args.get("legs") else None,
+        refund_to=_gate_refund_to(args=request.args or {}, refund_to=refund_to, kind=kind),
         now=now,
         # A person's exception stays one: the same rules waived, the same dual control.
         waive=frozenset(request.waived_rules or ()),

@@ -12,12 +12,14 @@ provider's answer (from the payout, a webhook or the reconciliation):
   The provider is never called inside the ledger's transaction.
 
 Paying again: `approval_request_payment_retry` (finance, never the filer) files a new request
-for the same exact refund under a new idempotency key (`<key>:r<n>`), linked as the refused
+for the same exact refund (a refund paid in legs: the refused legs only, as approved) under a new
+idempotency key (`<key>:r<n>`), linked as the refused
 request's replacement; the ticket goes back to `approval_required` and finance approves it as
 any other request. A new key means a new refund at the provider.
 """
 
 import logging
+from decimal import Decimal
 
 from django.db import transaction
 from django.dispatch import receiver
@@ -25,11 +27,14 @@ from django.utils import timezone
 
 from ledger.exceptions import InvalidInput, NotFound
 from ledger.models import RefundEntry, RefundStatus
+from ledger.money import ZERO, money_parse
 from ledger.selectors import order_refund_position
+from ledger.services import canonical_hash
 from ledger.signals import order_dispute_changed, refund_entry_status_changed
 from ledger.tenancy import tenant_for_user
 
 from .decisions import approval_decider_check
+from .destinations import approval_leg_key, approval_request_entries, approval_request_of_entry
 from .exceptions import ApprovalConflict
 from .execution import approval_payment_failed
 from .followups import approval_followups_waiting
@@ -61,7 +66,7 @@ def on_refund_entry_status_changed(
 
 def approval_follow_refund_status(*, entry: RefundEntry, to_status: str, reason: str = "") -> ApprovalRequest | None:
     """The request whose refund the provider answered about follows it (see the module doc)."""
-    request = ApprovalRequest.objects.filter(idempotency_key=entry.idempotency_key).select_related("order").first()
+    request = approval_request_of_entry(entry=entry)
     if request is None:
         return None
     if to_status in REFUSED:
@@ -98,7 +103,7 @@ def approval_requests_hold_for_dispute(*, order, dispute) -> list[ApprovalReques
         ledger_entry__isnull=True,
     ).order_by("id")
     for request in waiting:
-        if RefundEntry.objects.filter(idempotency_key=request.idempotency_key).exists():
+        if approval_request_entries(request=request).exists():
             continue  # written by an execution that is paying it now
         reason = (
             f"the order is disputed ({dispute.provider_ref}: {dispute.status}); "
@@ -113,7 +118,8 @@ def approval_request_payment_retry(*, request_id: int, user, note: str = "") -> 
     """File the refund a provider refused again, as a new request for finance to decide.
 
     Only a `payment_failed` request, once (a second retry of the same request is a conflict:
-    decide the first). The new request has the same exact args (and hash) under a new key, the
+    decide the first). The new request has the same exact args (and hash) under a new key (of a
+    refund paid in several legs, only the legs the provider refused, exactly as approved), the
     facts it is checked against taken now (what is refundable, the current policy), and needs the
     same number of approvers. Who may: whoever may decide the request (finance, not the filer)."""
     tenant = tenant_for_user(user)
@@ -146,8 +152,9 @@ def approval_request_payment_retry(*, request_id: int, user, note: str = "") -> 
         policy = policy_current(order.tenant)
         if policy is None:
             raise InvalidInput("The shop has no published refund policy.", code="no_policy")
+        args, amount = _refused_legs_args(request=request)
         refundable = order_refund_position(order).refundable
-        if request.amount > refundable:
+        if amount > refundable:
             raise ApprovalConflict(
                 f"Only {refundable} {order.currency} is refundable on {order.external_id} now.",
                 code="refund_exceeds_refundable",
@@ -156,10 +163,10 @@ def approval_request_payment_retry(*, request_id: int, user, note: str = "") -> 
             tenant_id=request.tenant_id,
             action=request.action,
             order=order,
-            amount=request.amount,
+            amount=amount,
             currency=request.currency,
-            args=request.args,
-            args_hash=request.args_hash,
+            args=args,
+            args_hash=canonical_hash(args),
             idempotency_key=approval_request_replacement_key(key=request.idempotency_key),
             policy=policy,
             policy_version=policy.version,
@@ -183,3 +190,29 @@ def approval_request_payment_retry(*, request_id: int, user, note: str = "") -> 
         request.refresh_from_db()
         approval_replaced.send(sender=ApprovalRequest, request=replacement, old=request)
     return replacement
+
+
+def _refused_legs_args(*, request: ApprovalRequest) -> tuple[dict, Decimal]:
+    """The args (and amount) of the refund to file again: the request's own when it names one leg
+    or none; of a request paid in several legs, only the legs the provider refused, each exactly as
+    approved (the legs it paid stand, and are never paid twice). Refuses while a leg has no answer
+    yet (`legs_pending`): what to file again is known only once every leg has one."""
+    args = dict(request.args or {})
+    legs = args.get("legs") or []
+    if len(legs) <= 1:
+        return args, request.amount
+    entries = {entry.idempotency_key: entry for entry in approval_request_entries(request=request)}
+    statuses = [entries.get(approval_leg_key(request_key=request.idempotency_key, index=n)) for n in range(len(legs))]
+    if any(entry is None or entry.status == RefundStatus.PENDING for entry in statuses):
+        raise ApprovalConflict(
+            f"A leg of request #{request.pk} has no answer from the provider yet; file it again once every leg has one.",
+            code="legs_pending",
+        )
+    refused = [leg for leg, entry in zip(legs, statuses, strict=True) if entry.status in REFUSED]
+    if not refused:
+        raise ApprovalConflict(
+            f"No leg of request #{request.pk} was refused: nothing to file again.", code="no_leg_refused"
+        )
+    amount = sum((money_parse(leg["amount"]) for leg in refused), ZERO)
+    args.update(legs=refused, amount=str(amount), destination_method=refused[0]["method"])
+    return args, amount

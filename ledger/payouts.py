@@ -30,10 +30,14 @@ PROVIDER_PREFIXES = ("pi_", "ch_", "py_")
 
 
 def refund_entry_payment_ref(*, entry: RefundEntry) -> str:
-    """The provider payment the refund goes back to: the order's payment made with the entry's
-    destination method (the approved leg), and only that one: a refund approved to one tender is
-    never paid to another ("" when that method paid nothing through the provider). An entry with
-    no method (the order's payment recorded none) goes to the order's first provider payment."""
+    """The provider payment the refund goes back to: the payment the entry names (the approved
+    leg's), and only that one: a refund approved to one tender is never paid to another ("" when
+    that payment was not made through the provider). Entries written before they named their
+    payment: the order's payment made with the entry's destination method, or, with no method
+    (the order's payment recorded none), the order's first provider payment."""
+    if entry.payment_id is not None:
+        ref = Payment.objects.filter(pk=entry.payment_id).values_list("payment_ref", flat=True).first() or ""
+        return ref if ref.startswith(PROVIDER_PREFIXES) else ""
     payments = [
         p
         for p in Payment.objects.filter(order_id=entry.order_id).order_by("id")

@@ -17,6 +17,7 @@ from .models import (
     COUNTING_STATUSES,
     STATUS_TRANSITIONS,
     Order,
+    Payment,
     PaymentMethod,
     RefundEntry,
     RefundEntryEvent,
@@ -25,7 +26,7 @@ from .models import (
     RefundStatus,
 )
 from .money import ZERO, money_check_currency, money_parse
-from .selectors import order_refund_position
+from .selectors import order_payments_returnable, order_refund_position
 from .signals import refund_entry_status_changed
 from .telemetry import money_log, traced
 
@@ -62,6 +63,7 @@ def ledger_refund_issue(
     approval_ref: str = "",
     reason: str = "",
     created_by=None,
+    payment: Payment | None = None,
 ) -> RefundEntry:
     """Record one refund, exactly once.
 
@@ -79,6 +81,12 @@ def ledger_refund_issue(
     - an approved refund under the `manual` gateway: `pending` until a person records that they
       paid it by hand (`ledger_refund_record_paid`, with the payout's reference);
     - anything else (imports, operator entries): `succeeded`, paid by hand.
+
+    `payment`: the order's payment this refund gives back (one tender leg, docs/payments.md "Split
+    tender"). It must be the order's, paid with `destination` (a payment with no recorded method:
+    none), and it must still be able to return the amount, checked under the order lock
+    (`refund_exceeds_payment`): a charge never gives back more than it took, whatever else the
+    order could still refund.
 
     Refusals (RefundRefused) and replays write nothing. Inside a caller's transaction the write
     is a savepoint, so a refusal leaves that transaction usable. The database backs every rule
@@ -99,6 +107,8 @@ def ledger_refund_issue(
             "items": sorted(item_ids),
             "source": source,
             "approval": approval_ref,
+            # Only when named, so the hashes of entries written before legs were recorded still match.
+            **({"payment": payment.pk} if payment is not None else {}),
         }
     )
     gateway, status = _first_status(source=source, destination=destination, destination_kind=destination_kind)
@@ -110,6 +120,8 @@ def ledger_refund_issue(
             if existing is not None:
                 return _replay(existing, request_hash)
             lines = _check_refund(locked, amount, currency, destination, item_ids)
+            if payment is not None:
+                _check_payment_leg(locked, amount, currency, destination, payment)
             entry = RefundEntry.objects.create(
                 tenant_id=locked.tenant_id,
                 order=locked,
@@ -117,6 +129,7 @@ def ledger_refund_issue(
                 currency=currency,
                 destination=destination,
                 destination_kind=destination_kind,
+                payment=payment,
                 idempotency_key=idempotency_key,
                 request_hash=request_hash,
                 source=source,
@@ -307,6 +320,27 @@ def _check_refund(
     # The units each order line gives to this refund, as matched above.
     items = {item.line_no: item for item in order.items.all()}
     return {items[line_no].pk: (units, items[line_no].price * units) for line_no, units in match.units.items()}
+
+
+def _check_payment_leg(order: Order, amount: Decimal, currency: str, destination, payment: Payment) -> None:
+    """Refuse a leg on a payment that is not the order's, not made with the leg's method, or that
+    can no longer return the amount (read under the caller's order lock, so two legs on one
+    payment, from one approval or two, never together exceed what it took)."""
+    if payment.order_id != order.pk or payment.payment_method_id != (destination.pk if destination else None):
+        raise RefundRefused(
+            f"Payment #{payment.pk} is not a payment of {order.external_id} made with the refund's method.",
+            code="payment_not_order",
+        )
+    returnable = next(
+        (leg.returnable for leg in order_payments_returnable(order) if leg.payment_id == payment.pk), ZERO
+    )
+    if amount > returnable:
+        raise RefundRefused(
+            f"Refund of {amount} {currency} exceeds what payment #{payment.pk} of {order.external_id} can still "
+            f"return ({returnable} of {payment.amount}).",
+            code="refund_exceeds_payment",
+            details={"payment": payment.pk, "returnable": str(returnable)},
+        )
 
 
 def ledger_refund_correct(*, entry: RefundEntry, new_amount, reason: str, corrected_by=None) -> RefundRevision:

@@ -13,6 +13,7 @@ which would drop what finance changed); the approval, refund, denial or payment 
 follows speaks of that newest request.
 """
 
+from approvals.destinations import approval_request_entries
 from approvals.models import ApprovalRequest
 from approvals.selectors import approval_latest_for_ticket
 
@@ -92,8 +93,9 @@ def ticket_reply_compose(*, ticket: Ticket, to: str) -> str | None:
             return REPLIES["payment_failed"].format(about=about)
         if to == Ticket.Status.APPROVED:
             return REPLIES["approved"].format(about=about, amount=request.amount, currency=request.currency)
-        entry = request.ledger_entry
-        amount = entry.amount if entry is not None else request.amount
+        # What the ledger recorded for the request: every leg's entry (store credit and the card).
+        amounts = [entry.amount for entry in approval_request_entries(request=request)]
+        amount = sum(amounts) if amounts else request.amount
         destination = DESTINATIONS.get((request.args or {}).get("destination"), DESTINATIONS["original"])
         return REPLIES["refunded"].format(
             about=about, amount=amount, currency=request.currency, destination=destination

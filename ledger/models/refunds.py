@@ -10,7 +10,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from .orders import MONEY, Order, OrderItem, PaymentMethod
+from .orders import MONEY, Order, OrderItem, Payment, PaymentMethod
 from .tenancy import Tenant, TenantQuerySet
 
 
@@ -105,6 +105,17 @@ class RefundEntry(AppendOnlyModel):
     )
     destination_kind = models.CharField(
         max_length=20, blank=True, help_text="'original' (the order's payment) or 'gift_card'."
+    )
+    # The order's payment this refund gives back (one tender leg of an approval, docs/payments.md
+    # "Split tender"): the payout refunds exactly that payment. Blank on entries written before
+    # legs were recorded, on imports and on store credit to a gift card the order was not paid with.
+    payment = models.ForeignKey(
+        Payment,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="refund_entries",
+        help_text="The order's payment this refund returns (the approved tender leg).",
     )
     idempotency_key = models.CharField(max_length=200)  # unique: see Meta.constraints
     request_hash = models.CharField(

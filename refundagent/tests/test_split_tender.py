@@ -136,11 +136,32 @@ def test_more_than_the_gift_card_can_return_is_never_sent_to_it(fake_stripe, spl
     assert "gift_card_9" in verdict.reason and "20.00" in verdict.reason
 
 
-def test_a_refund_larger_than_any_one_payment_goes_to_a_person_never_to_one_charge(fake_stripe, split_order, people):
-    # given the whole 120.00 (the card's charge can return only 100.00)
-    ticket, verdict, request = file_refund(split_order, people["support"], "120.00")
-    # then the gate escalates it with the legs it would need; nothing is requested or paid
+def test_more_than_all_the_payments_can_return_goes_to_a_person(fake_stripe, tenant, customer, card, gift_card, people):
+    # given an order of 150.00 whose recorded payments add up to 120.00 (20.00 gift card, 100.00 card)
+    order = Order.objects.create(
+        tenant=tenant,
+        customer=customer,
+        external_id="ORD-SHORT",
+        total=Decimal("150.00"),
+        currency="USD",
+        placed_at=timezone.now() - timedelta(days=3),
+    )
+    Payment.objects.create(
+        order=order, payment_method=gift_card, method="gift_card", amount=Decimal("20.00"), currency="USD"
+    )
+    Payment.objects.create(
+        order=order,
+        payment_method=card,
+        method="card",
+        payment_ref="pi_short",
+        amount=Decimal("100.00"),
+        currency="USD",
+    )
+    # when the whole 150.00 is asked
+    ticket, verdict, request = file_refund(order, people["support"], "150.00", key="short")
+    # then the gate escalates it, saying what the payments can return together and each; nothing is requested
     assert request is None and verdict.outcome == "escalated" and "split_tender" in verdict.codes
+    assert "together can still return only 120.00" in verdict.reason
     assert "gift_card_9 20.00" in verdict.reason and "card_1 100.00" in verdict.reason
     assert fake_stripe.posts() == [] and not ApprovalRequest.objects.exists()
 
@@ -213,10 +234,11 @@ def test_two_requests_on_one_gift_card_leg_never_return_more_than_it_paid(
 
 
 def test_a_request_whose_legs_cannot_be_paid_as_approved_goes_back_to_finance(
-    fake_stripe, split_order, people, api_client, django_capture_on_commit_callbacks
+    fake_stripe, split_order, people, api_client, django_capture_on_commit_callbacks, make_order
 ):
-    # given a request naming two legs (20.00 to the gift card, 100.00 to the card), stored with its
-    # own hash as a hand-made request would be: the runtime pays one leg per approval
+    # given a request whose second leg names a payment of another order, stored with its own hash
+    # as a hand-made request would be
+    elsewhere = make_order("80.00", external_id="ORD-ELSE", payment_ref="pi_elsewhere").payments.get()
     ticket, verdict, request = file_refund(split_order, people["support"], "100.00")
     gift_payment = split_order.payments.get(method="gift_card")
     args = dict(request.args)
@@ -228,8 +250,9 @@ def test_a_request_whose_legs_cannot_be_paid_as_approved_goes_back_to_finance(
             "amount": "20.00",
             "returnable": "20.00",
         },
-        {**request.args["legs"][0], "amount": "80.00"},
+        {**request.args["legs"][0], "payment": elsewhere.pk, "amount": "80.00"},
     ]
+    args["destination_method"] = "gift_card_9"
     ApprovalRequest.objects.filter(pk=request.pk).update(args=args, args_hash=canonical_hash(args))
     request.refresh_from_db()
     # when finance approves exactly that
@@ -240,12 +263,13 @@ def test_a_request_whose_legs_cannot_be_paid_as_approved_goes_back_to_finance(
             content_type="application/json",
         )
     # then it is refused with the reason, nothing is paid anywhere, and finance decides again on
-    # one exact leg (the replacement), never on the legs the runtime cannot pay
-    assert answer.status_code == 409 and "cannot be paid as one leg" in answer.json()["detail"]
+    # what the gate names now (the replacement), never on the legs the runtime cannot pay
+    assert answer.status_code == 409 and "cannot be paid as approved" in answer.json()["detail"]
     assert fake_stripe.posts() == [] and not RefundEntry.objects.filter(order=split_order).exists()
     request.refresh_from_db()
     assert request.status == ApprovalRequest.Status.INVALIDATED
     replacement = request.replaced_by
     assert replacement is None or (
-        replacement.status == ApprovalRequest.Status.PENDING and len(replacement.args["legs"]) == 1
+        replacement.status == ApprovalRequest.Status.PENDING
+        and [leg["payment"] for leg in replacement.args["legs"]] == [split_order.payments.get(method="card").pk]
     )
