@@ -1,10 +1,9 @@
 """Recording trace events: one trace per ticket, events in order, redacted before storage.
 
 An event's `seq` is its place in its ticket's trace, given under a row lock: the INSERT numbers
-its events after the ticket's last one (the database gives an event written without a place the
-next one, row by row in the order written: the trigger of migration 0013), in a statement that
-starts once the writer holds the lock, so two writers on one ticket take turns instead of racing
-for a number (no retry); the unique (ticket, seq) constraint stays as the backstop. The lock (`trace_lock`) is the ticket's
+its events after the ticket's last one, in a statement that starts once the writer holds the
+lock, so two writers on one ticket take turns instead of racing for a number (no retry); the
+unique (ticket, seq) constraint stays as the backstop. The lock (`trace_lock`) is the ticket's
 row and, while an agent run is open on the ticket, that run's row too, both FOR NO KEY UPDATE
 (rows that only refer to them do not wait). The agent's loop holds its run's row at every
 persist anyway (the compare-and-set on its claim), and no other writer gets past it: the loop
@@ -16,7 +15,11 @@ own transaction (`trace_events_write`): the agent loop writes a step's events wi
 persist, so a step and its trace commit together (refundagent.agent.loop).
 """
 
+from collections import Counter
+
 from django.db import transaction
+from django.db.models import Subquery, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from .models import AgentRun, Ticket, TraceEvent
@@ -81,10 +84,16 @@ def trace_events_write(events: list[TraceEvent], *, locked: bool = False) -> Non
     with transaction.atomic(savepoint=False):
         if not locked:
             trace_lock({event.ticket_id for event in events})
-        # Each event's place is given by the INSERT itself, once the lock is held: no other
+        # Each ticket's last seq is read by the INSERT itself, once the lock is held: no other
         # writer can take a number meanwhile.
+        last: dict[int, Coalesce] = {}
+        places: Counter[int] = Counter()
         for event in events:
-            event.seq = None
+            if event.ticket_id not in last:
+                seqs = TraceEvent.objects.filter(ticket_id=event.ticket_id).order_by("-seq").values("seq")
+                last[event.ticket_id] = Coalesce(Subquery(seqs[:1]), Value(0))
+            places[event.ticket_id] += 1
+            event.seq = last[event.ticket_id] + places[event.ticket_id]
         TraceEvent.objects.bulk_create(events)
 
 

@@ -303,21 +303,3 @@ def test_filing_inside_a_nested_block_that_raises_keeps_the_outer_events(ticket,
     decisions = list(TraceEvent.objects.filter(ticket=ticket).order_by("seq").values_list("decision", flat=True))
     assert decisions == ["filed", "kept", "after"]
     assert not Ticket.objects.filter(pk=filed.pk).exists()
-
-
-def test_the_insert_numbers_an_event_without_a_place_and_keeps_a_given_one(ticket):
-    # given events written by plain INSERTs: one without a place, one with its own (a backfill)
-    def write(**fields):
-        return TraceEvent.objects.create(ticket=ticket, trace_id=ticket.trace_id, span="tool", status="ok", **fields)
-
-    write(decision="next")
-    write(decision="given", seq=50)
-    write(decision="after")
-
-    # then the database gave each one without a place the next place of its ticket's trace
-    assert list(TraceEvent.objects.filter(ticket=ticket).order_by("seq").values_list("seq", "decision")) == [
-        (1, "filed"),
-        (2, "next"),
-        (50, "given"),
-        (51, "after"),
-    ]
