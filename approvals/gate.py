@@ -116,6 +116,24 @@ def decision_facts(*, tenant, order: Order) -> tuple[RefundPolicy | None, Paymen
     return policy_current(tenant), order_original_method(order)
 
 
+@dataclass(frozen=True)
+class DecisionReads:
+    """What the agent's decision reads besides the order's position, in two queries."""
+
+    policy: RefundPolicy | None
+    original_method: PaymentMethod | None
+    payments: list[PaymentReturnable]
+
+
+def decision_reads(*, tenant, order: Order) -> DecisionReads:
+    """The tenant's current policy, and the order's payments with what each can still return,
+    whose first method is the order's original one (`order_original_method`, from the same
+    read): the agent's decision passes all three to `policy_gate_evaluate`."""
+    payments = order_payments_returnable(order)
+    original = next((payment.payment_method for payment in payments if payment.payment_method is not None), None)
+    return DecisionReads(policy=policy_current(tenant), original_method=original, payments=payments)
+
+
 # `original` not given: read it.
 _UNREAD = object()
 
@@ -195,8 +213,8 @@ def policy_gate_evaluate(
 
     `position`: the order's refund position when the caller read it (the decision records it; a
     policy replay passes the recorded one); else it is read here. `disputes` (the order's open
-    disputes) and `payments` (what each of its payments can still return) likewise: a replay
-    passes the recorded ones, and the risk figures recorded (`risk_figures`), which it judges by
+    disputes) and `payments` (what each of its payments can still return) likewise: the agent's
+    decision passes the payments it read (`decision_reads`), a replay the recorded ones, and the risk figures recorded (`risk_figures`), which it judges by
     the policy's risk rules instead of reading them again."""
     if position is None:
         position = order_refund_position(order)

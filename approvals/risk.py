@@ -15,11 +15,12 @@ none. The rules:
   never paid with, on any order.
 """
 
+import functools
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 
-from django.db.models import Exists, F, Func, Subquery, Value
+from django.db.models import BigIntegerField, CharField, DateTimeField, Exists, F, Func, OuterRef, Subquery, Value
 
 from ledger.models import Customer, Order, Payment, PaymentMethod, RefundEntry
 from ledger.models.refunds import COUNTING_STATUSES
@@ -36,6 +37,30 @@ _IN_FLIGHT = ("pending", "approved")
 def _scalar(queryset) -> Subquery:
     """An aggregate of `queryset` as a subquery of one value (its `value` annotation over all rows)."""
     return Subquery(queryset.order_by().values("value")[:1])
+
+
+@functools.cache
+def _figures() -> dict:
+    """The risk figures of a customer as subqueries of the customer's row, built once per process
+    (building them cost more than running them): the currency, the window's start and the
+    destination method are the outer query's aliases (`risk_check`), so only the query is kept,
+    never an answer. Refunds are the ledger's entries that count against an order, and approval
+    requests not yet paid (money possibly out)."""
+    mine = {"order__customer_id": OuterRef("pk"), "currency": OuterRef("risk_currency")}
+    since = OuterRef("risk_since")
+    entries = RefundEntry.objects.filter(**mine, status__in=COUNTING_STATUSES, created_at__gte=since)
+    in_flight = ApprovalRequest.objects.filter(
+        **mine, status__in=_IN_FLIGHT, ledger_entry__isnull=True, created_at__gte=since
+    )
+    paid = Payment.objects.filter(order__customer_id=OuterRef("pk"), payment_method_id=OuterRef("risk_method"))
+    return {
+        "entries_count": _scalar(entries.annotate(value=Func(F("id"), function="COUNT"))),
+        "entries_amount": _scalar(entries.annotate(value=Func(F("amount"), function="SUM"))),
+        "requests_count": _scalar(in_flight.annotate(value=Func(F("id"), function="COUNT"))),
+        "requests_amount": _scalar(in_flight.annotate(value=Func(F("amount"), function="SUM"))),
+        # Read only when a method is named (with none, `risk_method` is NULL and matches nothing).
+        "paid_with": Exists(paid),
+    }
 
 
 @dataclass(frozen=True)
@@ -65,29 +90,17 @@ def risk_check(
     since = now - timedelta(days=window_days)
     customer = order.customer
     # One query for every figure: the rules run inside the agent's decision, whose statements
-    # are budgeted (refundagent/tests/test_loop_persist.py).
-    entries = RefundEntry.objects.filter(
-        order__customer_id=order.customer_id,
-        currency=order.currency,
-        status__in=COUNTING_STATUSES,
-        created_at__gte=since,
-    )
-    in_flight = ApprovalRequest.objects.filter(
-        order__customer_id=order.customer_id,
-        currency=order.currency,
-        status__in=_IN_FLIGHT,
-        ledger_entry__isnull=True,
-        created_at__gte=since,
-    )
-    paid = Payment.objects.filter(order__customer_id=order.customer_id, payment_method_id=method.pk if method else None)
+    # are budgeted (refundagent/tests/test_loop_persist.py). Its subqueries are built once per
+    # process (_figures) and read this call's values from the outer query's aliases.
     row = (
         Customer.objects.filter(pk=order.customer_id)
+        .alias(
+            risk_currency=Value(order.currency, output_field=CharField()),
+            risk_since=Value(since, output_field=DateTimeField()),
+            risk_method=Value(method.pk if method else None, output_field=BigIntegerField()),
+        )
         .annotate(
-            entries_count=_scalar(entries.annotate(value=Func(F("id"), function="COUNT"))),
-            entries_amount=_scalar(entries.annotate(value=Func(F("amount"), function="SUM"))),
-            requests_count=_scalar(in_flight.annotate(value=Func(F("id"), function="COUNT"))),
-            requests_amount=_scalar(in_flight.annotate(value=Func(F("amount"), function="SUM"))),
-            paid_with=Exists(paid),
+            **_figures(),
             open_tickets=open_tickets_on_order
             if hasattr(open_tickets_on_order, "resolve_expression")
             else Value(open_tickets_on_order),

@@ -181,6 +181,10 @@ class RefundAgent:
         self.support = get_user_model().objects.get(username="acme-support")
         self.queries: list[int] = []
         self.waits: list[float] = []  # ms per ticket waiting on the server, with --floor
+        # Tickets an interrupted run left open on the order would trip the same risk rules.
+        leftover = self.Ticket.objects.filter(order__external_id=ORDER, order__tenant__slug=TENANT)
+        for ticket_id in leftover.exclude(status__in=["refunded", "denied", "closed"]).values_list("pk", flat=True):
+            self.settle(ticket_id)
         try:
             from celery import current_app
 
@@ -219,9 +223,20 @@ class RefundAgent:
         if status != "approval_required":
             detail = self.Ticket.objects.values_list("stop_detail", flat=True).get(pk=ticket.pk)
             raise SystemExit(f"refundagent ticket {ticket.pk} ended {status}, not approval_required: {detail}")
+        self.settle(ticket.pk)
         self.queries.append(count[0])
         self.waits.append(waited.ms)
         return elapsed * 1000
+
+    def settle(self, ticket_id: int) -> None:
+        """Escalate (withdrawing its approval request) and close the ticket, neither timed nor
+        counted, so that every ticket meets the same ledger: the demo policy's risk rules (open
+        tickets per order, the customer's refunds in flight) would otherwise escalate the next one."""
+        from refundagent.services import ticket_close, ticket_escalate
+
+        if self.Ticket.objects.get(pk=ticket_id).status == "approval_required":
+            ticket_escalate(ticket=self.Ticket.objects.get(pk=ticket_id), user=self.support)
+        ticket_close(ticket=self.Ticket.objects.get(pk=ticket_id), user=self.support)
 
 
 # --- LangGraph + PostgresSaver ----------------------------------------------------------------

@@ -15,6 +15,7 @@ from .models import (
     Dispute,
     Order,
     OrderItem,
+    Payment,
     PaymentMethod,
     ReconciliationFinding,
     RefundEntry,
@@ -243,23 +244,46 @@ class PaymentReturnable:
     returnable: Decimal
     # A dispute the customer's bank still holds against this payment (order_open_disputes says which).
     disputed: bool = False
+    # The method itself, as read with the payment (None when the shop recorded none, or when a
+    # replay rebuilt the payment from its record): the decision's original method comes from it.
+    payment_method: PaymentMethod | None = field(default=None, repr=False, compare=False)
+
+
+@functools.cache
+def _order_payments_rows():
+    """The payments of an order (filtered per order) with their method, whether a dispute is open
+    on each, and the counting refunds made to each one's method and to no method, in one query.
+    Built once per process, as `_order_position_rows`: the gate reads it at every decision."""
+    open_disputes = Dispute.objects.filter(payment=OuterRef("pk")).exclude(status__in=Dispute.SETTLED_FOR_THE_SHOP)
+    order_refunds = RefundEntry.objects.filter(order_id=OuterRef("order_id")).counting()
+
+    def refunded(entries) -> Subquery:
+        total = refund_entries_with_effective_amount(entries).values("order").annotate(s=Sum("effective_amount"))
+        return Subquery(total.values("s"), output_field=MONEY_FIELD)
+
+    return (
+        Payment.objects.select_related("payment_method")
+        .annotate(
+            disputed=Exists(open_disputes),
+            returned_to_method=refunded(order_refunds.filter(destination_id=OuterRef("payment_method_id"))),
+            returned_unnamed=refunded(order_refunds.filter(destination__isnull=True)),
+        )
+        .order_by("id")
+    )
 
 
 def order_payments_returnable(order: Order) -> list[PaymentReturnable]:
     """The order's payments in the order they were made, each with what it can still return: what
     it paid minus the counting refunds made to its method. A refund recorded without a method is
     the first payment's (as it was paid out before methods were named)."""
-    open_disputes = Dispute.objects.filter(payment=OuterRef("pk")).exclude(status__in=Dispute.SETTLED_FOR_THE_SHOP)
-    payments = list(
-        order.payments.select_related("payment_method").annotate(disputed=Exists(open_disputes)).order_by("id")
-    )
+    payments = list(_order_payments_rows().filter(order_id=order.pk))
+    # What went back to each payment's method (None: to no method), as the query summed it.
     returned: dict[int | None, Decimal] = {}
-    for row in (
-        refund_entries_with_effective_amount(RefundEntry.objects.filter(order=order).counting())
-        .values("destination_id")
-        .annotate(total=Sum("effective_amount"))
-    ):
-        returned[row["destination_id"]] = row["total"] or ZERO
+    if payments and payments[0].returned_unnamed is not None:
+        returned[None] = payments[0].returned_unnamed
+    for payment in payments:
+        if payment.payment_method_id is not None and payment.returned_to_method is not None:
+            returned[payment.payment_method_id] = payment.returned_to_method
     if payments and None in returned and payments[0].payment_method_id is not None:
         returned[payments[0].payment_method_id] = returned.get(payments[0].payment_method_id, ZERO) + returned[None]
     legs = []
@@ -278,6 +302,7 @@ def order_payments_returnable(order: Order) -> list[PaymentReturnable]:
                 paid=payment.amount,
                 returnable=(payment.amount - taken).quantize(CENT),
                 disputed=payment.disputed,
+                payment_method=payment.payment_method,
             )
         )
     return legs

@@ -77,3 +77,41 @@ def test_without_a_policy_or_a_payment_each_read_is_none_on_its_own(tenant, poli
     policy_now, method = decision_facts(tenant=tenant, order=paid)
     assert policy_now is None
     assert _fields(method) == _fields(order_original_method(paid))
+
+
+def test_the_agents_decision_reads_policy_and_payments_in_two_queries(tenant, customer, card, policy, make_order):
+    # given an order whose first payment names no method, paid later with a gift card, then the card
+    from approvals.gate import decision_reads
+    from ledger.models import Payment, PaymentMethod
+    from ledger.selectors import order_payments_returnable
+
+    order = make_order()
+    Payment.objects.filter(order=order).update(payment_method=None)
+    gift = PaymentMethod.objects.create(customer=customer, external_id="gift_reads", kind=PaymentMethod.Kind.GIFT_CARD)
+    Payment.objects.create(order=order, payment_method=gift, method="gift_card", amount="5.00", currency="USD")
+    Payment.objects.create(order=order, payment_method=card, method="card", amount="5.00", currency="USD")
+    order_payments_returnable(order)  # built once
+
+    # when the decision reads its facts
+    with CaptureQueriesContext(connection) as queries:
+        reads = decision_reads(tenant=tenant, order=order)
+
+    # then two queries: the policy, and the payments whose first method is the original one
+    assert len(queries) == 2
+    assert _fields(reads.policy) == _fields(policy_current(tenant))
+    assert _fields(reads.original_method) == _fields(order_original_method(order)) == _fields(gift)
+    assert reads.payments == order_payments_returnable(order)
+
+
+def test_the_decision_reads_without_a_payment_or_a_policy(tenant, policy, make_order):
+    from approvals.gate import decision_reads
+    from ledger.models import Payment
+
+    # given an order with no recorded payment, and no current policy
+    order = make_order()
+    Payment.objects.filter(order=order).delete()
+    RefundPolicy.objects.filter(tenant=tenant).update(status=RefundPolicy.Status.RETIRED)
+
+    # then each read is empty on its own
+    reads = decision_reads(tenant=tenant, order=order)
+    assert (reads.policy, reads.original_method, reads.payments) == (None, None, [])

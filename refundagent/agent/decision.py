@@ -88,9 +88,10 @@ def agent_draft_decide(
         sensitive = sensitive_values_for_ticket(ticket)
     now = timezone.now()
     if order is None:
-        policy, original_method = gate.policy_current(ticket.tenant), None
+        policy, original_method, payments = gate.policy_current(ticket.tenant), None, None
     else:
-        policy, original_method = gate.decision_facts(tenant=ticket.tenant, order=order)
+        reads = gate.decision_reads(tenant=ticket.tenant, order=order)
+        policy, original_method, payments = reads.policy, reads.original_method, reads.payments
     # Read once: the gate decides on it and the decision's record keeps it (a policy replay).
     position = order_refund_position(order) if order is not None else None
     verdict, proposal, adopt = _verdict(
@@ -100,6 +101,7 @@ def agent_draft_decide(
         policy=policy,
         original_method=original_method,
         position=position,
+        payments=payments,
         now=now,
         reply_model_claim=reply_model_claim,
     )
@@ -241,6 +243,7 @@ def _verdict(
     policy: RefundPolicy | None,
     original_method,
     position=None,
+    payments=None,
     now: datetime,
     reply_model_claim: str = "",
 ) -> tuple[gate.GateVerdict, gate.Proposal | None, dict]:
@@ -277,6 +280,7 @@ def _verdict(
         now=now,
         original_method=original_method,
         position=position,
+        payments=payments,
         scope_open=ticket.order_id is None,
         risk_check=True,
         open_tickets_on_order=order_open_tickets(order=order, ticket=ticket),
