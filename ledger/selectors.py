@@ -261,12 +261,16 @@ def _order_payments_rows():
         total = refund_entries_with_effective_amount(entries).values("order").annotate(s=Sum("effective_amount"))
         return Subquery(total.values("s"), output_field=MONEY_FIELD)
 
+    # A refund that names its payment (a tender leg) is that payment's; one written before legs
+    # named payments is counted by its method.
+    by_method = order_refunds.filter(payment__isnull=True)
     return (
         Payment.objects.select_related("payment_method")
         .annotate(
             disputed=Exists(open_disputes),
-            returned_to_method=refunded(order_refunds.filter(destination_id=OuterRef("payment_method_id"))),
-            returned_unnamed=refunded(order_refunds.filter(destination__isnull=True)),
+            returned_to_payment=refunded(order_refunds.filter(payment_id=OuterRef("pk"))),
+            returned_to_method=refunded(by_method.filter(destination_id=OuterRef("payment_method_id"))),
+            returned_unnamed=refunded(by_method.filter(destination__isnull=True)),
         )
         .order_by("id")
     )
@@ -274,8 +278,10 @@ def _order_payments_rows():
 
 def order_payments_returnable(order: Order) -> list[PaymentReturnable]:
     """The order's payments in the order they were made, each with what it can still return: what
-    it paid minus the counting refunds made to its method. A refund recorded without a method is
-    the first payment's (as it was paid out before methods were named)."""
+    it paid minus the counting refunds made to it. A refund names its payment (a tender leg);
+    one written before legs did is counted by its method, the earliest payment made with that
+    method first, and one recorded without a method is the first payment's (as it was paid out
+    before methods were named)."""
     payments = list(_order_payments_rows().filter(order_id=order.pk))
     # What went back to each payment's method (None: to no method), as the query summed it.
     returned: dict[int | None, Decimal] = {}
@@ -289,9 +295,11 @@ def order_payments_returnable(order: Order) -> list[PaymentReturnable]:
     legs = []
     for payment in payments:
         method_id = payment.payment_method_id
-        # Payments made with one method share what it got back, the earliest first.
-        taken = min(returned.get(method_id, ZERO), payment.amount)
-        returned[method_id] = returned.get(method_id, ZERO) - taken
+        # Its own refunds first; then payments made with one method share what it got back
+        # without naming a payment, the earliest first.
+        own = min(payment.returned_to_payment or ZERO, payment.amount)
+        taken = own + min(returned.get(method_id, ZERO), payment.amount - own)
+        returned[method_id] = returned.get(method_id, ZERO) - (taken - own)
         legs.append(
             PaymentReturnable(
                 payment_id=payment.pk,

@@ -7,6 +7,7 @@ import pytest
 
 from ledger.exceptions import IdempotencyConflict, RefundRefused
 from ledger.models import Payment, PaymentMethod, RefundEntry
+from ledger.selectors import order_payments_returnable
 from ledger.services import ledger_refund_issue
 
 THREADS = 8
@@ -76,3 +77,35 @@ def test_concurrent_legs_on_one_payment_never_exceed_it(split, run_concurrently)
     assert {r.code for r in refused} == {"refund_exceeds_payment"}
     gift_card.refresh_from_db()
     assert gift_card.balance == Decimal("15.00")
+
+
+@pytest.mark.django_db
+def test_a_leg_is_counted_against_its_own_payment_when_one_method_paid_twice(make_order, card):
+    # given an order of 100.00 paid in two charges of 50.00 with the same card
+    order = make_order("100.00", payment_ref="pi_first")
+    first = order.payments.get()
+    Payment.objects.filter(pk=first.pk).update(amount=Decimal("50.00"))
+    second = Payment.objects.create(
+        order=order,
+        payment_method=card,
+        method="card",
+        payment_ref="pi_second",
+        amount=Decimal("50.00"),
+        currency="USD",
+    )
+    # when a leg of 30.00 refunds the second charge
+    issue(order, "30.00", "second-leg", card, second)
+    # then the second charge can return 20.00 more and the first all of its 50.00 (counted by the
+    # method alone, the 30.00 would have been the first charge's: a later 50.00 leg on the second
+    # would then be more than the provider can give back on it)
+    returnable = {leg.payment_id: leg.returnable for leg in order_payments_returnable(order)}
+    assert returnable == {first.pk: Decimal("50.00"), second.pk: Decimal("20.00")}
+    # and the second charge's cap holds under the lock: 20.01 more is refused
+    with pytest.raises(RefundRefused) as refused:
+        issue(order, "20.01", "second-over", card, second)
+    assert refused.value.details["returnable"] == "20.00"
+    # and a refund that names no payment (written before legs did) still counts by its method,
+    # against the earliest payment made with it
+    issue(order, "50.00", "by-method", card, None)
+    returnable = {leg.payment_id: leg.returnable for leg in order_payments_returnable(order)}
+    assert returnable == {first.pk: Decimal("0.00"), second.pk: Decimal("20.00")}
