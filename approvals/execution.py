@@ -171,7 +171,17 @@ def approval_payout_metadata(*, request: ApprovalRequest) -> dict[str, str]:
 
 
 def approval_payment_failed(*, request: ApprovalRequest, entry: RefundEntry, reason: str) -> ApprovalRequest:
-    """Mark a request whose refund the provider refused `payment_failed`, once."""
+    """Mark a request whose refund the provider refused `payment_failed`, once.
+
+    A refund paid in legs can lose a second leg later (a card refund fails days after it was
+    paid), when the request is already `payment_failed` for the first: that leg's failure is added
+    to the request's verification and its ticket is told all the same, so no ticket says
+    `refunded` for money that did not move (refundagent.ticket_events). If the request was already
+    filed again for the first leg and that refile is not in the ledger yet, the refile is withdrawn
+    (invalidated, no replacement) and a person proposes the whole amount owed; if it is, it stands
+    and a person proposes the failed part."""
+    if request.status == ApprovalRequest.Status.PAYMENT_FAILED and entry.pk != request.ledger_entry_id:
+        return _approval_leg_failed_later(request=request, entry=entry, reason=reason)
     now = timezone.now()
     verdict = {
         "ok": False,
@@ -204,6 +214,59 @@ def approval_payment_failed(*, request: ApprovalRequest, entry: RefundEntry, rea
             extra={"approval": request.pk, "verification": verdict},
         )
         refund_payment_failed.send(sender=ApprovalRequest, request=request, entry=entry, reason=verdict["detail"])
+    return request
+
+
+def _approval_leg_failed_later(*, request: ApprovalRequest, entry: RefundEntry, reason: str) -> ApprovalRequest:
+    """Another leg of a `payment_failed` request was refused: recorded on the request (its
+    verification gains the leg's check) and announced, once per leg (the ledger changes an
+    entry's status once)."""
+    verification = dict(request.verification or {})
+    check = {
+        "name": "provider_paid",
+        "ok": False,
+        "entry": entry.pk,
+        "expected": RefundStatus.SUCCEEDED,
+        "actual": f"{entry.status}: {reason}".strip(": "),
+    }
+    verification["checks"] = [*verification.get("checks", []), check]
+    now = timezone.now()
+    ApprovalRequest.objects.filter(pk=request.pk).update(verification=verification, updated_at=now)
+    request.refresh_from_db()
+    refile = request.replaced_by
+    if (
+        refile is not None
+        and refile.status in (ApprovalRequest.Status.PENDING, ApprovalRequest.Status.APPROVED)
+        and not approval_request_entries(request=refile).exists()
+    ):
+        # Under the order's lock (the ledger's record of the failure holds it): no execution is
+        # writing the refile meanwhile. Its ticket goes to a person with the reason.
+        approval_request_invalidate(
+            request=refile,
+            reason=(
+                f"{entry.amount} {request.currency} of request #{request.pk} (ledger entry #{entry.pk}) also failed at "
+                f"the provider after #{request.pk} was filed again as #{refile.pk}: a person proposes the whole "
+                "refund still owed"
+            ),
+            now=now,
+            from_status=refile.status,
+            replace=False,
+        )
+        return request
+    logger.error(
+        "approval %s: the provider refused another leg, refund #%s (%s): %s",
+        request.pk,
+        entry.pk,
+        entry.status,
+        reason,
+        extra={"approval": request.pk, "entry": entry.pk},
+    )
+    refund_payment_failed.send(
+        sender=ApprovalRequest,
+        request=request,
+        entry=entry,
+        reason=reason or f"The provider reported it {entry.status}.",
+    )
     return request
 
 

@@ -88,10 +88,13 @@ def _legs_paid(legs: list[dict]) -> list[tuple]:
     return [(leg.get("payment"), leg.get("method"), leg.get("kind"), leg.get("amount")) for leg in legs]
 
 
-def approval_request_invalidate(*, request, reason: str, actor=None, now, from_status=ApprovalRequest.Status.PENDING):
-    """Mark a request whose facts changed `invalidated` and, when the refund is still eligible,
-    make its replacement (a new exact action with its own args, hash and key). Runs inside the
-    caller's transaction with the order row locked. Returns the replacement or None."""
+def approval_request_invalidate(
+    *, request, reason: str, actor=None, now, from_status=ApprovalRequest.Status.PENDING, replace: bool = True
+):
+    """Mark a request whose facts changed `invalidated` and, when the refund is still eligible (and
+    `replace`), make its replacement (a new exact action with its own args, hash and key). Without
+    `replace` a person decides what is owed now (its ticket goes to the human queue). Runs inside
+    the caller's transaction with the order row locked. Returns the replacement or None."""
     fields = {
         "status": ApprovalRequest.Status.INVALIDATED,
         "decision_note": f"Invalidated: {reason}",
@@ -102,6 +105,10 @@ def approval_request_invalidate(*, request, reason: str, actor=None, now, from_s
     updated = ApprovalRequest.objects.filter(pk=request.pk, status=from_status).update(**fields)
     if updated != 1:
         raise ApprovalConflict(f"Request #{request.pk} was decided by someone else.", code="already_decided")
+    if not replace:
+        request.refresh_from_db()
+        approval_invalidated.send(sender=ApprovalRequest, request=request, actor=actor, reason=reason, verdict={})
+        return None
     order = Order.objects.select_related("tenant", "customer").get(pk=request.order_id)
     policy = policy_current(order.tenant)
     # The replacement keeps the destination: the exact method approved before (or, for a request

@@ -206,7 +206,10 @@ def ticket_follow_invalidated(*, request: ApprovalRequest, actor, reason: str, v
             ticket=ticket,
             to=Ticket.Status.ESCALATED,
             detail=f"Approval request #{request.pk} was invalidated ({reason}) and the refund is "
-            f"no longer eligible: {gate_reason}",
+            f"no longer eligible: {gate_reason}"
+            if gate_reason
+            # Withdrawn without the gate's say (approvals.execution: a leg failed after a refile).
+            else f"Approval request #{request.pk} was withdrawn: {reason}.",
         )
 
 
@@ -321,12 +324,25 @@ def ticket_follow_payment_failed(*, request: ApprovalRequest, entry, reason: str
     ticket = ticket_of_request(request)
     if ticket is None:
         return
-    detail = (
-        f"The payment provider refused the refund of {_money(request)} (request #{request.pk}, ledger entry "
-        f"#{entry.pk} {entry.status}): {reason}. Nothing was paid; the amount is refundable again."
-    )
+    if entry.amount == request.amount:
+        detail = (
+            f"The payment provider refused the refund of {_money(request)} (request #{request.pk}, ledger entry "
+            f"#{entry.pk} {entry.status}): {reason}. Nothing was paid; the amount is refundable again."
+        )
+    else:  # one leg of a refund paid in several
+        detail = (
+            f"The payment provider refused {entry.amount} {request.currency} of the refund of {_money(request)} "
+            f"(request #{request.pk}, ledger entry #{entry.pk} {entry.status}, to {entry.destination or 'the payment'})"
+            f": {reason}. That part was not paid and is refundable again; the other legs stand."
+        )
+        if request.replaced_by_id is not None:
+            detail += (
+                f" Request #{request.pk} was already filed again as #{request.replaced_by_id} for what the provider"
+                f" refused before: propose a refund of {entry.amount} {request.currency} on this ticket for this part."
+            )
     # Also from `refunded`: the provider reported the refund paid, then failed it; the money did
-    # not move, so the ticket is finance's again, not the evaluator's alert.
+    # not move, so the ticket is finance's again, not the evaluator's alert. And from a request
+    # filed again that waits for finance: a leg of the first failed since (approvals.execution).
     ticket_transition(ticket=ticket, to=Ticket.Status.PAYMENT_FAILED, detail=detail)
     trace_record(
         ticket=ticket,

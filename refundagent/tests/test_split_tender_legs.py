@@ -11,15 +11,19 @@ import pytest
 from django.utils import timezone
 
 from approvals.decisions import approval_request_decide
+from approvals.exceptions import ApprovalConflict
 from approvals.execution import approval_execute
 from approvals.models import ApprovalRequest
 from approvals.payouts import approval_request_payment_retry
 from approvals.verification import approval_verify
 from ledger.exceptions import PaymentProviderUnavailable, RefundRefused
 from ledger.models import Order, Payment, PaymentMethod, RefundEntry
+from ledger.selectors import order_refund_position
 from ledger.services import canonical_hash, ledger_refund_correct, ledger_refund_issue
 from refundagent.models import Ticket
+from refundagent.services import ticket_refund_propose
 from refundagent.tests.payments_support import ticket_gated
+from refundagent.tests.test_late_provider_failure import post_event, refund_event
 
 pytestmark = pytest.mark.django_db
 
@@ -377,3 +381,99 @@ def test_a_card_leg_paid_by_hand_waits_for_finance_after_the_store_credit(
     assert (card_entry.status, card_entry.provider_ref) == ("succeeded", "SEPA-7")
     assert request.status == ApprovalRequest.Status.EXECUTED, request.verification
     assert gift_card.balance == Decimal("20.00")
+
+
+@pytest.fixture
+def two_cards(tenant, customer, card):
+    other_card = PaymentMethod.objects.create(customer=customer, external_id="card_2", kind="card", last4="1111")
+    return order_paid(tenant, customer, "ORD-LATE-LEG", (card, "60.00", "pi_first"), (other_card, "60.00", "pi_second"))
+
+
+def first_refused_then_filed_again(fake_stripe, order, people, capture):
+    """A 120.00 refund over two card legs: the first paid, the second refused; finance files the
+    second again. Returns the ticket, the first request, its replacement and the first leg's refund."""
+    ticket, verdict, request = ticket_gated(order=order, filer=people["support"], amount="120.00", key="late-leg")
+    fake_stripe.fail_next("none", "402")
+    request = approve(request, people["finance"], capture)
+    assert request.status == ApprovalRequest.Status.PAYMENT_FAILED
+    again = approval_request_payment_retry(request_id=request.pk, user=people["finance2"])
+    assert again.amount == Decimal("60.00")
+    [paid] = [refund for refund in fake_stripe.refunds.values() if refund["status"] == "succeeded"]
+    return ticket, request, again, paid
+
+
+def fail_later(fake_stripe, refund, capture, event_id="evt_leg_late"):
+    """The provider fails a paid refund (its charge can give the amount back again) and says so."""
+    fake_stripe.refunds[refund["id"]]["status"] = "failed"
+    payload = refund_event(refund, event_id=event_id, status="failed", failure_reason="expired_or_canceled_card")
+    with capture(execute=True):
+        assert post_event(payload).status_code == 200
+
+
+def test_a_leg_that_fails_after_another_was_filed_and_paid_again_sends_the_ticket_back(
+    fake_stripe, two_cards, people, django_capture_on_commit_callbacks
+):
+    capture = django_capture_on_commit_callbacks
+    ticket, request, again, paid = first_refused_then_filed_again(fake_stripe, two_cards, people, capture)
+    again = approve(again, people["finance"], capture)
+    ticket.refresh_from_db()
+    assert again.status == ApprovalRequest.Status.EXECUTED and ticket.status == Ticket.Status.REFUNDED
+
+    # when the first leg's refund, paid, fails at the provider afterwards (and is announced twice)
+    fail_later(fake_stripe, paid, capture)
+    fail_later(fake_stripe, paid, capture)
+
+    # then the first request records that leg's failure too, once, and the ticket is back with
+    # finance, saying which part was not paid and how it is paid now
+    first_entry = RefundEntry.objects.get(order=two_cards, idempotency_key="late-leg")
+    assert first_entry.status == "failed"
+    request.refresh_from_db()
+    refused = [c for c in request.verification["checks"] if c.get("entry") == first_entry.pk]
+    assert len(refused) == 1 and "expired_or_canceled_card" in refused[0]["actual"]
+    ticket.refresh_from_db()
+    assert ticket.status == Ticket.Status.PAYMENT_FAILED, ticket.stop_detail
+    assert "refused 60.00 USD of the refund of 120.00 USD" in ticket.stop_detail
+    assert "propose a refund of 60.00 USD on this ticket" in ticket.stop_detail
+    assert "we have refunded" not in ticket.customer_reply.lower()
+    # and the failed part is refundable again, once: a person proposes it, finance pays it
+    assert order_refund_position(two_cards).refundable == Decimal("60.00")
+    proposal = ticket_refund_propose(ticket=ticket, user=people["support"], amount="60.00", reason="A leg failed.")
+    proposal = approve(proposal, people["finance"], capture)
+    assert proposal.status == ApprovalRequest.Status.EXECUTED, proposal.verification
+    ticket.refresh_from_db()
+    assert ticket.status == Ticket.Status.REFUNDED
+    assert paid_at_the_provider(fake_stripe) == 12000 and order_refund_position(two_cards).refundable == 0
+
+
+def test_a_leg_that_fails_while_the_refile_waits_withdraws_the_refile_for_a_person(
+    fake_stripe, two_cards, people, django_capture_on_commit_callbacks
+):
+    capture = django_capture_on_commit_callbacks
+    ticket, request, again, paid = first_refused_then_filed_again(fake_stripe, two_cards, people, capture)
+
+    # when the first leg's refund fails at the provider while the refile of the second waits
+    fail_later(fake_stripe, paid, capture)
+
+    # then the refile is withdrawn (never paid for half of what is owed) and a person has the
+    # ticket, told why and what is owed: the whole 120.00
+    again.refresh_from_db()
+    assert again.status == ApprovalRequest.Status.INVALIDATED and again.replaced_by_id is None
+    ticket.refresh_from_db()
+    assert ticket.status == Ticket.Status.ESCALATED, ticket.stop_detail
+    assert f"Approval request #{again.pk} was withdrawn: 60.00 USD of request #{request.pk}" in ticket.stop_detail
+    assert order_refund_position(two_cards).refundable == Decimal("120.00")
+    with pytest.raises(ApprovalConflict, match="already invalidated; it cannot be decided again"):
+        approval_request_decide(
+            request_id=again.pk, user=people["finance"], decision="approve", args_hash=again.args_hash
+        )
+    # and the person's proposal of what is owed is paid in full, over both cards
+    proposal = ticket_refund_propose(ticket=ticket, user=people["support"], amount="120.00", reason="Both legs failed.")
+    proposal = approve(proposal, people["finance"], capture)
+    assert proposal.status == ApprovalRequest.Status.EXECUTED, proposal.verification
+    ticket.refresh_from_db()
+    assert ticket.status == Ticket.Status.REFUNDED
+    assert paid_at_the_provider(fake_stripe) == 12000 and order_refund_position(two_cards).refundable == 0
+
+
+def paid_at_the_provider(fake_stripe) -> int:
+    return sum(refund["amount"] for refund in fake_stripe.refunds.values() if refund["status"] == "succeeded")
