@@ -1,6 +1,7 @@
 """Builders for the payment tests: a shop's ticket waiting for finance with its approval request
 (made through the gate, as the agent's decision would), and approving it as finance does."""
 
+from datetime import timedelta
 from decimal import Decimal
 
 from django.utils import timezone
@@ -8,6 +9,7 @@ from django.utils import timezone
 from approvals.decisions import approval_request_decide
 from approvals.gate import Proposal, policy_current, policy_gate_evaluate
 from approvals.requests import approval_request_create
+from ledger.models import Order, Payment
 from refundagent.models import Ticket
 
 
@@ -53,3 +55,26 @@ def ticket_awaiting_approval(*, order, filer, amount: str, key: str) -> tuple[Ti
 
 def approve(request, user):
     return approval_request_decide(request_id=request.pk, user=user, decision="approve", args_hash=request.args_hash)
+
+
+def order_paid(tenant, customer, external_id, *payments, total=None):
+    """An order paid by `payments` ((method, amount, payment_ref), in that order); its total theirs
+    unless given."""
+    order = Order.objects.create(
+        tenant=tenant,
+        customer=customer,
+        external_id=external_id,
+        total=Decimal(total) if total else sum((Decimal(amount) for _, amount, _ in payments), Decimal(0)),
+        currency="USD",
+        placed_at=timezone.now() - timedelta(days=3),
+    )
+    for method, amount, ref in payments:
+        Payment.objects.create(
+            order=order,
+            payment_method=method,
+            method=method.kind,
+            payment_ref=ref,
+            amount=Decimal(amount),
+            currency="USD",
+        )
+    return order

@@ -14,7 +14,7 @@ from approvals.models import ApprovalRequest
 from ledger.models import Order, Payment, PaymentMethod, RefundEntry
 from ledger.services import canonical_hash
 from refundagent.models import Ticket
-from refundagent.tests.payments_support import ticket_gated
+from refundagent.tests.payments_support import order_paid, ticket_gated
 
 pytestmark = pytest.mark.django_db
 
@@ -29,26 +29,7 @@ def gift_card(customer):
 @pytest.fixture
 def split_order(tenant, customer, card, gift_card):
     """120.00 paid 20.00 by gift card (first, no provider reference) and 100.00 by card."""
-    order = Order.objects.create(
-        tenant=tenant,
-        customer=customer,
-        external_id="ORD-SPLIT",
-        total=Decimal("120.00"),
-        currency="USD",
-        placed_at=timezone.now() - timedelta(days=3),
-    )
-    Payment.objects.create(
-        order=order, payment_method=gift_card, method="gift_card", amount=Decimal("20.00"), currency="USD"
-    )
-    Payment.objects.create(
-        order=order,
-        payment_method=card,
-        method="card",
-        payment_ref="pi_split",
-        amount=Decimal("100.00"),
-        currency="USD",
-    )
-    return order
+    return order_paid(tenant, customer, "ORD-SPLIT", (gift_card, "20.00", ""), (card, "100.00", "pi_split"))
 
 
 @pytest.fixture
@@ -138,24 +119,8 @@ def test_more_than_the_gift_card_can_return_is_never_sent_to_it(fake_stripe, spl
 
 def test_more_than_all_the_payments_can_return_goes_to_a_person(fake_stripe, tenant, customer, card, gift_card, people):
     # given an order of 150.00 whose recorded payments add up to 120.00 (20.00 gift card, 100.00 card)
-    order = Order.objects.create(
-        tenant=tenant,
-        customer=customer,
-        external_id="ORD-SHORT",
-        total=Decimal("150.00"),
-        currency="USD",
-        placed_at=timezone.now() - timedelta(days=3),
-    )
-    Payment.objects.create(
-        order=order, payment_method=gift_card, method="gift_card", amount=Decimal("20.00"), currency="USD"
-    )
-    Payment.objects.create(
-        order=order,
-        payment_method=card,
-        method="card",
-        payment_ref="pi_short",
-        amount=Decimal("100.00"),
-        currency="USD",
+    order = order_paid(
+        tenant, customer, "ORD-SHORT", (gift_card, "20.00", ""), (card, "100.00", "pi_short"), total="150.00"
     )
     # when the whole 150.00 is asked
     ticket, verdict, request = file_refund(order, people["support"], "150.00", key="short")

@@ -3,12 +3,10 @@
 of 100.00 on the card's PaymentIntent), written in one transaction, each under its own key, each
 checked by the evaluator; a leg the provider refuses goes back to finance alone."""
 
-from datetime import timedelta
 from decimal import Decimal
 from unittest import mock
 
 import pytest
-from django.utils import timezone
 
 from approvals.decisions import approval_request_decide
 from approvals.exceptions import ApprovalConflict
@@ -17,12 +15,12 @@ from approvals.models import ApprovalRequest
 from approvals.payouts import approval_request_payment_retry
 from approvals.verification import approval_verify
 from ledger.exceptions import PaymentProviderUnavailable, RefundRefused
-from ledger.models import Order, Payment, PaymentMethod, RefundEntry
+from ledger.models import PaymentMethod, RefundEntry
 from ledger.selectors import order_refund_position
 from ledger.services import canonical_hash, ledger_refund_correct, ledger_refund_issue
 from refundagent.models import Ticket
 from refundagent.services import ticket_refund_propose
-from refundagent.tests.payments_support import ticket_gated
+from refundagent.tests.payments_support import order_paid, ticket_gated
 from refundagent.tests.test_late_provider_failure import post_event, refund_event
 
 pytestmark = pytest.mark.django_db
@@ -33,29 +31,6 @@ def gift_card(customer):
     return PaymentMethod.objects.create(
         customer=customer, external_id="gift_card_9", kind=PaymentMethod.Kind.GIFT_CARD, balance=Decimal("0.00")
     )
-
-
-def order_paid(tenant, customer, external_id, *payments, total=None):
-    """An order paid by `payments` ((method, amount, payment_ref), in that order); its total theirs
-    unless given."""
-    order = Order.objects.create(
-        tenant=tenant,
-        customer=customer,
-        external_id=external_id,
-        total=Decimal(total) if total else sum((Decimal(amount) for _, amount, _ in payments), Decimal(0)),
-        currency="USD",
-        placed_at=timezone.now() - timedelta(days=3),
-    )
-    for method, amount, ref in payments:
-        Payment.objects.create(
-            order=order,
-            payment_method=method,
-            method=method.kind,
-            payment_ref=ref,
-            amount=Decimal(amount),
-            currency="USD",
-        )
-    return order
 
 
 @pytest.fixture
