@@ -183,6 +183,7 @@ def provider_refund_reconcile(
             gateway=gateway,
             provider_ref=refund.provider_ref,
             event_ref=event_ref,
+            payment=payment,
         )
     detail = "A refund made at the provider outside the product" + (
         f": recorded as external entry #{entry.pk}, flagged for review."

@@ -503,12 +503,15 @@ def ledger_refund_record_external(
     provider_ref: str,
     reason: str = "",
     event_ref: str = "",
+    payment: Payment | None = None,
 ) -> RefundEntry | None:
     """A refund made at the provider outside the product (by hand in the dashboard) is a fact:
     the money left. Record it as an `external` entry that counts and is flagged for review.
-    Idempotent on the provider's refund id. Returns None when the ledger cannot hold it (above
-    what is refundable while other refunds are pending, or not representable): the caller keeps
-    a reconciliation finding instead."""
+    `payment`: the order's payment the provider refunded (its charge), so it counts against that
+    payment and its method, not the order's first (a later leg is never sent to a charge that
+    has nothing left). Idempotent on the provider's refund id. Returns None when the ledger cannot
+    hold it (above what is refundable while other refunds are pending, or not representable): the
+    caller keeps a reconciliation finding instead."""
     key = f"{gateway}:{provider_ref}"
     with transaction.atomic():
         locked = Order.objects.select_for_update().get(pk=order.pk)
@@ -526,8 +529,9 @@ def ledger_refund_record_external(
             order=locked,
             amount=amount,
             currency=currency,
-            destination=None,
+            destination=payment.payment_method if payment is not None else None,
             destination_kind="original",
+            payment=payment,
             idempotency_key=key,
             request_hash=canonical_hash({"external": key, "amount": str(amount), "currency": currency}),
             source=RefundEntry.Source.EXTERNAL,

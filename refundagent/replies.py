@@ -16,6 +16,7 @@ follows speaks of that newest request.
 from approvals.destinations import approval_request_entries
 from approvals.models import ApprovalRequest
 from approvals.selectors import approval_latest_for_ticket
+from ledger.models import PaymentMethod, RefundStatus
 
 from .models import Ticket
 
@@ -47,6 +48,12 @@ REPLIES: dict[str, str] = {
     "payment_failed": (
         "Hello, your refund{about} was approved, but the payment to your account could not be completed. Our team "
         "is looking into it and will contact you shortly."
+    ),
+    # A refund paid in legs of which some were paid (store credit to a gift card, say) and some refused.
+    "partly_paid": (
+        "Hello, of your refund{about}, we have refunded {paid} {currency} to {destination}, but the payment of the "
+        "remaining {refused} {currency} could not be completed. Our team is looking into it and will contact you "
+        "shortly."
     ),
     "with_a_person": (
         "Hello, thank you for your message. A member of our team is looking at your request{about} and will get "
@@ -90,7 +97,7 @@ def ticket_reply_compose(*, ticket: Ticket, to: str) -> str | None:
         if request is None:
             return None
         if to == Ticket.Status.PAYMENT_FAILED:
-            return REPLIES["payment_failed"].format(about=about)
+            return _payment_failed(request, about)
         if to == Ticket.Status.APPROVED:
             return REPLIES["approved"].format(about=about, amount=request.amount, currency=request.currency)
         # What the ledger recorded for the request: every leg's entry (store credit and the card).
@@ -101,6 +108,29 @@ def ticket_reply_compose(*, ticket: Ticket, to: str) -> str | None:
             about=about, amount=amount, currency=request.currency, destination=destination
         )
     return None
+
+
+def _payment_failed(request: ApprovalRequest, about: str) -> str:
+    """The provider refused the refund, or some of its legs: what was paid stands and is said,
+    with where it went; what was refused is said as not completed."""
+    entries = list(approval_request_entries(request=request).select_related("destination"))
+    paid = [entry for entry in entries if entry.status == RefundStatus.SUCCEEDED]
+    refused = [entry for entry in entries if entry.status in (RefundStatus.FAILED, RefundStatus.CANCELED)]
+    if not paid or not refused:
+        return REPLIES["payment_failed"].format(about=about)
+    kinds = {
+        "gift_card"
+        if entry.destination is not None and entry.destination.kind == PaymentMethod.Kind.GIFT_CARD
+        else "original"
+        for entry in paid
+    }
+    return REPLIES["partly_paid"].format(
+        about=about,
+        paid=sum(entry.amount for entry in paid),
+        refused=sum(entry.amount for entry in refused),
+        currency=request.currency,
+        destination=" and ".join(DESTINATIONS[kind] for kind in sorted(kinds)),
+    )
 
 
 def _waiting_for_finance(ticket: Ticket, about: str) -> str:

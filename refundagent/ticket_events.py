@@ -13,6 +13,7 @@ import json
 
 from django.db import transaction
 
+from approvals.destinations import approval_request_entries
 from approvals.models import ApprovalRequest
 
 from .exceptions import TicketStateConflict
@@ -252,18 +253,27 @@ def ticket_follow_executed(*, request: ApprovalRequest, entry, replayed: bool) -
     if ticket is None:
         return
     if replayed and entry.gateway == "manual" and entry.status == "succeeded":
-        # The execution that follows a payout recorded by hand: the record is the news, not the replay.
-        paid = entry.events.filter(source="person").select_related("recorded_by").order_by("-id").first()
-        who = paid.recorded_by.get_username() if paid is not None and paid.recorded_by_id else "a person"
-        trace_record(
-            ticket=ticket,
-            span="ledger",
-            status="ok",
-            decision="payout_recorded",
-            tool="refunds.issue_refund",
-            reason=f"Ledger entry #{entry.pk}: {entry.amount} {entry.currency} paid by hand, recorded by {who}.",
-            data=_request_data(request, entry=entry.pk, replayed=True, recorded_by=who),
-        )
+        # The execution that follows the last payout recorded by hand: the records are the news,
+        # not the replay. Every leg paid by hand is traced, each with who recorded it and when.
+        legs = approval_request_entries(request=request).filter(gateway="manual", status="succeeded")
+        for leg in legs:
+            paid = leg.events.filter(source="person").select_related("recorded_by").order_by("-id").first()
+            who = paid.recorded_by.get_username() if paid is not None and paid.recorded_by_id else "a person"
+            trace_record(
+                ticket=ticket,
+                span="ledger",
+                status="ok",
+                decision="payout_recorded",
+                tool="refunds.issue_refund",
+                reason=f"Ledger entry #{leg.pk}: {leg.amount} {leg.currency} paid by hand, recorded by {who}.",
+                data=_request_data(
+                    request,
+                    entry=leg.pk,
+                    replayed=True,
+                    recorded_by=who,
+                    recorded_at=paid.created_at.isoformat() if paid is not None else None,
+                ),
+            )
         return
     trace_record(
         ticket=ticket,

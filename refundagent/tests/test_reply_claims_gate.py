@@ -69,7 +69,7 @@ def test_a_draft_that_speaks_of_money_moving_is_escalated_with_the_words_that_di
     assert not ApprovalRequest.objects.filter(ticket_ref=ticket.pk).exists()
 
 
-MONEY_TEMPLATES = {"changed", "approved", "refunded", "payment_failed"}
+MONEY_TEMPLATES = {"changed", "approved", "refunded", "payment_failed", "partly_paid"}
 
 
 @pytest.mark.parametrize("outcome", sorted(REPLIES))
@@ -77,7 +77,12 @@ def test_the_money_sentences_are_the_outcome_templates_own(outcome):
     """The templates that follow a money outcome are exactly what a model's draft may not say;
     the ones sent while a person decides say nothing of money moving."""
     text = REPLIES[outcome].format(
-        about=" for order ORD-5001", amount="120.00", currency="USD", destination=DESTINATIONS["original"]
+        about=" for order ORD-5001",
+        amount="120.00",
+        currency="USD",
+        destination=DESTINATIONS["original"],
+        paid="20.00",
+        refused="100.00",
     )
 
     assert bool(reply_money_claims(text)) == (outcome in MONEY_TEMPLATES), reply_money_claims(text)
