@@ -125,6 +125,9 @@ def decision_record_create(
                 # Whether the gate found the reply promising a payment (a fact of the reply, not of
                 # the policy): kept, so a replay need not read every reply again (approvals.replay).
                 "reply_promises_payment": "reply_promises_payment" in verdict.codes,
+                # What the reply's second model check found, if anything (a model call a replay
+                # must not repeat).
+                "reply_model_claim": proposal.reply_model_claim,
             }
         ),
         risk=verdict_risk(verdict),

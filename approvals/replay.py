@@ -204,6 +204,11 @@ def _record_decide(*, record: dict, policy: RefundPolicy, original_version: str 
         # none, an empty reply decides the same and costs nothing (most of a replay's time).
         customer_reply=reply if promises else "",
         destination=proposed.get("destination"),
+        # A promise found by the second model check (agent.reply_check) is a recorded fact: the
+        # rule alone would not find it again, and the model is not asked again in a replay.
+        reply_model_claim=(proposed.get("reply_model_claim") or "the recorded decision found the reply promising")
+        if promises
+        else "",
     )
     return _decide(record, policy, order, position, original, refund_to, proposal, refunded)
 

@@ -80,9 +80,14 @@ def reply_model_check(text: str) -> ReplyCheck:
             system=_MODEL_SYSTEM,
             messages=[{"role": "user", "content": f"<draft_reply>\n{text}\n</draft_reply>"}],
         )
-        answer = "".join(block.text for block in message.content if block.type == "text").strip().upper()
+        answer = "".join(
+            getattr(block, "text", "") or ""
+            for block in (message.content or [])
+            if getattr(block, "type", "") == "text"
+        )
     except anthropic.AnthropicError as error:
         logger.warning("reply model check unavailable, the rule decides alone: %s", error)
         return ReplyCheck()
+    answer = answer.strip().upper()
     claim = "the second model check says the reply speaks of money moving" if answer.startswith("YES") else ""
-    return ReplyCheck(claim=claim, usage=usage_from(message.usage), model=message.model or model)
+    return ReplyCheck(claim=claim, usage=usage_from(getattr(message, "usage", None)), model=message.model or model)

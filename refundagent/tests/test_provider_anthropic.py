@@ -425,6 +425,7 @@ def test_a_retiring_model_is_a_warning_at_start_and_the_default_is_not_one(setti
     assert model_retirement_problems() == []
     # a model on the SDK's retirement list, as the agent's or the reply check's, is named with its date
     settings.ANTHROPIC_MODEL = "claude-sonnet-4-5"
+    settings.ANTHROPIC_API_KEY = "test-key"
     settings.REPLY_MODEL_CHECK, settings.REPLY_MODEL_CHECK_MODEL = True, "claude-sonnet-4-20250514"
     problems = model_retirement_problems()
     assert len(problems) == 2
@@ -433,6 +434,14 @@ def test_a_retiring_model_is_a_warning_at_start_and_the_default_is_not_one(setti
     # and `manage.py check` shows it (as an error when warnings fail the deploy check)
     with pytest.raises(SystemCheckError, match="refundagent.W002"):
         call_command("check", fail_level="WARNING")
-    # the offline provider sends no model name: nothing to warn about
+    # with the offline agent, the reply's second check still calls Anthropic: its model is named
     settings.AGENT_PROVIDER = "offline"
+    assert [problem.split(" ")[0] for problem in model_retirement_problems()] == [
+        "REPLY_MODEL_CHECK_MODEL=claude-sonnet-4-20250514"
+    ]
+    # which asks the agent's model when it names none of its own
+    settings.REPLY_MODEL_CHECK_MODEL = ""
+    assert [problem.split(" ")[0] for problem in model_retirement_problems()] == ["ANTHROPIC_MODEL=claude-sonnet-4-5"]
+    # and with the check off, the offline agent calls no model: nothing to warn about
+    settings.REPLY_MODEL_CHECK = False
     assert model_retirement_problems() == []

@@ -5,12 +5,16 @@ HTTP to the local fake Anthropic server."""
 
 import pytest
 
-from approvals.models import ApprovalRequest
+from approvals.models import ApprovalRequest, DecisionRecord, PolicyReplay
 from approvals.reply_claims import reply_money_claims
 from refundagent.agent.loop import agent_run_ticket
+from refundagent.agent.providers.anthropic import model_retirement_problems
 from refundagent.agent.providers.scripted import ScriptedProvider
 from refundagent.models import RefundDraft, Ticket
 from refundagent.replies import DESTINATIONS, REPLIES
+from refundagent.tests.fake_anthropic import Scripted
+from refundagent.tests.test_policy_replay import run as replay_run
+from refundagent.tests.test_policy_replay import summary as replay_summary
 from tests.factories import refund_draft
 
 INVESTIGATE = [
@@ -142,3 +146,50 @@ def test_the_model_check_is_off_without_a_key(settings, fake_anthropic):
 
     assert reply_money_claims(HONEST_WITH_FACTS) == []
     assert fake_anthropic.requests == []
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        Scripted(status=200, body={"id": "msg_1", "type": "message", "role": "assistant"}),
+        Scripted(status=200, body={"id": "msg_1", "type": "message", "role": "assistant", "content": None}),
+    ],
+    ids=["no-content", "null-content"],
+)
+def test_a_malformed_answer_of_the_check_never_fails_the_ticket(file_ticket, model_check, answer):
+    # given a check answered 200 with no content (a proxy's answer, say)
+    model_check.add(answer)
+    # then the rule decides alone: the honest draft waits for finance, the run did not crash
+    ticket = run_draft(file_ticket, HONEST_WITH_FACTS)
+    assert ticket.status == Ticket.Status.APPROVAL_REQUIRED, ticket.stop_detail
+
+
+SUBTLE = "Hello Jane, about order ORD-5001: you are all square with us now, nothing left for you to chase."
+
+
+def test_a_replay_of_the_same_policy_keeps_what_the_model_check_found(file_ticket, model_check):
+    # given a draft only the second model check stopped
+    assert reply_money_claims(SUBTLE) == []
+    model_check.add_text("YES")
+    ticket = run_draft(file_ticket, SUBTLE)
+    assert ticket.status == Ticket.Status.ESCALATED and "the second model check" in ticket.stop_detail
+    record = DecisionRecord.objects.get(ticket_ref=ticket.pk)
+    assert record.proposal["reply_model_claim"].startswith("the second model check")
+    # when an unchanged copy of the policy is replayed over it (no model is asked again)
+    replay_run("policy_draft", "--tenant", "acme", "--name", "refund-policy-same")
+    lines = replay_run("replay_policy", "--tenant", "acme", "--draft", "refund-policy-same")
+    # then nothing flips
+    result = PolicyReplay.objects.get(draft__version="refund-policy-same").result
+    assert replay_summary(lines)["flipped"] == "0", result["flipped_tickets"]
+    assert len(model_check.requests) == 1
+
+
+def test_the_check_model_is_named_when_retiring_whatever_the_agents_provider(file_ticket, model_check, settings):
+    # given the offline agent, whose replies the second check still reads with a retiring model
+    settings.AGENT_PROVIDER = "offline"
+    settings.REPLY_MODEL_CHECK_MODEL = "claude-sonnet-4-20250514"
+    model_check.add_text("NO")
+    run_draft(file_ticket, HONEST_WITH_FACTS)
+    assert [body["model"] for body in model_check.bodies] == ["claude-sonnet-4-20250514"]
+    # then the start-up check names it
+    assert any("REPLY_MODEL_CHECK_MODEL=claude-sonnet-4-20250514" in p for p in model_retirement_problems())

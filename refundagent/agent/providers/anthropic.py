@@ -212,12 +212,14 @@ def model_retirement_problems() -> list[str]:
     """The configured models the SDK lists as retired or retiring (with the date it gives): after
     that date every call fails, and every ticket with it. The SDK keeps that list beside its
     Messages resource; an SDK without it checks nothing."""
-    if settings.AGENT_PROVIDER != "anthropic":
-        return []
     retiring = getattr(sdk_messages, "DEPRECATED_MODELS", {})
-    configured = {"ANTHROPIC_MODEL": settings.ANTHROPIC_MODEL}
-    if settings.REPLY_MODEL_CHECK and settings.REPLY_MODEL_CHECK_MODEL:
-        configured["REPLY_MODEL_CHECK_MODEL"] = settings.REPLY_MODEL_CHECK_MODEL
+    configured = {}
+    if settings.AGENT_PROVIDER == "anthropic":
+        configured["ANTHROPIC_MODEL"] = settings.ANTHROPIC_MODEL
+    # The reply's second check calls Anthropic whatever the agent's provider (agent.reply_check).
+    if settings.REPLY_MODEL_CHECK and settings.ANTHROPIC_API_KEY:
+        setting = "REPLY_MODEL_CHECK_MODEL" if settings.REPLY_MODEL_CHECK_MODEL else "ANTHROPIC_MODEL"
+        configured.setdefault(setting, settings.REPLY_MODEL_CHECK_MODEL or settings.ANTHROPIC_MODEL)
     return [
         f"{setting}={model} reaches its end of life on {retiring[model]} (Anthropic's deprecation list in the SDK): "
         "after that every model call fails. Choose a current model (docs/providers.md)."
