@@ -4,12 +4,13 @@
 from datetime import timedelta
 from decimal import Decimal
 
+import pytest
 from django.utils import timezone
 
 from approvals.decisions import approval_request_decide
 from approvals.gate import Proposal, policy_current, policy_gate_evaluate
 from approvals.requests import approval_request_create
-from ledger.models import Order, Payment
+from ledger.models import Order, Payment, PaymentMethod
 from refundagent.models import Ticket
 
 
@@ -78,3 +79,17 @@ def order_paid(tenant, customer, external_id, *payments, total=None):
             currency="USD",
         )
     return order
+
+
+# Fixtures of an order paid two ways, for the split-tender tests (imported there).
+@pytest.fixture
+def gift_card(customer):
+    return PaymentMethod.objects.create(
+        customer=customer, external_id="gift_card_9", kind=PaymentMethod.Kind.GIFT_CARD, balance=Decimal("0.00")
+    )
+
+
+@pytest.fixture
+def split_order(tenant, customer, card, gift_card):
+    """120.00 paid 20.00 by gift card (first, no provider reference) and 100.00 by card."""
+    return order_paid(tenant, customer, "ORD-SPLIT", (gift_card, "20.00", ""), (card, "100.00", "pi_split"))

@@ -2,7 +2,6 @@
 number, or an amount finer than the order's currency is an invalid argument the model is told
 about and may correct. Nothing is rounded into a draft, and nothing reaches the ledger."""
 
-import json
 from datetime import timedelta
 from decimal import Decimal
 
@@ -11,31 +10,14 @@ from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 from ledger.models import Customer, Order, Payment, RefundEntry
-from refundagent.agent.loop import agent_run_ticket
-from refundagent.agent.providers.scripted import ScriptedProvider
 from refundagent.agent.tools import CREATE_DRAFT, tool_args_validate
 from refundagent.models import RefundDraft, Ticket
+from refundagent.tests.scripted_runs import answers, run
 from tests.factories import refund_draft as draft
 
 DRAFT = {"recommendation": "refund", "policy_version": "v", "rationale": "r", "customer_reply": "c"}
 # Shapes Python (Decimal(), float(), int()) reads as a number, which an amount is not.
 NOT_MONEY = ["1e2", "１２０", "1_000", True, 1.5, 49.9, "NaN", "Infinity", " 12 ", "-0", "0.004", "120.005"]
-
-
-def run(ticket, turns):
-    agent_run = agent_run_ticket(ticket_id=ticket.pk, provider=ScriptedProvider(turns))
-    ticket.refresh_from_db()
-    return ticket, agent_run
-
-
-def answers(agent_run) -> list[dict]:
-    return [
-        json.loads(block["content"])
-        for message in agent_run.messages
-        if message["role"] == "user"
-        for block in message["content"]
-        if block["type"] == "tool_result"
-    ]
 
 
 @pytest.mark.parametrize("amount", [*NOT_MONEY, "10000000000.00", 10**10], ids=repr)

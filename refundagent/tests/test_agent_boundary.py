@@ -10,28 +10,11 @@ import pytest
 
 from approvals.models import ApprovalRequest
 from ledger.models import RefundEntry
-from refundagent.agent.loop import agent_run_ticket
-from refundagent.agent.providers.scripted import ScriptedProvider
 from refundagent.models import RefundDraft, Ticket
+from refundagent.tests.scripted_runs import answers, run
 from tests.factories import refund_draft, refund_draft_args
 
 GIFT_CARD = "gift_card_cust-1001"
-
-
-def run(ticket, turns):
-    agent_run = agent_run_ticket(ticket_id=ticket.pk, provider=ScriptedProvider(turns))
-    ticket.refresh_from_db()
-    return ticket, agent_run
-
-
-def answers(agent_run) -> list[dict]:
-    return [
-        json.loads(block["content"])
-        for message in agent_run.messages
-        if message["role"] == "user"
-        for block in message["content"]
-        if block["type"] == "tool_result"
-    ]
 
 
 def draft_with(**fields) -> dict:

@@ -27,19 +27,6 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def gift_card(customer):
-    return PaymentMethod.objects.create(
-        customer=customer, external_id="gift_card_9", kind=PaymentMethod.Kind.GIFT_CARD, balance=Decimal("0.00")
-    )
-
-
-@pytest.fixture
-def split_order(tenant, customer, card, gift_card):
-    """120.00 paid 20.00 by gift card (first, no provider reference) and 100.00 by card."""
-    return order_paid(tenant, customer, "ORD-SPLIT", (gift_card, "20.00", ""), (card, "100.00", "pi_split"))
-
-
-@pytest.fixture
 def people(make_user, policy):
     return {
         "support": make_user("support", "support"),
