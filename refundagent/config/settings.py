@@ -50,6 +50,16 @@ _DEV_SECRET = "dev-only-insecure-secret-key-change-me-0123456789abcdefghijklmnop
 SECRET_KEY = os.getenv("DJANGO_SECRET_KEY", _DEV_SECRET if DEBUG else "")
 if not SECRET_KEY:
     raise ImproperlyConfigured("DJANGO_SECRET_KEY must be set when DJANGO_DEBUG=0")
+# Rotating DJANGO_SECRET_KEY: the old key stays here until every signed value made with it is gone.
+SECRET_KEY_FALLBACKS = [k.strip() for k in os.getenv("DJANGO_SECRET_KEY_FALLBACKS", "").split(",") if k.strip()]
+# Credentials at rest (Shopify client secrets, Zendesk tokens) are encrypted by
+# django-fernet-encrypted-fields with keys derived from SECRET_KEY (and its fallbacks) and each of
+# these salts: the secret is SECRET_KEY, a salt need not be. The first pair encrypts; every pair
+# still decrypts, so a rotation adds a key or salt in front, re-saves the credentials
+# (manage.py rotate_credentials), then drops the old one (docs/configuration.md).
+SALT_KEY = [
+    s.strip() for s in os.getenv("FIELD_ENCRYPTION_SALTS", "refundagent-credentials-v1").split(",") if s.strip()
+]
 ALLOWED_HOSTS = [
     h.strip() for h in os.getenv("DJANGO_ALLOWED_HOSTS", "localhost,127.0.0.1,testserver").split(",") if h.strip()
 ]
