@@ -6,6 +6,7 @@ from urllib.parse import quote, urlencode
 import pytest
 from django.db import connection, connections
 
+from ledger.tests.fake_shopify import FakeShopify
 from ledger.tests.fake_stripe import FakeStripe, payments_follow_ledger
 
 
@@ -275,6 +276,17 @@ def fake_stripe(settings):
     settings.STRIPE_WEBHOOK_SECRET = "whsec_test_secret"
     yield server
     stop_following()
+    server.stop()
+
+
+@pytest.fixture
+def fake_shopify(settings):
+    """A local Shopify Admin API (ledger/tests/fake_shopify/), serving every shop added to it
+    under its own path: SHOPIFY_API_BASE is `http://127.0.0.1:PORT/{shop}`, the product puts the
+    shop's domain for `{shop}`. Its bucket is the Standard plan's (1,000 points, 100 a second)."""
+    server = FakeShopify().start()
+    settings.SHOPIFY_API_BASE = server.api_base
+    yield server
     server.stop()
 
 
