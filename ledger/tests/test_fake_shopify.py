@@ -754,6 +754,8 @@ def test_admin_changes_show_in_the_order(shopify):
 
 
 def test_ten_thousand_orders_are_quick_to_build_and_to_page(fake_shopify):
+    # given a bucket that never throttles, so only the fake's own work is timed
+    fake_shopify.max_query_cost = 100_000
     fake_shopify.add_shop(SHOP, "client-acme", "secret-acme", bucket_size=100_000, restore_rate=100_000)
 
     started = time.perf_counter()
@@ -774,3 +776,111 @@ def test_ten_thousand_orders_are_quick_to_build_and_to_page(fake_shopify):
     assert len(answer["data"]["orders"]["nodes"]) == 250
     assert built < 5, built
     assert paged < 2, paged
+
+
+# -- more edges -------------------------------------------------------------------------------
+
+
+def test_the_same_refund_sent_at_once_from_many_threads_is_one_refund(shopify):
+    # given five workers holding the same approved refund
+    order = split_order(shopify)
+    variables = {"input": refund_input(order, (order.txns[0], "25.00")), "key": "approval-9"}
+    clients = [Client(shopify) for _ in range(5)]
+    barrier = threading.Barrier(5)
+    answers = [None] * 5
+
+    def send(i):
+        barrier.wait()
+        answers[i] = clients[i].query(REFUND_CREATE, variables)["data"]["refundCreate"]
+
+    # when they all send it together
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(5)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10)
+
+    # then one refund, the same answer to all
+    assert len(order.refund_list) == 1
+    assert {a["refund"]["id"] for a in answers} == {order.refund_list[0].id}
+    assert sorted(c["outcome"] for c in shopify.refund_creates) == ["created"] + ["replayed"] * 4
+
+
+def test_orders_page_backwards_and_from_the_end(shopify):
+    orders = [shopify.add_order(SHOP, created_at=f"2026-04-01T10:00:0{i}Z") for i in range(5)]
+    client = Client(shopify)
+    newest_first = """query($after: String) { orders(first: 2, after: $after, sortKey: UPDATED_AT, reverse: true) {
+        nodes { name } pageInfo { hasNextPage endCursor } } }"""
+    last_two = "{ orders(last: 2, sortKey: CREATED_AT) { nodes { name } pageInfo { hasPreviousPage } } }"
+
+    first = client.query(newest_first)["data"]["orders"]
+    second = client.query(newest_first, {"after": first["pageInfo"]["endCursor"]})["data"]["orders"]
+    tail = client.query(last_two)["data"]["orders"]
+
+    names = [o.name for o in orders]
+    assert [n["name"] for n in first["nodes"] + second["nodes"]] == names[::-1][:4]
+    assert second["pageInfo"]["hasNextPage"] is True
+    assert [n["name"] for n in tail["nodes"]] == names[3:]
+    assert tail["pageInfo"]["hasPreviousPage"] is True
+
+
+def test_a_page_size_is_required(shopify):
+    answer = Client(shopify).query("{ orders { nodes { id } } }")
+
+    assert answer["errors"][0]["message"] == "you must provide one of first or last"
+
+
+def test_a_cursor_that_is_not_shopifys_is_refused(shopify):
+    answer = Client(shopify).query(ORDERS_PAGE, {"first": 5, "after": "not-a-cursor"})
+
+    assert answer["errors"][0]["message"].startswith("Invalid cursor")
+
+
+def test_admin_refund_without_a_payment_spreads_like_a_suggestion(shopify):
+    order = split_order(shopify)
+    card, gift = order.txns
+
+    refund = shopify.refund_in_admin(order, "110.00")
+
+    assert [(t.parent, t.amount) for t in refund.txns] == [(card, 100), (gift, 10)]
+    assert (card.remaining, gift.remaining) == (0, 10)
+    with pytest.raises(ValueError):
+        shopify.refund_in_admin(order, "10.01")
+
+
+def test_customers_are_one_per_email_in_a_shop(shopify):
+    first = split_order(shopify)
+    second = split_order(shopify)
+    elsewhere = split_order(shopify, shop=OTHER)
+
+    assert first.customer is second.customer
+    assert elsewhere.customer is not first.customer
+
+
+def test_amounts_keep_the_shops_currency(fake_shopify):
+    fake_shopify.add_shop(SHOP, "client-acme", "secret-acme", currency="JPY")
+    order = fake_shopify.add_order(SHOP, line_items=[{"title": "Tea", "quantity": 1, "price": "1500"}])
+    client = Client(fake_shopify)
+
+    read = client.query(ORDER_QUERY, {"id": order.id})["data"]["order"]
+    cents = client.query(REFUND_CREATE, {"input": refund_input(order, (order.txns[0], "10.50")), "key": "k"})
+
+    assert read["currencyCode"] == "JPY"
+    assert read["totalPriceSet"]["shopMoney"] == {"amount": "1500.0", "currencyCode": "JPY"}
+    assert cents["data"]["refundCreate"]["userErrors"][0]["field"] == ["transactions", "0", "amount"]
+
+
+def test_calls_are_recorded_and_delay_applies_to_each(shopify):
+    client = Client(shopify)
+    shopify.delay = 0.2
+
+    started = time.perf_counter()
+    client.post("{ shop { name } }")
+    took = time.perf_counter() - started
+
+    assert took >= 0.2
+    assert [(c["endpoint"], c["shop"], c["status"]) for c in shopify.calls] == [
+        ("token", SHOP, 200),
+        ("graphql", SHOP, 200),
+    ]
+    assert shopify.calls[1]["token"] == client.token

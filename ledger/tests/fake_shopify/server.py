@@ -169,8 +169,18 @@ class _Root:
 
 
 class FakeShopify:
-    def __init__(self, *, bucket_size: float = 1000, restore_rate: float = 100, token_ttl: int = TOKEN_TTL_SECONDS):
+    def __init__(
+        self,
+        *,
+        bucket_size: float = 1000,
+        restore_rate: float = 100,
+        max_query_cost: int = 1000,
+        token_ttl: int = TOKEN_TTL_SECONDS,
+    ):
+        """A bucket of `bucket_size` points refilled at `restore_rate` a second per shop (Shopify's
+        Standard plan by default); a single query may cost at most `max_query_cost`."""
         self.bucket_size = bucket_size
+        self.max_query_cost = max_query_cost
         self.restore_rate = restore_rate
         self.token_ttl = token_ttl
         self.schema = load_schema()
@@ -607,13 +617,14 @@ class FakeShopify:
             return {"errors": [_format_error(e) for e in coerced]}
         requested = query_costs.requested_cost(self.schema, document, operation, coerced)
         bucket = shop.bucket
-        if requested > bucket.size:
+        limit = min(self.max_query_cost, int(bucket.size))
+        if requested > limit:
             return {
                 "errors": [
                     {
                         "message": f"Query cost is {requested}, which exceeds the single query max cost limit "
-                        f"({int(bucket.size)}).",
-                        "extensions": {"code": "MAX_COST_EXCEEDED", "cost": requested, "maxCost": int(bucket.size)},
+                        f"({limit}).",
+                        "extensions": {"code": "MAX_COST_EXCEEDED", "cost": requested, "maxCost": limit},
                     }
                 ]
             }
