@@ -884,3 +884,21 @@ def test_calls_are_recorded_and_delay_applies_to_each(shopify):
         ("graphql", SHOP, 200),
     ]
     assert shopify.calls[1]["token"] == client.token
+
+
+def test_a_fault_can_wait_for_the_mutation(shopify):
+    # given a lost answer meant for the refund, not the suggestion read before it
+    order = split_order(shopify)
+    client = Client(shopify)
+    shopify.fail_next(status="drop", on="mutation")
+
+    # when the product reads the suggestion, then refunds
+    suggestion = client.post(SUGGESTED, {"id": order.id})
+    with pytest.raises(requests.ConnectionError):
+        client.post(REFUND_CREATE, {"input": refund_input(order, (order.txns[0], "5.00")), "key": "k"})
+
+    # then the read was answered and the refund made, unanswered
+    assert suggestion.status_code == 200
+    assert len(order.refund_list) == 1
+    with pytest.raises(ValueError):
+        shopify.fail_next(on="refunds")

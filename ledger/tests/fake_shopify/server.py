@@ -49,6 +49,7 @@ import requests
 from graphql import (
     GraphQLError,
     OperationDefinitionNode,
+    OperationType,
     build_schema,
     execute,
     get_directive_values,
@@ -456,9 +457,12 @@ class FakeShopify:
             self.tokens.clear()
 
     def fail_next(self, n: int = 1, status=500, *, seconds: float = 5.0, on: str = "graphql"):
-        """The next `n` calls to `on` ("graphql", "token" or "any") fail: with HTTP `status` (500,
-        502, 503, ...), "drop" (the work is done, the connection closed unanswered) or "slow"
-        (answered after `seconds`)."""
+        """The next `n` calls to `on` fail: with HTTP `status` (500, 502, 503, ...), "drop" (the
+        work is done, the connection closed unanswered) or "slow" (answered after `seconds`).
+        `on`: "graphql" (any GraphQL call), "mutation" or "query" (GraphQL calls of that kind),
+        "token" (the token endpoint) or "any"."""
+        if on not in ("graphql", "mutation", "query", "token", "any"):
+            raise ValueError(f"unknown fault target {on!r}")
         with self.lock:
             self.faults.extend({"status": status, "seconds": seconds, "on": on} for _ in range(n))
 
@@ -594,6 +598,19 @@ class FakeShopify:
                 self._documents.clear()
             self._documents[query] = cached
         return cached
+
+    def _operation_kind(self, raw: bytes) -> str:
+        """ "mutation" when the GraphQL body holds one, else "query" (also for what does not parse)."""
+        try:
+            document, _ = self._document(json.loads(raw)["query"])
+        except (ValueError, KeyError, TypeError):
+            return "query"
+        if document is not None and any(
+            isinstance(d, OperationDefinitionNode) and d.operation == OperationType.MUTATION
+            for d in document.definitions
+        ):
+            return "mutation"
+        return "query"
 
     def _graphql(self, shop: Shop, body: dict) -> dict:
         query = body.get("query")
@@ -744,7 +761,10 @@ class FakeShopify:
                 }
                 with fake.lock:
                     fake.calls.append(call)
-                    fault = next((f for f in fake.faults if f["on"] in (endpoint, "any")), None)
+                    targets = {endpoint, "any"}
+                    if endpoint == "graphql":
+                        targets.add(fake._operation_kind(raw))
+                    fault = next((f for f in fake.faults if f["on"] in targets), None)
                     if fault is not None:
                         fake.faults.remove(fault)
                 if fake.delay:
