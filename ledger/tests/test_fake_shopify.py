@@ -459,6 +459,25 @@ def test_suggested_refund_spreads_over_what_each_payment_can_still_return(shopif
     assert suggested["refundLineItems"] == [{"lineItem": {"id": order.lines[0].id}, "quantity": 2}]
 
 
+def test_the_spread_of_a_suggestion_can_put_a_gateway_first(shopify):
+    # given a shop whose suggestions take the gift card first
+    order = split_order(shopify)
+    card, gift = order.txns
+    shopify.shop(SHOP).suggestion_order = ("gift_card",)
+
+    # when one mug ($60) is suggested
+    answer = Client(shopify).query(
+        SUGGESTED, {"id": order.id, "lines": [{"lineItemId": order.lines[0].id, "quantity": 1}]}
+    )
+
+    # then the gift card's $20 first, then $40 of the card
+    suggested = answer["data"]["order"]["suggestedRefund"]["suggestedTransactions"]
+    assert [(t["parentTransaction"]["id"], t["amountSet"]["shopMoney"]["amount"]) for t in suggested] == [
+        (gift.id, "20.0"),
+        (card.id, "40.0"),
+    ]
+
+
 def test_refund_create_makes_one_refund_per_key(shopify):
     # given a split order and a refund of the gift card leg
     order = split_order(shopify)

@@ -487,6 +487,8 @@ class Shop:
     customers: dict = field(default_factory=dict)
     idempotency: dict = field(default_factory=dict)
     next_order_number: int = 1001
+    # Gateways a suggested refund takes first (refunds.spread); empty: oldest transaction first.
+    suggestion_order: tuple = ()
 
     @property
     def id(self):

@@ -5,7 +5,7 @@ Shopify's rules, as the fake applies them:
   through the parent's gateway, at most what the parent can still return (its amount less its
   refunds; nothing once voided);
 - a suggested refund spreads the amount over the refundable transactions in the order they were
-  made, each up to what it can still return;
+  made (or the shop's `suggestion_order` of gateways first), each up to what it can still return;
 - a refunded line item quantity is at most its refundable quantity;
 - a cancelled order can still be refunded (Shopify's admin offers it on cancel), up to what is left.
 The userError messages below are the fake's wording of Shopify's checks, with Shopify's field
@@ -22,9 +22,16 @@ def _line_by_gid(order: Order, line_gid: str):
 
 
 def spread(order: Order, amount: Decimal) -> list[tuple[Transaction, Decimal]]:
-    """The amount over the order's refundable transactions, oldest first."""
+    """The amount over the order's refundable transactions, oldest first, or the gateways named in
+    the shop's `suggestion_order` first (a test can flip it to show the product does not depend on
+    how Shopify happens to spread a suggestion)."""
+    first = order.shop.suggestion_order or ()
+    txns = sorted(
+        order.refundable_transactions,
+        key=lambda t: first.index(t.gateway) if t.gateway in first else len(first),
+    )
     left, parts = amount, []
-    for txn in order.refundable_transactions:
+    for txn in txns:
         if left <= 0:
             break
         take = min(txn.remaining, left)
