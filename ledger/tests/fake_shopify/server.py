@@ -39,7 +39,7 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -519,7 +519,7 @@ class FakeShopify:
             "X-Shopify-Shop-Domain": domain,
             "X-Shopify-Event-Id": event_id,
             "X-Shopify-Webhook-Id": str(uuid.uuid4()),
-            "X-Shopify-Triggered-At": triggered_at or datetime.now().astimezone().isoformat(),
+            "X-Shopify-Triggered-At": triggered_at or datetime.now(UTC).isoformat().replace("+00:00", "Z"),
             "X-Shopify-API-Version": API_VERSION,
             "X-Shopify-Hmac-Sha256": self.sign(body, secret) if hmac_override is None else hmac_override,
         }

@@ -90,12 +90,14 @@ def order_payload(order: Order) -> dict:
     currency = order.currency
     customer = order.customer
     status = (order.display_financial_status or "PENDING").lower()
+    digits = order.name.lstrip("#")
+    order_number = int(digits) if digits.isdigit() else None
     return {
         "id": order.num,
         "admin_graphql_api_id": order.id,
         "name": order.name,
-        "order_number": int(order.name.lstrip("#")) if order.name.lstrip("#").isdigit() else None,
-        "number": order.num - 1000,
+        "order_number": order_number,
+        "number": order_number - 1000 if order_number else None,
         "email": order.email,
         "contact_email": order.email,
         "created_at": order.created_at,
