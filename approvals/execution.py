@@ -31,6 +31,7 @@ from .exceptions import ApprovalConflict
 from .invalidation import approval_facts_changed, approval_request_invalidate
 from .locks import order_lock
 from .models import ApprovalRequest
+from .request_state import approval_request_transition
 from .signals import refund_executed, refund_payment_failed, refund_verified
 from .verification import approval_verify
 
@@ -145,8 +146,10 @@ def approval_execute(*, request_id: int) -> ApprovalRequest:
     ]
     refused = [entry for entry in entries if entry.status in (RefundStatus.FAILED, RefundStatus.CANCELED)]
     if refused:
-        # Normally done by the ledger's signal when the refusal was recorded (approvals.payouts);
-        # here too, so a request never stays approved over a refused refund.
+        # One owner, approval_payment_failed: the receiver of the ledger's signal called it when the
+        # refusal was recorded (approvals.payouts); called again here for the case that receiver
+        # failed, so a request never stays approved over a refused refund. A second call for the
+        # same entry finds the request moved and changes nothing.
         entry = refused[0]
         reason = entry.events.order_by("-id").values_list("reason", flat=True).first() or ""
         with transaction.atomic():
@@ -200,11 +203,15 @@ def approval_payment_failed(*, request: ApprovalRequest, entry: RefundEntry, rea
         ],
         "verified_at": now.isoformat(),
     }
-    updated = ApprovalRequest.objects.filter(
-        pk=request.pk, status__in=(ApprovalRequest.Status.APPROVED, ApprovalRequest.Status.EXECUTED)
-    ).update(status=ApprovalRequest.Status.PAYMENT_FAILED, verification=verdict, ledger_entry=entry, updated_at=now)
+    moved = approval_request_transition(
+        request=request,
+        to=ApprovalRequest.Status.PAYMENT_FAILED,
+        verification=verdict,
+        ledger_entry=entry,
+        updated_at=now,
+    )
     request.refresh_from_db()
-    if updated == 1:
+    if moved:
         logger.error(
             "approval %s: the provider refused refund #%s (%s): %s",
             request.pk,
@@ -287,11 +294,15 @@ def _approval_execution_failed(*, request: ApprovalRequest, exc: DomainError) ->
         "verified_at": timezone.now().isoformat(),
     }
     with transaction.atomic():
-        updated = ApprovalRequest.objects.filter(pk=request.pk, status=ApprovalRequest.Status.APPROVED).update(
-            status=ApprovalRequest.Status.FAILED, verification=verdict, updated_at=timezone.now()
+        moved = approval_request_transition(
+            request=request,
+            to=ApprovalRequest.Status.FAILED,
+            from_=ApprovalRequest.Status.APPROVED,
+            verification=verdict,
+            updated_at=timezone.now(),
         )
         request.refresh_from_db()
-        if updated == 1:
+        if moved:
             logger.error(
                 "approval %s execution failed: %s (%s)",
                 request.pk,

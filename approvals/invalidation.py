@@ -15,6 +15,7 @@ from .exceptions import ApprovalConflict
 from .gate import Outcome, Proposal, policy_current, policy_gate_evaluate
 from .models import ApprovalRequest
 from .reason_words import gate_outcome_words
+from .request_state import approval_request_transition
 from .requests import approval_request_create, approval_request_replacement_key
 from .signals import approval_invalidated, approval_replaced
 
@@ -95,15 +96,13 @@ def approval_request_invalidate(
     `replace`), make its replacement (a new exact action with its own args, hash and key). Without
     `replace` a person decides what is owed now (its ticket goes to the human queue). Runs inside
     the caller's transaction with the order row locked. Returns the replacement or None."""
-    fields = {
-        "status": ApprovalRequest.Status.INVALIDATED,
-        "decision_note": f"Invalidated: {reason}",
-        "updated_at": now,
-    }
+    fields = {"decision_note": f"Invalidated: {reason}", "updated_at": now}
     if from_status == ApprovalRequest.Status.PENDING:
         fields.update(decided_by=actor, decided_at=now)
-    updated = ApprovalRequest.objects.filter(pk=request.pk, status=from_status).update(**fields)
-    if updated != 1:
+    moved = approval_request_transition(
+        request=request, to=ApprovalRequest.Status.INVALIDATED, from_=from_status, **fields
+    )
+    if not moved:
         raise ApprovalConflict(f"Request #{request.pk} was decided by someone else.", code="already_decided")
     if not replace:
         request.refresh_from_db()

@@ -18,6 +18,7 @@ from ledger.services import canonical_hash
 
 from .gate import GateVerdict, Outcome
 from .models import ApprovalRequest, RefundPolicy, threshold_rate_parse
+from .request_state import approval_request_transition
 from .signals import approval_expired
 
 ISSUE_REFUND = "refunds.issue_refund"
@@ -216,15 +217,15 @@ def approval_requests_expire(*, now: datetime | None = None) -> int:
     due = ApprovalRequest.objects.filter(status=ApprovalRequest.Status.PENDING, expires_at__lte=now)
     for request_id in due.values_list("pk", flat=True).order_by("created_at")[:1000]:
         with transaction.atomic():
-            updated = ApprovalRequest.objects.filter(
-                pk=request_id, status=ApprovalRequest.Status.PENDING, expires_at__lte=now
-            ).update(
-                status=ApprovalRequest.Status.EXPIRED,
+            moved = approval_request_transition(
+                request=ApprovalRequest(pk=request_id),
+                to=ApprovalRequest.Status.EXPIRED,
+                when=Q(expires_at__lte=now),
                 decided_at=now,
                 updated_at=now,
                 decision_note="Expired before finance decided.",
             )
-            if updated != 1:
+            if not moved:
                 continue
             request = ApprovalRequest.objects.get(pk=request_id)
             approval_expired.send(sender=ApprovalRequest, request=request)
