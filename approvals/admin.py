@@ -44,6 +44,7 @@ from ledger.tenancy import tenant_for_user
 
 from .decisions import DECISIONS, approval_decisions_open, approval_request_decide, user_can_decide
 from .destinations import approval_legs_screen, approval_request_entries
+from .ledger_events import approval_request_payment_retry
 from .models import (
     QUEUE_RANK,
     ApprovalRequest,
@@ -55,7 +56,6 @@ from .models import (
     TenantCapability,
 )
 from .outbox import policy_replay_start
-from .payouts import approval_request_payment_retry
 from .policies import policy_draft_publish, policy_replay_latest, refund_policy_draft
 from .reason_words import destination_words
 from .replay import policy_replay_summary

@@ -7,7 +7,7 @@ transaction, then the evaluator's verification (approvals.verification) once eve
 What the provider answers:
 - `succeeded`: verified now; the ticket becomes `refunded`.
 - `failed` / `canceled`: recorded by the ledger, whose signal makes the request and the ticket
-  `payment_failed` (approvals.payouts); that leg's amount is refundable again, the other legs
+  `payment_failed` (approvals.ledger_events); that leg's amount is refundable again, the other legs
   stand (never re-routed).
 - `pending`: the request stays `approved`; a webhook, the reconciliation or the sweep's next
   execution (same key, same refund) records the answer.
@@ -147,7 +147,7 @@ def approval_execute(*, request_id: int) -> ApprovalRequest:
     refused = [entry for entry in entries if entry.status in (RefundStatus.FAILED, RefundStatus.CANCELED)]
     if refused:
         # One owner, approval_payment_failed: the receiver of the ledger's signal called it when the
-        # refusal was recorded (approvals.payouts); called again here for the case that receiver
+        # refusal was recorded (approvals.ledger_events); called again here for the case that receiver
         # failed, so a request never stays approved over a refused refund. A second call for the
         # same entry finds the request moved and changes nothing.
         entry = refused[0]

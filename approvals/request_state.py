@@ -46,7 +46,7 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     Status.FAILED: frozenset({Status.APPROVED, Status.EXECUTED}),
     # The provider refused a leg, also days after it reported it paid: only
     # approval_payment_failed (approvals.execution), called by the receiver of the ledger's refund
-    # events (approvals.payouts) and by the execution that saw the refusal.
+    # events (approvals.ledger_events) and by the execution that saw the refusal.
     Status.PAYMENT_FAILED: frozenset({Status.APPROVED, Status.EXECUTED}),
 }
 

@@ -240,7 +240,7 @@ def _withdraw_pending(ticket: Ticket, *, user, reason: str) -> list[int]:
     """Withdraw the ticket's pending approval requests first: they take the order lock before
     the ticket row is written, the same order a racing approval takes them in. The ticket's own
     order is locked first even when nothing is pending: finance filing a refused payment again
-    (approvals.payouts) holds that lock while it asks the ticket, so either it sees the ticket as
+    (approvals.ledger_events) holds that lock while it asks the ticket, so either it sees the ticket as
     this move leaves it, or this move finds its new request pending."""
     if ticket.order_id is not None:
         order_lock(order_id=ticket.order_id)
