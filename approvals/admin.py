@@ -44,7 +44,6 @@ from ledger.tenancy import tenant_for_user
 
 from .decisions import DECISIONS, approval_decisions_open, approval_request_decide, user_can_decide
 from .destinations import approval_legs_screen, approval_request_entries
-from .ledger_events import approval_request_payment_retry
 from .models import (
     QUEUE_RANK,
     ApprovalRequest,
@@ -58,6 +57,7 @@ from .models import (
 from .outbox import policy_replay_start
 from .policies import policy_draft_publish, policy_replay_latest, refund_policy_draft
 from .reason_words import destination_words
+from .refile import approval_request_payment_retry
 from .replay import policy_replay_summary
 from .review import review_sections
 from .second_factor import NO_DEVICE, UNVERIFIED, second_factor_state, second_factor_verify

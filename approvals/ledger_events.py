@@ -1,77 +1,85 @@
-"""What the approvals layer does when the provider answers about a refund it executed, and how
-finance pays a refused refund again.
+"""The approvals layer's receivers of the ledger's events, made durable.
 
-The ledger sends `refund_entry_status_changed` inside the transaction that records the
-provider's answer (from the payout, a webhook or the reconciliation):
-- `failed` / `canceled`: the request becomes `payment_failed` (compare-and-set) with the
-  provider's reason in its verification record, and `refund_payment_failed` tells the ticket
-  (which goes back to finance as `payment_failed`). The entry no longer counts, so the amount is
-  refundable again.
-- `succeeded` (a webhook or the reconciliation learned it after the payout said `pending`):
-  the execution is enqueued again after commit; it replays the entry and runs the evaluator.
-  The provider is never called inside the ledger's transaction.
+The ledger sends `refund_entry_status_changed` (the provider answered about a refund: a payout,
+a webhook, the reconciliation) and `order_dispute_changed` inside the transaction that records
+them, under the order's lock. They are plain signals, so each receiver here only finds the
+approval requests concerned and announces the event again as an approval event of this module
+(an ApprovalEvent, approvals.signals). What the approvals layer does about it is connected to
+that event, so it is delivered as every approval event is (approvals.followups): in its own
+savepoint inside the ledger's transaction; if it raises, its writes roll back, the ledger's
+record stands, and the event is kept in the same transaction and delivered again by the sweep,
+in order per ticket, until it works. Nothing is dropped.
 
-Paying again: `approval_request_payment_retry` (finance, never the filer) files a new request
-for the same exact refund (a refund paid in legs: the refused legs only, as approved) under a new
-idempotency key (`<key>:r<n>`), linked as the refused
-request's replacement; the ticket goes back to `approval_required` and finance approves it as
-any other request. A new key means a new refund at the provider.
+- `failed` / `canceled`: the request becomes `payment_failed` (approval_payment_failed,
+  approvals.execution) with the provider's reason in its verification record, and
+  `refund_payment_failed` tells the ticket (which goes back to finance as `payment_failed`). The
+  entry no longer counts, so the amount is refundable again. Finance files it again with
+  approvals.refile.
+- `succeeded` (a webhook, the reconciliation or a person's record of a payout by hand learned it
+  after the payout said `pending`): the execution is published again after commit
+  (approvals.outbox); the provider is never called inside the ledger's transaction. Its replay is
+  more than the verification, which is why it is not a verification task: it announces the
+  entries again (`refund_executed`, replayed: the ticket's trace records each payout made by hand
+  and who recorded it, refundagent.ticket_events), pays a leg still pending under its own key,
+  and verifies once every leg succeeded. Should the broker lose it, the request is still
+  `approved` and the outbox sweep publishes it again.
+- a dispute opened on the order: each of its requests waiting for a decision, or approved but not
+  yet written to the ledger, is held (approval_request_hold_for_dispute, approvals.invalidation).
 """
-
-import logging
-from decimal import Decimal
 
 from django.db import transaction
 from django.dispatch import receiver
-from django.utils import timezone
 
-from ledger.exceptions import InvalidInput, NotFound
 from ledger.models import RefundEntry, RefundStatus
-from ledger.money import ZERO, money_parse
-from ledger.selectors import order_refund_position
-from ledger.services import canonical_hash
+from ledger.services import REFUSED_STATUSES
 from ledger.signals import order_dispute_changed, refund_entry_status_changed
-from ledger.tenancy import tenant_for_user
 
-from .decisions import approval_decider_check
-from .destinations import approval_leg_key, approval_request_entries, approval_request_of_entry
-from .exceptions import ApprovalConflict
+from .destinations import approval_request_entries, approval_request_of_entry
 from .execution import approval_payment_failed
-from .followups import approval_followups_waiting
-from .gate import policy_current
-from .invalidation import approval_request_invalidate
+from .invalidation import approval_request_hold_for_dispute
 from .locks import order_lock
 from .models import ApprovalRequest
 from .outbox import approval_execution_publish
-from .requests import approval_request_replacement_key
-from .signals import approval_refile_check, approval_replaced
+from .signals import ApprovalEvent
 
-logger = logging.getLogger(__name__)
+# request=ApprovalRequest, entry=ledger.RefundEntry, to_status=str, reason=str: the provider's
+# answer about one of the request's refunds, as the ledger recorded it.
+approval_refund_answered = ApprovalEvent("approval_refund_answered")
+# request=ApprovalRequest (waiting for a decision, or approved and not in the ledger yet),
+# dispute=ledger.Dispute (open): a dispute opened on the request's order.
+approval_order_disputed = ApprovalEvent("approval_order_disputed")
 
-REFUSED = (RefundStatus.FAILED, RefundStatus.CANCELED)
 
-
-@receiver(refund_entry_status_changed, dispatch_uid="approvals.approval_follow_refund_status")
+@receiver(refund_entry_status_changed, dispatch_uid="approvals.on_refund_entry_status_changed")
 def on_refund_entry_status_changed(
     sender, entry: RefundEntry, from_status: str, to_status: str, reason: str = "", **kwargs
 ):
-    # Runs inside the ledger's transaction, in its own savepoint: a bug here is logged and
-    # never undoes the ledger's record of what the provider said.
-    try:
-        with transaction.atomic():
-            approval_follow_refund_status(entry=entry, to_status=to_status, reason=reason)
-    except Exception:  # noqa: BLE001 - the ledger's record must stand
-        logger.exception("following refund #%s to %s failed; the ledger's record stands", entry.pk, to_status)
+    # Only a read here; what follows is delivered durably. A read that fails is the database
+    # failing, and the ledger's transaction with it (its caller retries the record).
+    request = approval_request_of_entry(entry=entry)
+    if request is not None:
+        approval_refund_answered.send(
+            sender=ApprovalRequest, request=request, entry=entry, to_status=to_status, reason=reason
+        )
+
+
+@receiver(approval_refund_answered, dispatch_uid="approvals.approval_follow_refund_status")
+def on_approval_refund_answered(sender, request: ApprovalRequest, entry: RefundEntry, to_status: str, **kwargs):
+    approval_follow_refund_status(entry=entry, to_status=to_status, reason=kwargs.get("reason") or "")
 
 
 def approval_follow_refund_status(*, entry: RefundEntry, to_status: str, reason: str = "") -> ApprovalRequest | None:
-    """The request whose refund the provider answered about follows it (see the module doc)."""
+    """The request whose refund the provider answered about follows it (see the module doc).
+    Under the order's lock: the ledger's transaction holds it; a delivery by the sweep takes it."""
     request = approval_request_of_entry(entry=entry)
     if request is None:
         return None
-    if to_status in REFUSED:
+    order_lock(order_id=request.order_id)
+    request.refresh_from_db()
+    if to_status in REFUSED_STATUSES:
         return approval_payment_failed(request=request, entry=entry, reason=reason)
     if to_status == RefundStatus.SUCCEEDED and request.status == ApprovalRequest.Status.APPROVED:
+        # The replay, not only the verification: see the module doc.
         request_id = request.pk
         transaction.on_commit(lambda: approval_execution_publish(request_id=request_id))
     return request
@@ -79,140 +87,25 @@ def approval_follow_refund_status(*, entry: RefundEntry, to_status: str, reason:
 
 @receiver(order_dispute_changed, dispatch_uid="approvals.approval_hold_on_dispute")
 def on_order_dispute_changed(sender, dispute, order, **kwargs):
-    # Inside the ledger's transaction, under the order's lock. A failure here is logged: the
-    # decision and the execution re-run the gate (which escalates a disputed order) anyway.
+    # Inside the ledger's transaction, under the order's lock: only a read here, the hold of each
+    # request is delivered durably.
     if not dispute.is_open:
         return
-    try:
-        with transaction.atomic():
-            approval_requests_hold_for_dispute(order=order, dispute=dispute)
-    except Exception:  # noqa: BLE001 - the ledger's record of the dispute must stand
-        logger.exception("holding the refunds of order %s for dispute %s failed", order.pk, dispute.provider_ref)
+    for request in approval_requests_to_hold(order=order):
+        approval_order_disputed.send(sender=ApprovalRequest, request=request, dispute=dispute)
 
 
-def approval_requests_hold_for_dispute(*, order, dispute) -> list[ApprovalRequest]:
-    """A dispute opened on the order: its requests waiting for a decision, or approved but not yet
-    written to the ledger, are held (invalidated with the dispute as the reason; the gate makes no
-    replacement while the dispute is open, so the ticket goes to a person). Nothing is paid until a
-    person decides again. A refund already written to the ledger is the provider's to answer."""
-    held = []
-    now = timezone.now()
+@receiver(approval_order_disputed, dispatch_uid="approvals.approval_hold_for_dispute")
+def on_approval_order_disputed(sender, request: ApprovalRequest, dispute, **kwargs):
+    approval_request_hold_for_dispute(request=request, dispute=dispute)
+
+
+def approval_requests_to_hold(*, order) -> list[ApprovalRequest]:
+    """The order's requests a dispute holds: waiting for a decision, or approved but not yet
+    written to the ledger (a refund already written is the provider's to answer)."""
     waiting = ApprovalRequest.objects.filter(
         order_id=order.pk,
         status__in=(ApprovalRequest.Status.PENDING, ApprovalRequest.Status.APPROVED),
         ledger_entry__isnull=True,
     ).order_by("id")
-    for request in waiting:
-        if approval_request_entries(request=request).exists():
-            continue  # written by an execution that is paying it now
-        reason = (
-            f"the order is disputed ({dispute.provider_ref}: {dispute.status}); "
-            f"the charge is {'still' if dispute.is_charge_refundable else 'not'} refundable at the provider"
-        )
-        approval_request_invalidate(request=request, reason=reason, now=now, from_status=request.status)
-        held.append(request)
-    return held
-
-
-def approval_request_payment_retry(*, request_id: int, user, note: str = "") -> ApprovalRequest:
-    """File the refund a provider refused again, as a new request for finance to decide.
-
-    Only a `payment_failed` request, once (a second retry of the same request is a conflict:
-    decide the first). The new request has the same exact args (and hash) under a new key (of a
-    refund paid in several legs, only the legs the provider refused, exactly as approved), the
-    facts it is checked against taken now (what is refundable, the current policy), and needs the
-    same number of approvers. Who may: whoever may decide the request (finance, not the filer)."""
-    tenant = tenant_for_user(user)
-    try:
-        request = ApprovalRequest.objects.for_tenant(tenant).get(pk=request_id)
-    except (ApprovalRequest.DoesNotExist, ValueError, TypeError):
-        raise NotFound(f"Approval request {request_id} not found.") from None
-    approval_decider_check(user=user, request=request)
-    now = timezone.now()
-    with transaction.atomic():
-        order = order_lock(order_id=request.order_id)
-        request = ApprovalRequest.objects.select_for_update().get(pk=request.pk)
-        if request.status != ApprovalRequest.Status.PAYMENT_FAILED or request.replaced_by_id is not None:
-            raise ApprovalConflict(
-                f"Request #{request.pk} is {request.status}"
-                + (f" and was filed again as #{request.replaced_by_id}" if request.replaced_by_id else "")
-                + "; only a refused payment is filed again.",
-                code="not_payment_failed",
-            )
-        if approval_followups_waiting(request=request):
-            # Its ticket has not heard everything yet (a receiver failed and is retried): asked
-            # now, it would answer from a state it is about to leave.
-            raise ApprovalConflict(
-                f"The ticket of request #{request.pk} has not caught up with its approval yet (a follow-up "
-                "waits to be retried); file it again once it has.",
-                code="followup_waiting",
-            )
-        # Whatever the request is for may refuse first (its ticket closed meanwhile): nothing written.
-        approval_refile_check.send(sender=ApprovalRequest, request=request)
-        policy = policy_current(order.tenant)
-        if policy is None:
-            raise InvalidInput("The shop has no published refund policy.", code="no_policy")
-        args, amount = _refused_legs_args(request=request)
-        refundable = order_refund_position(order).refundable
-        if amount > refundable:
-            raise ApprovalConflict(
-                f"Only {refundable} {order.currency} is refundable on {order.external_id} now.",
-                code="refund_exceeds_refundable",
-            )
-        replacement = ApprovalRequest.objects.create(
-            tenant_id=request.tenant_id,
-            action=request.action,
-            order=order,
-            amount=amount,
-            currency=request.currency,
-            args=args,
-            args_hash=canonical_hash(args),
-            idempotency_key=approval_request_replacement_key(key=request.idempotency_key),
-            policy=policy,
-            policy_version=policy.version,
-            refundable_at_request=refundable,
-            trace_id=request.trace_id,
-            ticket_ref=request.ticket_ref,
-            approver_role=request.approver_role,
-            required_approvals=request.required_approvals,
-            expires_at=now + (request.expires_at - request.created_at),
-            # The same makers and the same kind of request: a person's exception stays one.
-            requested_by=request.requested_by,
-            filed_by=request.filed_by,
-            origin=request.origin,
-            policy_exception=request.policy_exception,
-            waived_rules=request.waived_rules,
-            proposal_reason=request.proposal_reason,
-            decision_note=f"Filed again by {user.get_username()} after the provider refused request #{request.pk}"
-            + (f": {note}" if note else "."),
-        )
-        ApprovalRequest.objects.filter(pk=request.pk).update(replaced_by=replacement, updated_at=now)
-        request.refresh_from_db()
-        approval_replaced.send(sender=ApprovalRequest, request=replacement, old=request)
-    return replacement
-
-
-def _refused_legs_args(*, request: ApprovalRequest) -> tuple[dict, Decimal]:
-    """The args (and amount) of the refund to file again: the request's own when it names one leg
-    or none; of a request paid in several legs, only the legs the provider refused, each exactly as
-    approved (the legs it paid stand, and are never paid twice). Refuses while a leg has no answer
-    yet (`legs_pending`): what to file again is known only once every leg has one."""
-    args = dict(request.args or {})
-    legs = args.get("legs") or []
-    if len(legs) <= 1:
-        return args, request.amount
-    entries = {entry.idempotency_key: entry for entry in approval_request_entries(request=request)}
-    statuses = [entries.get(approval_leg_key(request_key=request.idempotency_key, index=n)) for n in range(len(legs))]
-    if any(entry is None or entry.status == RefundStatus.PENDING for entry in statuses):
-        raise ApprovalConflict(
-            f"A leg of request #{request.pk} has no answer from the provider yet; file it again once every leg has one.",
-            code="legs_pending",
-        )
-    refused = [leg for leg, entry in zip(legs, statuses, strict=True) if entry.status in REFUSED]
-    if not refused:
-        raise ApprovalConflict(
-            f"No leg of request #{request.pk} was refused: nothing to file again.", code="no_leg_refused"
-        )
-    amount = sum((money_parse(leg["amount"]) for leg in refused), ZERO)
-    args.update(legs=refused, amount=str(amount), destination_method=refused[0]["method"])
-    return args, amount
+    return [request for request in waiting if not approval_request_entries(request=request).exists()]

@@ -330,7 +330,7 @@ def ticket_follow_verified(*, request: ApprovalRequest, verdict: dict) -> None:
 def ticket_follow_payment_failed(*, request: ApprovalRequest, entry, reason: str) -> None:
     """The provider refused (or canceled) the payout: the ticket goes back to finance as
     `payment_failed` with the provider's reason; nothing was paid and the amount is refundable
-    again (finance files it again: approvals.ledger_events.approval_request_payment_retry)."""
+    again (finance files it again: approvals.refile.approval_request_payment_retry)."""
     ticket = ticket_of_request(request)
     if ticket is None:
         return

@@ -18,8 +18,8 @@ from django.test import Client
 from django.utils import timezone
 
 from approvals.exceptions import ApprovalConflict
-from approvals.ledger_events import approval_request_payment_retry
 from approvals.models import ApprovalFollowUp, ApprovalRequest
+from approvals.refile import approval_request_payment_retry
 from ledger.models import RefundEntry
 from refundagent import ticket_events
 from refundagent.models import Ticket

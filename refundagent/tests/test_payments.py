@@ -10,8 +10,8 @@ from django.test import Client
 from django.utils import timezone
 
 from approvals.execution import approval_execute
-from approvals.ledger_events import approval_request_payment_retry
 from approvals.models import ApprovalRequest
+from approvals.refile import approval_request_payment_retry
 from ledger.exceptions import PaymentProviderUnavailable
 from ledger.models import ReconciliationFinding, RefundEntry
 from ledger.selectors import order_refund_position

@@ -12,8 +12,8 @@ from django.apps import apps
 from django.urls import reverse
 from django.utils import timezone
 
-from approvals.ledger_events import approval_request_payment_retry
 from approvals.models import ApprovalRequest, ApprovalVote, RefundPolicy
+from approvals.refile import approval_request_payment_retry
 from approvals.review import review_sections
 from approvals.verification import approval_verdict
 from ledger.models import Customer, Order, Payment, PaymentMethod, RefundEntry

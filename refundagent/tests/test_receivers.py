@@ -11,8 +11,8 @@ from approvals.decisions import approval_request_decide
 from approvals.exceptions import ApprovalConflict
 from approvals.execution import approval_execute
 from approvals.gate import Proposal, policy_current, policy_gate_evaluate
-from approvals.ledger_events import approval_request_payment_retry
 from approvals.models import ApprovalRequest
+from approvals.refile import approval_request_payment_retry
 from approvals.requests import approval_request_create, approval_requests_expire
 from approvals.review import review_sections
 from ledger.models import Order, RefundEntry

@@ -11,8 +11,8 @@ import pytest
 from approvals.decisions import approval_request_decide
 from approvals.exceptions import ApprovalConflict
 from approvals.execution import approval_execute
-from approvals.ledger_events import approval_request_payment_retry
 from approvals.models import ApprovalRequest
+from approvals.refile import approval_request_payment_retry
 from approvals.verification import approval_verify
 from ledger.exceptions import PaymentProviderUnavailable, RefundRefused
 from ledger.models import PaymentMethod, RefundEntry

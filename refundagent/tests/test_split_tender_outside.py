@@ -92,7 +92,7 @@ def test_each_card_leg_paid_by_hand_is_the_one_the_trace_records(
 def test_a_refile_paid_after_another_leg_failed_does_not_close_the_ticket_as_refunded(
     fake_stripe, tenant, customer, card, make_user, policy, django_capture_on_commit_callbacks
 ):
-    from approvals.ledger_events import approval_request_payment_retry
+    from approvals.refile import approval_request_payment_retry
     from refundagent.models import Ticket
     from refundagent.tests.test_late_provider_failure import post_event, refund_event
 
