@@ -2,7 +2,7 @@
 
 import pytest
 
-from refundagent.config.state_diagrams import (
+from refundagent.state_diagrams import (
     COMMAND,
     DOC,
     architecture_doc_render,
@@ -25,7 +25,7 @@ def test_a_changed_table_would_change_the_doc(monkeypatch):
     text = DOC.read_text()
     narrowed = dict(TRANSITIONS)
     narrowed[ApprovalRequest.Status.EXPIRED] = frozenset()
-    monkeypatch.setattr("approvals.request_state.TRANSITIONS", narrowed)
+    monkeypatch.setattr("refundagent.state_diagrams.REQUEST_TRANSITIONS", narrowed)
 
     # when the diagrams are drawn again
     rendered = architecture_doc_render(text)

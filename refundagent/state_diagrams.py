@@ -1,33 +1,31 @@
-"""`python -m refundagent.config.state_diagrams`: draw the state machines from their tables.
+"""`python manage.py state_diagrams`: draw the state machines from their tables.
 
 The ticket (`refundagent.ticket_state.TRANSITIONS`), the approval request
 (`approvals.request_state.TRANSITIONS`) and the refund entry (`ledger.models.STATUS_TRANSITIONS`)
 each have one table of transitions. This renders each as a Mermaid `stateDiagram-v2` and writes
 it into docs/architecture.md between its marker comments, so the picture is the table; a test
-(refundagent/config/tests/test_state_diagrams.py) fails when a table changed and the doc was not
-regenerated. It lives in the wiring because only the wiring knows every app.
+(refundagent/tests/test_state_diagrams.py) fails when a table changed and the doc was not
+regenerated. It lives in refundagent, the highest app with a state machine, which may read the
+tables of the apps below it.
 """
 
-import os
 import re
-import sys
 from pathlib import Path
 
-import django
+from approvals.models import ApprovalRequest
+from approvals.request_state import TRANSITIONS as REQUEST_TRANSITIONS
+from ledger.models import FIRST_STATUSES, STATUS_TRANSITIONS, RefundStatus
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
-COMMAND = "python -m refundagent.config.state_diagrams"
+from .models import Ticket
+from .ticket_state import TRANSITIONS as TICKET_TRANSITIONS
+
+DOC = Path(__file__).resolve().parents[1] / "docs" / "architecture.md"
+COMMAND = "python manage.py state_diagrams"
 
 
 def state_machines() -> dict[str, tuple[list[str], list[str], list[tuple[str, str]]]]:
     """Each machine by name: (its statuses in declared order, the statuses a row starts in, its
-    moves as (source, target) pairs). Read from the tables; imported here, once the apps are
-    loaded."""
-    from approvals.models import ApprovalRequest
-    from approvals.request_state import TRANSITIONS as REQUEST_TRANSITIONS
-    from ledger.models import FIRST_STATUSES, STATUS_TRANSITIONS, RefundStatus
-    from refundagent.models import Ticket
-    from refundagent.ticket_state import TRANSITIONS as TICKET_TRANSITIONS
+    moves as (source, target) pairs), read from the tables."""
 
     def by_target(statuses, table):
         return [(source, to) for to in statuses for source in statuses if source in table[to]]
@@ -78,18 +76,10 @@ def architecture_doc_render(text: str) -> str:
     return text
 
 
-def main() -> int:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "refundagent.config.settings")
-    django.setup()
+def architecture_doc_regenerate() -> bool:
+    """Write the diagrams into docs/architecture.md; True if it changed."""
     text = DOC.read_text()
     rendered = architecture_doc_render(text)
     if rendered != text:
         DOC.write_text(rendered)
-        print(f"{DOC}: state diagrams regenerated")
-    else:
-        print(f"{DOC}: state diagrams up to date")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    return rendered != text
