@@ -42,7 +42,6 @@ from ledger.selectors import order_ledger, order_refund_position, reconciliation
 from ledger.services import ledger_refund_record_paid
 from ledger.tenancy import tenant_for_user
 
-from .decisions import DECISIONS, approval_decisions_open, approval_request_decide, user_can_decide
 from .destinations import approval_legs_screen, approval_request_entries
 from .models import (
     QUEUE_RANK,
@@ -55,13 +54,14 @@ from .models import (
     TenantCapability,
 )
 from .outbox import policy_replay_start
-from .policies import policy_draft_publish, policy_replay_latest, refund_policy_draft
 from .reason_words import destination_words
-from .refile import approval_request_payment_retry
 from .replay import policy_replay_summary
 from .review import review_sections
 from .second_factor import NO_DEVICE, UNVERIFIED, second_factor_state, second_factor_verify
 from .selectors import approval_changes_asked, approvals_refused_by_provider
+from .services.decisions import DECISIONS, approval_decisions_open, approval_request_decide, user_can_decide
+from .services.policies import policy_draft_publish, policy_replay_latest, refund_policy_draft
+from .services.refile import approval_request_payment_retry
 
 BADGE_COLOURS = {
     ApprovalRequest.Status.PENDING: "#205067",
@@ -174,7 +174,7 @@ class CappedCountPaginator(Paginator):
 # review page link a request to the ticket it was made for.
 SUPPORT_TICKET_URL = "/tickets/{}/"
 
-# The evaluator's checks (approvals.verification) in words for the review page; a check without
+# The evaluator's checks (approvals.services.verification) in words for the review page; a check without
 # an entry is shown humanised ("new_check" -> "New check"), never as its code.
 VERIFICATION_CHECK_WORDS = {
     "one_entry_under_key": "One ledger entry under the request's key",

@@ -11,10 +11,10 @@ record stands, and the event is kept in the same transaction and delivered again
 in order per ticket, until it works. Nothing is dropped.
 
 - `failed` / `canceled`: the request becomes `payment_failed` (approval_payment_failed,
-  approvals.execution) with the provider's reason in its verification record, and
+  approvals.services.execution) with the provider's reason in its verification record, and
   `refund_payment_failed` tells the ticket (which goes back to finance as `payment_failed`). The
   entry no longer counts, so the amount is refundable again. Finance files it again with
-  approvals.refile.
+  approvals.services.refile.
 - `succeeded` (a webhook, the reconciliation or a person's record of a payout by hand learned it
   after the payout said `pending`): the execution is published again after commit
   (approvals.outbox); the provider is never called inside the ledger's transaction. Its replay is
@@ -24,7 +24,7 @@ in order per ticket, until it works. Nothing is dropped.
   and verifies once every leg succeeded. Should the broker lose it, the request is still
   `approved` and the outbox sweep publishes it again.
 - a dispute opened on the order: each of its requests waiting for a decision, or approved but not
-  yet written to the ledger, is held (approval_request_hold_for_dispute, approvals.invalidation).
+  yet written to the ledger, is held (approval_request_hold_for_dispute, approvals.services.invalidation).
 """
 
 from django.db import transaction
@@ -35,11 +35,11 @@ from ledger.services import REFUSED_STATUSES
 from ledger.signals import order_dispute_changed, refund_entry_status_changed
 
 from .destinations import approval_request_entries, approval_request_of_entry
-from .execution import approval_payment_failed
-from .invalidation import approval_request_hold_for_dispute
 from .locks import order_lock
 from .models import ApprovalRequest
 from .outbox import approval_execution_publish
+from .services.execution import approval_payment_failed
+from .services.invalidation import approval_request_hold_for_dispute
 from .signals import ApprovalEvent
 
 # request=ApprovalRequest, entry=ledger.RefundEntry, to_status=str, reason=str: the provider's

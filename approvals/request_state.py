@@ -26,26 +26,26 @@ Status = ApprovalRequest.Status
 TRANSITIONS: dict[str, frozenset[str]] = {
     # Made pending; never moved back.
     Status.PENDING: frozenset(),
-    # Finance's last distinct approval (approvals.decisions).
+    # Finance's last distinct approval (approvals.services.decisions).
     Status.APPROVED: frozenset({Status.PENDING}),
-    # Finance's other decisions (approvals.decisions).
+    # Finance's other decisions (approvals.services.decisions).
     Status.DENIED: frozenset({Status.PENDING}),
     Status.CHANGES_REQUESTED: frozenset({Status.PENDING}),
     Status.ESCALATED: frozenset({Status.PENDING}),
-    # The expiry sweep (approvals.requests).
+    # The expiry sweep (approvals.services.requests).
     Status.EXPIRED: frozenset({Status.PENDING}),
-    # Its ticket was closed or escalated by a person (approvals.withdrawal).
+    # Its ticket was closed or escalated by a person (approvals.services.withdrawal).
     Status.WITHDRAWN: frozenset({Status.PENDING}),
     # The facts changed at the decision or at the execution, a dispute opened before the ledger
-    # write, or a later leg of the request it refiles failed (approvals.invalidation).
+    # write, or a later leg of the request it refiles failed (approvals.services.invalidation).
     Status.INVALIDATED: frozenset({Status.PENDING, Status.APPROVED}),
-    # The evaluator's verdict on every leg paid (approvals.verification).
+    # The evaluator's verdict on every leg paid (approvals.services.verification).
     Status.EXECUTED: frozenset({Status.APPROVED}),
-    # The ledger refused the write (approvals.execution), or the verdict failed, also later on an
-    # executed request (approvals.verification).
+    # The ledger refused the write (approvals.services.execution), or the verdict failed, also later on an
+    # executed request (approvals.services.verification).
     Status.FAILED: frozenset({Status.APPROVED, Status.EXECUTED}),
     # The provider refused a leg, also days after it reported it paid: only
-    # approval_payment_failed (approvals.execution), called by the receiver of the ledger's refund
+    # approval_payment_failed (approvals.services.execution), called by the receiver of the ledger's refund
     # events (approvals.ledger_events) and by the execution that saw the refusal.
     Status.PAYMENT_FAILED: frozenset({Status.APPROVED, Status.EXECUTED}),
 }

@@ -9,8 +9,8 @@ from django.db import transaction
 from approvals.exceptions import ApprovalConflict
 from approvals.locks import order_lock
 from approvals.models import ApprovalRequest
-from approvals.proposals import approval_proposal_create
-from approvals.withdrawal import approval_requests_withdraw
+from approvals.services.proposals import approval_proposal_create
+from approvals.services.withdrawal import approval_requests_withdraw
 from ledger.exceptions import InvalidInput
 from ledger.models import Order, PaymentMethod
 from ledger.money import money_check_currency, money_parse
@@ -350,7 +350,7 @@ def ticket_refund_propose(
     order: str | None = None,
 ) -> ApprovalRequest:
     """A person proposes an exact refund on an escalated, failed or payment-failed ticket: an
-    approval request with origin `human` (approvals.proposals: the gate's hard limits, the
+    approval request with origin `human` (approvals.services.proposals: the gate's hard limits, the
     proposer never approves, an exception needs a reason and two approvers). The ticket moves to
     approval_required in the same transaction; any refusal writes nothing.
 

@@ -164,7 +164,7 @@ def test_a_wanted_amount_finer_than_the_requests_currency_is_refused_and_nothing
 
 
 def test_the_queue_lists_pending_first_then_oldest_and_filters(file_request, login, people):
-    from approvals.decisions import approval_request_decide
+    from approvals.services.decisions import approval_request_decide
 
     old_denied = file_request("120.00")
     approval_request_decide(

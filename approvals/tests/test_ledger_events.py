@@ -10,10 +10,10 @@ import pytest
 from django.utils import timezone
 
 from approvals import ledger_events
-from approvals.decisions import approval_request_decide
-from approvals.execution import approval_execute
 from approvals.followups import approval_followups_deliver
 from approvals.models import ApprovalFollowUp, ApprovalRequest
+from approvals.services.decisions import approval_request_decide
+from approvals.services.execution import approval_execute
 from approvals.signals import refund_payment_failed
 from ledger.disputes import dispute_record
 from ledger.gateways.base import ProviderDispute

@@ -9,9 +9,9 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from approvals.execution import approval_execute
 from approvals.models import ApprovalRequest
-from approvals.refile import approval_request_payment_retry
+from approvals.services.execution import approval_execute
+from approvals.services.refile import approval_request_payment_retry
 from ledger.exceptions import PaymentProviderUnavailable
 from ledger.models import ReconciliationFinding, RefundEntry
 from ledger.selectors import order_refund_position

@@ -11,8 +11,8 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import transaction
 
-from approvals.decisions import approval_request_decide
 from approvals.models import ApprovalRequest
+from approvals.services.decisions import approval_request_decide
 from ledger.exceptions import InvalidInput
 from ledger.models import Order, PaymentMethod, ReconciliationFinding, RefundEntry, Tenant
 from ledger.reconciliation import payments_reconcile

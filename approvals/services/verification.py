@@ -1,4 +1,4 @@
-"""The evaluator: separate code from the actor (approvals.execution.approval_execute).
+"""The evaluator: separate code from the actor (approvals.services.execution.approval_execute).
 
 It trusts nothing the actor recorded about itself. It re-reads the ledger and the policy the
 request was made under and checks that exactly the approved refund was recorded: one entry
@@ -31,10 +31,10 @@ from ledger.payouts import refund_entry_provider_record
 from ledger.selectors import order_refunded_total, refund_entries_with_effective_amount
 from ledger.services import canonical_hash
 
-from .destinations import approval_leg_key, approval_request_entries
-from .models import ApprovalRequest, ApprovalVote
-from .request_state import approval_request_transition
-from .signals import refund_verified
+from ..destinations import approval_leg_key, approval_request_entries
+from ..models import ApprovalRequest, ApprovalVote
+from ..request_state import approval_request_transition
+from ..signals import refund_verified
 
 logger = logging.getLogger(__name__)
 

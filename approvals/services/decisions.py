@@ -18,21 +18,21 @@ from ledger.selectors import order_refund_position
 from ledger.telemetry import traced
 from ledger.tenancy import tenant_for_user, user_require_role, user_roles
 
-from .exceptions import ApprovalConflict, Forbidden, MakerChecker
-from .gate import refund_cap
-from .invalidation import approval_facts_changed, approval_request_invalidate
-from .locks import approval_request_lock
-from .models import ApprovalRequest, ApprovalVote
-from .outbox import approval_execution_publish
-from .request_state import approval_request_transition
-from .requests import approval_required_count
-from .signals import (
+from ..exceptions import ApprovalConflict, Forbidden, MakerChecker
+from ..gate import refund_cap
+from ..locks import approval_request_lock
+from ..models import ApprovalRequest, ApprovalVote
+from ..outbox import approval_execution_publish
+from ..request_state import approval_request_transition
+from ..signals import (
     approval_approved,
     approval_changes_requested,
     approval_denied,
     approval_escalated,
     approval_vote_recorded,
 )
+from .invalidation import approval_facts_changed, approval_request_invalidate
+from .requests import approval_required_count
 
 APPROVE_PERMISSION = "approvals.approve_approvalrequest"
 DECISIONS = {

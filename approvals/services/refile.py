@@ -17,15 +17,15 @@ from ledger.selectors import order_refund_position
 from ledger.services import REFUSED_STATUSES, canonical_hash
 from ledger.tenancy import tenant_for_user
 
+from ..destinations import approval_leg_key, approval_request_entries
+from ..exceptions import ApprovalConflict
+from ..followups import approval_followups_waiting
+from ..gate import policy_current
+from ..locks import order_lock
+from ..models import ApprovalRequest
+from ..signals import approval_refile_check, approval_replaced
 from .decisions import approval_decider_check
-from .destinations import approval_leg_key, approval_request_entries
-from .exceptions import ApprovalConflict
-from .followups import approval_followups_waiting
-from .gate import policy_current
-from .locks import order_lock
-from .models import ApprovalRequest
 from .requests import approval_request_replacement_key
-from .signals import approval_refile_check, approval_replaced
 
 
 def approval_request_payment_retry(*, request_id: int, user, note: str = "") -> ApprovalRequest:

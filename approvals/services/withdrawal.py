@@ -6,10 +6,10 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from .exceptions import ApprovalConflict
-from .locks import approval_request_lock, order_lock
-from .models import ApprovalRequest
-from .request_state import approval_request_transition
+from ..exceptions import ApprovalConflict
+from ..locks import approval_request_lock, order_lock
+from ..models import ApprovalRequest
+from ..request_state import approval_request_transition
 
 
 def approval_requests_withdraw(

@@ -10,15 +10,15 @@ from ledger.exceptions import DomainError
 from ledger.models import Order
 from ledger.selectors import order_refund_position
 
-from .destinations import approval_destination_resolve, approval_legs_resolve, approval_request_entries
-from .exceptions import ApprovalConflict
-from .gate import Outcome, Proposal, policy_current, policy_gate_evaluate
-from .locks import order_lock
-from .models import ApprovalRequest
-from .reason_words import gate_outcome_words
-from .request_state import approval_request_transition
+from ..destinations import approval_destination_resolve, approval_legs_resolve, approval_request_entries
+from ..exceptions import ApprovalConflict
+from ..gate import Outcome, Proposal, policy_current, policy_gate_evaluate
+from ..locks import order_lock
+from ..models import ApprovalRequest
+from ..reason_words import gate_outcome_words
+from ..request_state import approval_request_transition
+from ..signals import approval_invalidated, approval_replaced
 from .requests import approval_request_create, approval_request_replacement_key
-from .signals import approval_invalidated, approval_replaced
 
 
 def approval_facts_changed(*, request: ApprovalRequest, order: Order, now: datetime | None = None) -> str:

@@ -1,6 +1,6 @@
 """Approval requests: the exact action to approve (its canonical args), making one, the key of
-a replacement, and the expiry sweep. Deciding them is approvals.decisions; executing them
-approvals.execution."""
+a replacement, and the expiry sweep. Deciding them is approvals.services.decisions; executing them
+approvals.services.execution."""
 
 import re
 from datetime import datetime
@@ -16,10 +16,10 @@ from ledger.money import ZERO, money_check_currency
 from ledger.selectors import order_refunded_total
 from ledger.services import canonical_hash
 
-from .gate import GateVerdict, Outcome
-from .models import ApprovalRequest, RefundPolicy, threshold_rate_parse
-from .request_state import approval_request_transition
-from .signals import approval_expired
+from ..gate import GateVerdict, Outcome
+from ..models import ApprovalRequest, RefundPolicy, threshold_rate_parse
+from ..request_state import approval_request_transition
+from ..signals import approval_expired
 
 ISSUE_REFUND = "refunds.issue_refund"
 # A policy exception is decided by this many distinct approvers at least, whatever the amount.
@@ -71,7 +71,7 @@ def approval_request_create(
     an IntegrityError that rolls the caller's transaction back.
 
     `policy_exception` (a person's proposal outside the policy's `waived_rules`,
-    approvals.proposals) needs two distinct approvers at least, whatever the amount."""
+    approvals.services.proposals) needs two distinct approvers at least, whatever the amount."""
     if verdict.outcome != Outcome.APPROVAL_REQUIRED or verdict.allowed_amount is None:
         raise ValueError("Only an eligible verdict becomes an approval request.")
     # Never a request that no provider can pay (the gate and the proposal refuse it first).

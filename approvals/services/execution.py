@@ -1,7 +1,7 @@
 """Executing an approved request: the ledger write, exactly as approved, one entry per tender leg
 (all in one transaction, `pending` under the order lock; leg 0 keyed by the request's idempotency
 key, leg n by `<key>:leg<n>`), the payout of each leg at the provider outside any lock and
-transaction, then the evaluator's verification (approvals.verification) once every leg
+transaction, then the evaluator's verification (approvals.services.verification) once every leg
 `succeeded`. The Celery task (approvals.tasks) calls this; so do the evals, synchronously.
 
 What the provider answers:
@@ -26,13 +26,13 @@ from ledger.payouts import ledger_refund_payout
 from ledger.services import canonical_hash, ledger_refund_issue
 from ledger.telemetry import traced
 
-from .destinations import approval_legs_resolve, approval_request_entries
-from .exceptions import ApprovalConflict
+from ..destinations import approval_legs_resolve, approval_request_entries
+from ..exceptions import ApprovalConflict
+from ..locks import order_lock
+from ..models import ApprovalRequest
+from ..request_state import approval_request_transition
+from ..signals import refund_executed, refund_payment_failed, refund_verified
 from .invalidation import approval_facts_changed, approval_request_invalidate
-from .locks import order_lock
-from .models import ApprovalRequest
-from .request_state import approval_request_transition
-from .signals import refund_executed, refund_payment_failed, refund_verified
 from .verification import approval_verify
 
 logger = logging.getLogger(__name__)
