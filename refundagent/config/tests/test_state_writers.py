@@ -1,5 +1,6 @@
-"""ApprovalRequest.status is written only by approvals.request_state: every product module is
-read (here, in the wiring, because only it may name every app) and any other writer fails."""
+"""Each state machine has one writer: ApprovalRequest.status only approvals.request_state, a refund
+entry's status only ledger_refund_record_outcome. Every product module is read (here, in the
+wiring, because only it may name every app) and any other writer fails."""
 
 import ast
 from pathlib import Path
@@ -115,3 +116,23 @@ def test_the_check_finds_each_way_of_writing_the_status(source):
 )
 def test_the_check_leaves_other_models_and_reads_alone(source):
     assert status_writers(source) == []
+
+
+def _calls_of(attribute: str) -> list[str]:
+    """Where a product module calls `<anything>.<attribute>(...)`, as `path:function`."""
+    found = []
+    for relative in _product_modules():
+        tree = ast.parse((ROOT / relative).read_text())
+        for function in ast.walk(tree):
+            if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == attribute:
+                    found.append(f"{relative}:{function.name}")
+    return sorted(set(found))
+
+
+def test_only_record_outcome_moves_a_refund_entrys_status():
+    # The entry's rows refuse UPDATE (AppendOnlyQuerySet, and the triggers of migration 0003)
+    # but for the one compare-and-set the ledger allows: it is called from one function.
+    assert _calls_of("_status_compare_and_set") == ["ledger/services.py:ledger_refund_record_outcome"]
