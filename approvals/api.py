@@ -9,11 +9,11 @@ from ledger.committed import when_database_answers
 from ledger.money import MoneyIn
 from ledger.pagination import LimitOffsetPage, SerializedQuerySet
 
-from .decisions import approval_request_decide
 from .models import ApprovalRequest
 from .schemas import ApprovalOut, approval_serialize
 from .second_factor import second_factor_check
 from .selectors import approval_get, approvals_for
+from .services.decisions import approval_request_decide
 
 router = Router(tags=["approvals"])
 

@@ -36,4 +36,4 @@ class ApprovalsConfig(AppConfig):
     def ready(self):
         # Connects the receiver of the ledger's refund status changes (a refused payout, a late
         # success): the module needs the models loaded, so it is imported once the app is ready.
-        import_module(f"{self.name}.payouts")
+        import_module(f"{self.name}.ledger_events")

@@ -3,9 +3,9 @@ replay (approvals.replay) can decide them again with a draft, whatever happened 
 since. Written in the transaction of the decision it records: one commits with the other.
 
 Two decisions are recorded: the gate's on an agent's draft (refundagent.agent.decision) and on
-a person's proposal that became a request (approvals.proposals). Not recorded: a proposal the gate
+a person's proposal that became a request (approvals.services.proposals). Not recorded: a proposal the gate
 refuses (a 422 that writes nothing; the person's next proposal is the decision), and the
-re-checks of a request before approval and execution (approvals.invalidation), which decide the
+re-checks of a request before approval and execution (approvals.services.invalidation), which decide the
 one decision already recorded again: recording them would count it twice in a replay."""
 
 from datetime import datetime
@@ -20,7 +20,7 @@ from ledger.selectors import RefundPosition
 
 from .gate import GateVerdict, Outcome, Proposal
 from .models import DecisionRecord, RefundPolicy
-from .requests import order_refund_exposure, order_requests_in_flight
+from .services.requests import order_refund_exposure, order_requests_in_flight
 
 
 def verdict_risk(verdict: GateVerdict) -> dict:

@@ -195,7 +195,7 @@ def policy_gate_evaluate(
     None means the order's original payment method. The verdict names the exact method.
 
     `waive` names policy rules a person's approved-by-two exception goes outside ('window',
-    'order_status'; approvals.proposals checks they are the policy's `waivable_rules`). The hard
+    'order_status'; approvals.services.proposals checks they are the policy's `waivable_rules`). The hard
     limits (refundable amount, currency, the customer's own methods) are checked regardless.
 
     `original_method`: the order's original payment method, when the caller read it with the
@@ -497,7 +497,7 @@ def _leg(payment: PaymentReturnable, amount: Decimal) -> dict:
 def refund_cap(*, position, item_ids: list[str], currency: str) -> tuple[Decimal, str]:
     """The most a refund of these items (none: the order) may be, and that cap in words naming
     what sets it: the named items' unrefunded units, or the order's refundable total. The gate
-    caps by it, and finance's wanted amount (approvals.decisions) is refused above it."""
+    caps by it, and finance's wanted amount (approvals.services.decisions) is refused above it."""
     cap, words = position.refundable, f"the refundable total {position.refundable} {currency}"
     if item_ids:
         match = position.items_match(item_ids)

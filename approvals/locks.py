@@ -6,14 +6,12 @@ through these functions keeps two writers from ever waiting on each other in opp
 Call them inside `transaction.atomic()`.
 """
 
+# Lock 1, the order row, is the ledger's own (ledger.locks): what is still refundable on it is
+# decided under it, by both layers.
+from ledger.locks import order_lock
 from ledger.models import Order, Tenant
 
 from .models import ApprovalRequest, RefundPolicy
-
-
-def order_lock(*, order_id: int) -> Order:
-    """Lock 1: the order row (what is still refundable on it is decided under this lock)."""
-    return Order.objects.select_for_update().get(pk=order_id)
 
 
 def approval_request_lock(*, order_id: int, request_id: int) -> tuple[Order, ApprovalRequest]:

@@ -501,7 +501,7 @@ class DecisionRecord(models.Model):
     )
     codes = models.JSONField(default=list, blank=True)
     required_approvals = models.PositiveSmallIntegerField(default=0, help_text="0 when no approval was needed.")
-    # A person's proposal (source `proposal`, approvals.proposals): who proposed it, and the
+    # A person's proposal (source `proposal`, approvals.services.proposals): who proposed it, and the
     # exception they asked for. A replay decides it again with the same rules waived.
     proposed_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, null=True, blank=True, related_name="+"

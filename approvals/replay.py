@@ -30,9 +30,9 @@ from ledger.selectors import LinePosition, PaymentReturnable, RefundPosition
 
 from .gate import Outcome, Proposal, policy_gate_evaluate
 from .models import DecisionRecord, PolicyReplay, RefundPolicy
-from .policies import refund_policy_fingerprint
-from .proposals import WAIVABLE, exception_rules_waive
-from .requests import EXCEPTION_APPROVALS, approvals_needed
+from .services.policies import refund_policy_fingerprint
+from .services.proposals import WAIVABLE, exception_rules_waive
+from .services.requests import EXCEPTION_APPROVALS, approvals_needed
 
 DEFAULT_DAYS = 30
 MAX_DAYS = 3650
@@ -252,7 +252,7 @@ def _decide(record, policy, order, position, original, refund_to, proposal, refu
     if record.get("policy_exception"):
         # A person's exception is decided again as one: with the rules they waived, as far as the
         # draft still lets a person waive them, and any other rule the draft lets them waive that
-        # it breaks (as approvals.proposals would have). A shorter window does not flip a window
+        # it breaks (as approvals.services.proposals would have). A shorter window does not flip a window
         # exception; a draft that makes the window unwaivable does (the person could not have asked).
         waivable = frozenset(policy.waivable_rules or ()) & WAIVABLE
         verdict, waive = exception_rules_waive(

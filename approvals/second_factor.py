@@ -11,7 +11,7 @@ from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from ledger.exceptions import Forbidden
 
-from .decisions import user_can_decide
+from .services.decisions import user_can_decide
 
 NOT_NEEDED, VERIFIED, UNVERIFIED, NO_DEVICE = "not_needed", "verified", "unverified", "no_device"
 

@@ -1,6 +1,6 @@
 """Celery tasks of the approvals layer. Thin: they take ids and call one service.
 
-Nothing in approvals.execution or approvals.requests imports this module: the outbox that
+Nothing in approvals.services.execution or approvals.services.requests imports this module: the outbox that
 enqueues the execution (approvals.outbox) does, so there is no import cycle.
 """
 
@@ -10,10 +10,10 @@ from django.db import OperationalError
 from ledger.exceptions import PaymentProviderUnavailable
 from ledger.telemetry import bind, ticket_trace_span
 
-from .execution import approval_execute
 from .models import ApprovalRequest
 from .replay import policy_replay_run
-from .requests import approval_requests_expire
+from .services.execution import approval_execute
+from .services.requests import approval_requests_expire
 
 
 @shared_task(

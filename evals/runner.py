@@ -25,10 +25,10 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals import gate
-from approvals.decisions import approval_request_decide
-from approvals.execution import approval_execute
 from approvals.models import ApprovalRequest, Capability, RefundPolicy
-from approvals.policies import refund_policy_retire
+from approvals.services.decisions import approval_request_decide
+from approvals.services.execution import approval_execute
+from approvals.services.policies import refund_policy_retire
 from ledger.exceptions import DomainError
 from ledger.importing import orders_import
 from ledger.models import Membership, Order, RefundEntry, RefundStatus, Tenant

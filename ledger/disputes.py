@@ -12,7 +12,8 @@ import logging
 from django.db import transaction
 
 from .gateways import ProviderDispute
-from .models import Dispute, Order, Payment
+from .locks import order_lock
+from .models import Dispute, Payment
 from .signals import order_dispute_changed
 
 logger = logging.getLogger(__name__)
@@ -43,7 +44,7 @@ def dispute_record(*, dispute: ProviderDispute, provider: str = "stripe") -> tup
     if payment is None:
         return None, "unknown_payment"
     with transaction.atomic():
-        order = Order.objects.select_for_update().get(pk=payment.order_id)
+        order = order_lock(order_id=payment.order_id)
         stored = (
             Dispute.objects.select_for_update().filter(provider=provider, provider_ref=dispute.provider_ref).first()
         )

@@ -3,7 +3,6 @@
 import hashlib
 import json
 import logging
-import re
 from decimal import Decimal
 
 from django.conf import settings
@@ -13,6 +12,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from .exceptions import EntryStatusConflict, IdempotencyConflict, InvalidInput, NotFound, RefundRefused
+from .locks import order_lock
 from .models import (
     COUNTING_STATUSES,
     STATUS_TRANSITIONS,
@@ -29,6 +29,7 @@ from .money import ZERO, money_check_currency, money_parse
 from .selectors import order_payments_returnable, order_refund_position
 from .signals import refund_entry_status_changed
 from .telemetry import money_log, traced
+from .text import CARD_NUMBER
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +116,7 @@ def ledger_refund_issue(
     try:
         with transaction.atomic():
             # Lock order: the order row first, always (see docs/ledger.md).
-            locked = Order.objects.select_for_update().get(pk=order.pk)
+            locked = order_lock(order_id=order.pk)
             existing = RefundEntry.objects.filter(idempotency_key=idempotency_key).first()
             if existing is not None:
                 return _replay(existing, request_hash)
@@ -163,42 +164,6 @@ def _store_credit_move(*, method_id: int, amount: Decimal) -> None:
     corrected) the store credit, so the kept balance stays the opening balance plus the ledger's
     movements (`ledger.selectors.gift_card_balance`)."""
     PaymentMethod.objects.filter(pk=method_id).update(balance=Coalesce(F("balance"), Value(ZERO)) + amount)
-
-
-def ledger_store_credit_issue(
-    *,
-    order: Order,
-    gift_card: PaymentMethod,
-    amount,
-    currency: str,
-    idempotency_key: str,
-    approval_ref: str = "",
-    item_ids: list[str] | None = None,
-    reason: str = "",
-    created_by=None,
-) -> RefundEntry:
-    """Pay one approved refund leg as store credit on the customer's gift card: a `succeeded`
-    store-credit entry and the card's balance grown by the amount, in one transaction, exactly
-    once per idempotency key (the rules of `ledger_refund_issue` hold: the cap, the customer's
-    own card, a replay writes nothing). A method that is not a gift card is refused."""
-    if gift_card.kind != PaymentMethod.Kind.GIFT_CARD:
-        raise InvalidInput(
-            f"Payment method {gift_card.external_id} is a {gift_card.kind}, not a gift card: no store credit.",
-            code="not_a_gift_card",
-        )
-    return ledger_refund_issue(
-        order=order,
-        amount=amount,
-        currency=currency,
-        idempotency_key=idempotency_key,
-        destination=gift_card,
-        destination_kind="gift_card",
-        item_ids=item_ids,
-        source=RefundEntry.Source.APPROVAL,
-        approval_ref=approval_ref,
-        reason=reason,
-        created_by=created_by,
-    )
 
 
 def _replay_raced(idempotency_key: str, request_hash: str, error: IntegrityError) -> RefundEntry:
@@ -349,7 +314,7 @@ def ledger_refund_correct(*, entry: RefundEntry, new_amount, reason: str, correc
     if not reason.strip():
         raise InvalidInput("A correction needs a reason.", code="reason_required")
     with transaction.atomic():
-        order = Order.objects.select_for_update().get(pk=entry.order_id)
+        order = order_lock(order_id=entry.order_id)
         status = RefundEntry.objects.filter(pk=entry.pk).values_list("status", flat=True).get()
         if status not in COUNTING_STATUSES:
             raise RefundRefused(
@@ -402,7 +367,7 @@ def ledger_refund_record_outcome(
     with transaction.atomic():
         # Lock order: the order row first (as ledger_refund_issue), then the entry.
         order_id = RefundEntry.objects.filter(pk=entry_id).values_list("order_id", flat=True).get()
-        order_ref = Order.objects.select_for_update().filter(pk=order_id).values_list("external_id", flat=True).get()
+        order_ref = order_lock(order_id=order_id).external_id
         entry = RefundEntry.objects.get(pk=entry_id)
         if provider_ref and entry.provider_ref and provider_ref != entry.provider_ref:
             raise EntryStatusConflict(
@@ -514,7 +479,7 @@ def ledger_refund_record_external(
     caller keeps a reconciliation finding instead."""
     key = f"{gateway}:{provider_ref}"
     with transaction.atomic():
-        locked = Order.objects.select_for_update().get(pk=order.pk)
+        locked = order_lock(order_id=order.pk)
         existing = RefundEntry.objects.filter(idempotency_key=key).first()
         if existing is not None:
             return existing
@@ -565,7 +530,6 @@ def ledger_refund_record_external(
 
 # A payout reference is the bank's or the provider's id of the transfer, never card data: a run
 # of 13 to 19 digits (spaces or dashes between them) is refused as a possible card number.
-_CARD_NUMBER = re.compile(r"(?:\d[ -]?){12,18}\d")
 REFERENCE_MAX_LENGTH = 100
 
 
@@ -580,7 +544,7 @@ def payout_reference_parse(reference) -> str:
             f"The reference must be printable text of at most {REFERENCE_MAX_LENGTH} characters.",
             code="bad_reference",
         )
-    if _CARD_NUMBER.search(reference):
+    if CARD_NUMBER.search(reference):
         raise InvalidInput(
             "The reference looks like a card number; give the transfer's reference, never card data.",
             code="bad_reference",
@@ -607,7 +571,7 @@ def ledger_refund_record_paid(*, entry_id: int, tenant, reference: str, user) ->
         )
         if order_id is None:
             raise NotFound(f"Refund {entry_id} not found.")
-        Order.objects.select_for_update().filter(pk=order_id).values_list("pk", flat=True).get()
+        order_lock(order_id=order_id)
         entry = RefundEntry.objects.get(pk=entry_id)
         if entry.gateway == RefundEntry.Gateway.MANUAL and entry.status == RefundStatus.PENDING:
             # A payout's reference names one payout (PostgreSQL holds it unique per gateway, too).

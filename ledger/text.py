@@ -8,6 +8,10 @@ import re
 CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
 # A lone surrogate (JSON "\ud800") is not Unicode: neither database driver can encode it.
 LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
+# What looks like a card number (13 to 19 digits, spaces or dashes between): never in a payout
+# reference (ledger.services), a customer reply (refundagent.emails) or the stored trace
+# (refundagent.redaction, which adds word boundaries to replace it).
+CARD_NUMBER = re.compile(r"(?:\d[ -]?){12,18}\d")
 
 
 def text_problem(value: str) -> str | None:

@@ -13,8 +13,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from approvals.models import RefundPolicy
-from approvals.policies import refund_policy_publish
 from approvals.risk_rules import DEMO_RISK_RULES
+from approvals.services.policies import refund_policy_publish
 from ledger.models import Customer, Order, OrderItem, Payment, PaymentMethod, Tenant
 from ledger.services import ledger_refund_issue
 from ledger.tenancy import membership_ensure, roles_sync

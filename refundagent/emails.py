@@ -36,6 +36,7 @@ from approvals.reply_claims import reply_money_claims
 from approvals.selectors import approval_latest_for_ticket
 from ledger.exceptions import Conflict, InvalidInput, NotFound
 from ledger.tenancy import tenant_for_user, user_require_role
+from ledger.text import CARD_NUMBER
 
 # The module, not its names: tasks.py calls back into this one (a cycle resolved at call time).
 from . import tasks
@@ -65,7 +66,6 @@ MONEY_MOVED = (Ticket.Status.REFUNDED,)
 PER_REQUEST = (Ticket.Status.REFUNDED, Ticket.Status.PAYMENT_FAILED)
 TEXT_MAX_LENGTH = 5000
 SUBJECT_MAX_LENGTH = 200
-_CARD_NUMBER = re.compile(r"(?:\d[ -]?){12,18}\d")
 _PROVIDER_REF = re.compile(r"\b(?:pi|ch|py|re|pm|card|cus)_[A-Za-z0-9]{6,}")
 UNDELIVERED = (TicketReply.Status.QUEUED, TicketReply.Status.SENDING, TicketReply.Status.RETRYING)
 
@@ -111,7 +111,7 @@ def _reply_text_check(*, ticket: Ticket, text: str, outcome: str) -> str:
     text = text.strip()
     if len(text) > TEXT_MAX_LENGTH:
         raise InvalidInput(f"The reply is longer than {TEXT_MAX_LENGTH} characters.", code="reply_too_long")
-    if _CARD_NUMBER.search(text) or _PROVIDER_REF.search(text) or any(v in text for v in _payment_values(ticket)):
+    if CARD_NUMBER.search(text) or _PROVIDER_REF.search(text) or any(v in text for v in _payment_values(ticket)):
         raise InvalidInput(
             "The reply contains card digits or a payment reference; an email never carries payment data.",
             code="reply_payment_data",

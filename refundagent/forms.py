@@ -298,7 +298,7 @@ class ProposalForm(_ItemsAndDestination, forms.Form):
         self.add_error(field if field in self.fields else None, error.message)
 
 
-# The proposal service's refusals that are about one field (approvals.proposals,
+# The proposal service's refusals that are about one field (approvals.services.proposals,
 # refundagent.services.ticket_refund_propose); the gate's policy refusals are about the whole.
 PROPOSAL_ERROR_FIELDS = {
     "amount_not_positive": "amount",

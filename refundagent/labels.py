@@ -14,7 +14,7 @@ from django.utils.dateformat import format as date_format
 from django.utils.dateparse import parse_datetime
 from django.utils.timesince import timesince
 
-from approvals.proposals import WAIVABLE_RULE_WORDS
+from approvals.services.proposals import WAIVABLE_RULE_WORDS
 
 # Every date a person sees: one format, with the time zone (settings.TIME_ZONE). The format
 # module hands these to Django, so `when` and Django's own rendering print the same string.

@@ -21,6 +21,7 @@ from django.db.models import Case, JSONField, OuterRef, When
 from django.db.models.functions import Coalesce, JSONObject
 
 from ledger.models import Payment, PaymentMethod
+from ledger.text import CARD_NUMBER
 
 REDACTED = "[redacted]"
 
@@ -29,7 +30,7 @@ _PATTERNS = [
     # Stripe-like processor references (pi_, ch_, re_, py_, tok_ ...).
     (re.compile(r"\b(?:pi|ch|re|py|tok|src|pm|txn)_[A-Za-z0-9]{8,}\b"), "[payment_ref]"),
     # Card numbers (13-19 digits, spaces or dashes allowed).
-    (re.compile(r"\b(?:\d[ -]?){12,18}\d\b"), "[card_number]"),
+    (re.compile(rf"\b{CARD_NUMBER.pattern}\b"), "[card_number]"),
     # The shop's payment method ids (τ-bench style), e.g. credit_card_7815826, paypal_5727330.
     (re.compile(r"\b(?:credit_card|paypal|gift_card)_\d{4,}\b"), "[payment_method]"),
 ]

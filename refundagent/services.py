@@ -9,8 +9,8 @@ from django.db import transaction
 from approvals.exceptions import ApprovalConflict
 from approvals.locks import order_lock
 from approvals.models import ApprovalRequest
-from approvals.proposals import approval_proposal_create
-from approvals.withdrawal import approval_requests_withdraw
+from approvals.services.proposals import approval_proposal_create
+from approvals.services.withdrawal import approval_requests_withdraw
 from ledger.exceptions import InvalidInput
 from ledger.models import Order, PaymentMethod
 from ledger.money import money_check_currency, money_parse
@@ -240,7 +240,7 @@ def _withdraw_pending(ticket: Ticket, *, user, reason: str) -> list[int]:
     """Withdraw the ticket's pending approval requests first: they take the order lock before
     the ticket row is written, the same order a racing approval takes them in. The ticket's own
     order is locked first even when nothing is pending: finance filing a refused payment again
-    (approvals.payouts) holds that lock while it asks the ticket, so either it sees the ticket as
+    (approvals.ledger_events) holds that lock while it asks the ticket, so either it sees the ticket as
     this move leaves it, or this move finds its new request pending."""
     if ticket.order_id is not None:
         order_lock(order_id=ticket.order_id)
@@ -350,7 +350,7 @@ def ticket_refund_propose(
     order: str | None = None,
 ) -> ApprovalRequest:
     """A person proposes an exact refund on an escalated, failed or payment-failed ticket: an
-    approval request with origin `human` (approvals.proposals: the gate's hard limits, the
+    approval request with origin `human` (approvals.services.proposals: the gate's hard limits, the
     proposer never approves, an exception needs a reason and two approvers). The ticket moves to
     approval_required in the same transaction; any refusal writes nothing.
 

@@ -209,7 +209,7 @@ def ticket_follow_invalidated(*, request: ApprovalRequest, actor, reason: str, v
             detail=f"Approval request #{request.pk} was invalidated ({reason}) and the refund is "
             f"no longer eligible: {gate_reason}"
             if gate_reason
-            # Withdrawn without the gate's say (approvals.execution: a leg failed after a refile).
+            # Withdrawn without the gate's say (approvals.services.execution: a leg failed after a refile).
             else f"Approval request #{request.pk} was withdrawn: {reason}.",
         )
 
@@ -330,7 +330,7 @@ def ticket_follow_verified(*, request: ApprovalRequest, verdict: dict) -> None:
 def ticket_follow_payment_failed(*, request: ApprovalRequest, entry, reason: str) -> None:
     """The provider refused (or canceled) the payout: the ticket goes back to finance as
     `payment_failed` with the provider's reason; nothing was paid and the amount is refundable
-    again (finance files it again: approvals.payouts.approval_request_payment_retry)."""
+    again (finance files it again: approvals.services.refile.approval_request_payment_retry)."""
     ticket = ticket_of_request(request)
     if ticket is None:
         return
@@ -352,7 +352,7 @@ def ticket_follow_payment_failed(*, request: ApprovalRequest, entry, reason: str
             )
     # Also from `refunded`: the provider reported the refund paid, then failed it; the money did
     # not move, so the ticket is finance's again, not the evaluator's alert. And from a request
-    # filed again that waits for finance: a leg of the first failed since (approvals.execution).
+    # filed again that waits for finance: a leg of the first failed since (approvals.services.execution).
     ticket_transition(ticket=ticket, to=Ticket.Status.PAYMENT_FAILED, detail=detail)
     trace_record(
         ticket=ticket,

@@ -44,7 +44,7 @@ from .tracing import trace_export
 PAGE_SIZE = 20
 # While a ticket is in one of these states something is still happening: the page polls.
 ACTIVE = {Ticket.Status.QUEUED, Ticket.Status.RUNNING, Ticket.Status.APPROVED}
-# The admin review queue (approvals/admin.py) where finance decides approval requests.
+# The admin review queue (approvals/admin/review_queue.py) where finance decides approval requests.
 REVIEW_QUEUE_URL = "/admin/approvals/approvalrequest/"
 
 

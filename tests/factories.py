@@ -111,7 +111,7 @@ def manual_payout_record(request, *, user=None, reference=None):
     """What finance does after paying an approved `manual` refund by hand (the embedded default
     gateway): record the payout, then the execution's rerun that the record sets off verifies it.
     Returns the request as it now is (`executed` once verified)."""
-    from approvals.execution import approval_execute
+    from approvals.services.execution import approval_execute
     from ledger.models import RefundEntry
     from ledger.services import ledger_refund_record_paid
 

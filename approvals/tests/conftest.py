@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from approvals.gate import Proposal, policy_current, policy_gate_evaluate
-from approvals.requests import approval_request_create
+from approvals.services.requests import approval_request_create
 from ledger.models import Order, PaymentMethod, Tenant
 
 

@@ -164,7 +164,7 @@ def test_a_wanted_amount_finer_than_the_requests_currency_is_refused_and_nothing
 
 
 def test_the_queue_lists_pending_first_then_oldest_and_filters(file_request, login, people):
-    from approvals.decisions import approval_request_decide
+    from approvals.services.decisions import approval_request_decide
 
     old_denied = file_request("120.00")
     approval_request_decide(
@@ -288,7 +288,7 @@ def test_a_policy_version_cannot_be_deleted_from_the_admin(policy, login):
 
 def test_the_queue_counts_at_most_the_cap_and_still_pages(orders, login, monkeypatch):
     # given more requests than the paginator counts
-    from approvals import admin as approvals_admin
+    from approvals.admin import review_queue as approvals_admin
 
     monkeypatch.setattr(approvals_admin, "QUEUE_COUNT_CAP", 60)
     _bulk_requests(120, orders["120.00"])

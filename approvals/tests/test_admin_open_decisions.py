@@ -6,7 +6,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from approvals.decisions import approval_decisions_open, approval_request_decide
+from approvals.services.decisions import approval_decisions_open, approval_request_decide
 from tests.factories import manual_payout_record
 
 pytestmark = pytest.mark.django_db

@@ -6,10 +6,10 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from approvals.decisions import approval_request_decide
 from approvals.exceptions import ApprovalConflict
-from approvals.execution import approval_execute
 from approvals.models import ApprovalRequest
+from approvals.services.decisions import approval_request_decide
+from approvals.services.execution import approval_execute
 from ledger.importing import orders_import
 from ledger.models import PaymentMethod, RefundEntry
 from ledger.services import ledger_refund_issue

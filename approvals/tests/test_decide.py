@@ -9,9 +9,9 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from approvals.decisions import approval_request_decide
 from approvals.exceptions import ApprovalConflict
 from approvals.models import ApprovalRequest, ApprovalVote
+from approvals.services.decisions import approval_request_decide
 from ledger.exceptions import Forbidden, InvalidInput, NotFound
 from ledger.models import Order, RefundEntry
 from ledger.services import ledger_refund_issue

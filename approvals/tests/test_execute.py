@@ -11,13 +11,13 @@ from django.db import connection
 from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
 
-from approvals.decisions import approval_request_decide
 from approvals.exceptions import ApprovalConflict
-from approvals.execution import approval_execute
 from approvals.models import ApprovalRequest, ApprovalVote
-from approvals.requests import approval_requests_expire
+from approvals.services.decisions import approval_request_decide
+from approvals.services.execution import approval_execute
+from approvals.services.requests import approval_requests_expire
+from approvals.services.verification import approval_verify
 from approvals.tasks import approval_execute_task, approval_requests_expire_task
-from approvals.verification import approval_verify
 from ledger.models import Order, PaymentMethod, RefundEntry
 from ledger.services import ledger_refund_correct, ledger_refund_issue
 from tests.factories import manual_payout_record

@@ -13,10 +13,10 @@ from django.db import connection
 from django.utils import timezone
 
 from approvals import signals
-from approvals.decisions import approval_request_decide
-from approvals.execution import approval_execute
 from approvals.followups import approval_followups_deliver
 from approvals.models import ApprovalFollowUp, ApprovalRequest, ApprovalVote
+from approvals.services.decisions import approval_request_decide
+from approvals.services.execution import approval_execute
 from ledger.models import RefundEntry
 from tests.factories import manual_payout_record
 

@@ -1,4 +1,4 @@
-"""Publishing and retiring a refund policy: one service (approvals.policies) behind the admin,
+"""Publishing and retiring a refund policy: one service (approvals.services.policies) behind the admin,
 the demo and the evals."""
 
 from datetime import timedelta
@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from approvals.models import RefundPolicy
-from approvals.policies import refund_policy_publish, refund_policy_retire
+from approvals.services.policies import refund_policy_publish, refund_policy_retire
 from ledger.exceptions import InvalidInput
 from ledger.models import Tenant
 

@@ -1,4 +1,4 @@
-"""approvals.proposals without the agent app: a person's proposal is an ordinary approval request
+"""approvals.services.proposals without the agent app: a person's proposal is an ordinary approval request
 (origin human, the proposer as maker), the gate waives only the policy's waivable rules, and the
 evaluator refuses an exception that did not keep to them."""
 
@@ -7,12 +7,12 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from approvals.decisions import approval_request_decide
 from approvals.exceptions import ApprovalConflict
 from approvals.gate import Outcome, Proposal, policy_gate_evaluate
 from approvals.models import ApprovalRequest, DecisionRecord
-from approvals.proposals import approval_proposal_create
-from approvals.verification import approval_verdict
+from approvals.services.decisions import approval_request_decide
+from approvals.services.proposals import approval_proposal_create
+from approvals.services.verification import approval_verdict
 from ledger.exceptions import InvalidInput
 from ledger.services import ledger_refund_issue
 

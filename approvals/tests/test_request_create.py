@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from approvals.gate import Proposal, policy_current, policy_gate_evaluate
 from approvals.models import ApprovalRequest
-from approvals.requests import approval_request_create
+from approvals.services.requests import approval_request_create
 from ledger.exceptions import InvalidInput
 from ledger.models import Order
 

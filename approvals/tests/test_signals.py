@@ -3,8 +3,8 @@
 import pytest
 
 from approvals import signals
-from approvals.decisions import approval_request_decide
-from approvals.execution import approval_execute
+from approvals.services.decisions import approval_request_decide
+from approvals.services.execution import approval_execute
 from ledger.models import RefundEntry
 from tests.factories import manual_payout_record
 

@@ -11,8 +11,8 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from approvals.execution import approval_execute
 from approvals.models import ApprovalRequest, Capability
+from approvals.services.execution import approval_execute
 from evals.models import EvalRun
 from ledger.models import Order, RefundEntry
 from ledger.services import ledger_refund_issue

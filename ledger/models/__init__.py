@@ -7,6 +7,7 @@ from .orders import MONEY, Customer, Order, OrderItem, OrderQuerySet, Payment, P
 from .payments import Dispute, ReconciliationFinding, ReconciliationFindingQuerySet, ReconciliationRun, WebhookEvent
 from .refunds import (
     COUNTING_STATUSES,
+    FIRST_STATUSES,
     STATUS_TRANSITIONS,
     AppendOnlyModel,
     AppendOnlyQuerySet,
@@ -23,6 +24,7 @@ from .tenancy import ApiToken, IdempotencyKey, Membership, Tenant, TenantQuerySe
 __all__ = [
     "Dispute",
     "COUNTING_STATUSES",
+    "FIRST_STATUSES",
     "STATUS_TRANSITIONS",
     "RefundEntryEvent",
     "RefundEntryQuerySet",

@@ -51,6 +51,10 @@ class RefundStatus(models.TextChoices):
 
 # What still counts against the order's refundable amount (money out, or possibly out).
 COUNTING_STATUSES = (RefundStatus.PENDING, RefundStatus.SUCCEEDED, RefundStatus.EXTERNAL)
+# The statuses an entry is written in (ledger.services: an approved refund paid through a provider
+# or by hand starts pending; store credit, imports and operator entries succeeded; a refund made at
+# the provider outside the product external).
+FIRST_STATUSES = (RefundStatus.PENDING, RefundStatus.SUCCEEDED, RefundStatus.EXTERNAL)
 # The only moves a status may make (the same table is in the trigger of migration 0003).
 # A refund the provider reported succeeded may still fail later (e.g. the card was closed).
 STATUS_TRANSITIONS = {

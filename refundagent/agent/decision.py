@@ -22,7 +22,7 @@ from approvals import gate
 from approvals.decision_records import decision_record_create
 from approvals.gate import Outcome
 from approvals.models import ApprovalRequest, RefundPolicy
-from approvals.requests import approval_request_create
+from approvals.services.requests import approval_request_create
 from ledger.models import Order
 from ledger.money import ZERO
 from ledger.selectors import order_refund_position

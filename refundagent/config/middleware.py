@@ -7,8 +7,8 @@ import re
 
 from django.http import HttpResponse, HttpResponseBadRequest
 
-from approvals.decisions import approval_decider_check
 from approvals.second_factor import second_factor_check
+from approvals.services.decisions import approval_decider_check
 from ledger.committed import when_database_answers
 from ledger.exceptions import DomainError
 from ledger.idempotency import (

@@ -7,9 +7,9 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from approvals.decisions import approval_request_decide
 from approvals.gate import Proposal, policy_current, policy_gate_evaluate
-from approvals.requests import approval_request_create
+from approvals.services.decisions import approval_request_decide
+from approvals.services.requests import approval_request_create
 from ledger.models import Order, Payment, PaymentMethod
 from refundagent.models import Ticket
 

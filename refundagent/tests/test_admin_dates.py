@@ -13,7 +13,7 @@ from django.utils import timezone
 
 from approvals.gate import Proposal, policy_gate_evaluate
 from approvals.models import ApprovalRequest, ApprovalVote
-from approvals.requests import approval_request_create
+from approvals.services.requests import approval_request_create
 from refundagent.labels import when
 from refundagent.models import AgentRun, RefundDraft, Ticket, TraceEvent
 

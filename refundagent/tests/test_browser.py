@@ -185,7 +185,7 @@ def test_ticket_page_follows_the_agent_live_and_copies_the_reply(live_server, pa
 
 
 def approve_in_admin(page, base, ticket):
-    """Finance's path through the review queue (approvals/admin.py): the queue, the request's
+    """Finance's path through the review queue (approvals/admin/review_queue.py): the queue, the request's
     review page, Approve, then the confirmation that posts the args hash that was shown."""
     from playwright.sync_api import expect
 

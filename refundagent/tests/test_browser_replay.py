@@ -18,8 +18,8 @@ ARTIFACTS = Path(settings.BASE_DIR) / "artifacts" / "browser"
 
 
 def test_the_replay_result_page_shows_the_flipped_ticket(live_server, registry, demo, file_ticket, page):  # noqa: F811
-    from approvals.policies import refund_policy_draft
     from approvals.replay import policy_replay_create, policy_replay_run
+    from approvals.services.policies import refund_policy_draft
     from ledger.models import Tenant
 
     # given decided tickets on ORD-5001 (12 days old) and ORD-5003 (5 days), and a 7-day draft replayed

@@ -61,8 +61,8 @@ def assert_inside_viewport(locator):
 def two_requests(live_server, registry, demo, file_ticket):  # noqa: F811
     """Two pending requests: 120.00 on ORD-5001 (one approver) and 750.00 on ORD-5006 (two
     approvers, acme-finance has approved once)."""
-    from approvals.decisions import approval_request_decide
     from approvals.models import ApprovalRequest
+    from approvals.services.decisions import approval_request_decide
     from refundagent.models import Ticket
 
     small = file_ticket(order="ORD-5001", amount="200.00")

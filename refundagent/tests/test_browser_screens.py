@@ -181,8 +181,8 @@ def test_the_executed_review_page_fits_and_says_its_checks_in_words(live_server,
     from django.contrib.auth import get_user_model
     from playwright.sync_api import expect
 
-    from approvals.decisions import approval_request_decide
     from approvals.models import ApprovalRequest
+    from approvals.services.decisions import approval_request_decide
     from tests.factories import manual_payout_record
 
     # given finance approved the 120.00 request, and it was paid and verified

@@ -8,7 +8,7 @@ from django.test import Client
 from django.utils import timezone
 
 from approvals.gate import Proposal, policy_current, policy_gate_evaluate
-from approvals.requests import approval_request_create
+from approvals.services.requests import approval_request_create
 
 pytestmark = pytest.mark.django_db
 
@@ -29,7 +29,7 @@ def approval_request_make(*, order, items, ticket_ref, key, filer):
 
 
 def test_the_next_review_page_and_the_ticket_show_what_finance_asked_for(demo, user):
-    from approvals.decisions import approval_request_decide
+    from approvals.services.decisions import approval_request_decide
     from ledger.models import Order
     from refundagent.models import Ticket
 

@@ -9,9 +9,9 @@ from functools import partial
 import pytest
 from django.utils import timezone
 
-from approvals.decisions import approval_request_decide
-from approvals.execution import approval_execute
 from approvals.models import ApprovalRequest
+from approvals.services.decisions import approval_request_decide
+from approvals.services.execution import approval_execute
 from ledger.models import Customer, Order, OrderItem, Payment, RefundEntry
 from refundagent.agent.loop import agent_run_ticket
 from refundagent.agent.providers.offline import OfflineProvider

@@ -1,4 +1,4 @@
-"""The demo publishes its policy versions through approvals.policies.refund_policy_publish."""
+"""The demo publishes its policy versions through approvals.services.policies.refund_policy_publish."""
 
 import pytest
 

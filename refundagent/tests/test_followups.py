@@ -19,7 +19,7 @@ from django.utils import timezone
 
 from approvals.exceptions import ApprovalConflict
 from approvals.models import ApprovalFollowUp, ApprovalRequest
-from approvals.payouts import approval_request_payment_retry
+from approvals.services.refile import approval_request_payment_retry
 from ledger.models import RefundEntry
 from refundagent import ticket_events
 from refundagent.models import Ticket

@@ -10,7 +10,7 @@ import pytest
 from django.test import Client
 
 from approvals.models import ApprovalRequest
-from approvals.payouts import approval_request_payment_retry
+from approvals.services.refile import approval_request_payment_retry
 from ledger.models import RefundEntry
 from ledger.selectors import order_refund_position
 from ledger.tests.fake_stripe import sign_webhook

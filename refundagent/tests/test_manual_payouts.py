@@ -8,9 +8,9 @@ from datetime import timedelta
 
 import pytest
 
-from approvals.execution import approval_execute
 from approvals.models import ApprovalRequest
 from approvals.outbox import approval_executions_due
+from approvals.services.execution import approval_execute
 from ledger.models import RefundEntry, RefundEntryEvent
 from refundagent.models import Ticket
 from refundagent.tests.payments_support import approve, ticket_awaiting_approval

@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from approvals.decisions import approval_request_decide
 from approvals.models import ApprovalRequest, RefundPolicy
+from approvals.services.decisions import approval_request_decide
 from ledger.models import RefundEntry
 from refundagent.models import Ticket, TraceEvent
 from refundagent.tests.fake_anthropic import FakeAnthropic, PlannedReplies

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from approvals.decisions import approval_request_decide
 from approvals.models import ApprovalRequest
+from approvals.services.decisions import approval_request_decide
 from approvals.tasks import approval_execute_task
 from ledger.models import RefundEntry
 from ledger.tests.fake_stripe import FakeStripe, payments_follow_ledger

@@ -9,9 +9,9 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from approvals.execution import approval_execute
 from approvals.models import ApprovalRequest
-from approvals.payouts import approval_request_payment_retry
+from approvals.services.execution import approval_execute
+from approvals.services.refile import approval_request_payment_retry
 from ledger.exceptions import PaymentProviderUnavailable
 from ledger.models import ReconciliationFinding, RefundEntry
 from ledger.selectors import order_refund_position
@@ -198,7 +198,7 @@ def test_the_finance_queue_counts_unresolved_reconciliation_findings(shop, make_
 def test_a_refusal_whose_receiver_failed_still_sends_the_request_back_to_finance(fake_stripe, shop, approved_ticket):
     # given the provider refuses, and the receiver of the ledger's signal breaks (its writes roll back alone)
     fake_stripe.fail_next("402")
-    with mock.patch("approvals.payouts.approval_follow_refund_status", side_effect=RuntimeError("bug")):
+    with mock.patch("approvals.ledger_events.approval_follow_refund_status", side_effect=RuntimeError("bug")):
         ticket, request = approved_ticket("30.00")
     # then the ledger recorded the refusal and the execution itself sent the request back to finance
     assert RefundEntry.objects.get(order=shop["order"]).status == "failed"

@@ -95,8 +95,8 @@ def test_finance_drafts_replays_and_publishes_a_policy_in_the_admin(
 
 def test_a_page_of_a_running_replay_refreshes_itself_with_its_progress(decided, admin_as):
     finance = admin_as("acme-finance")
-    from approvals.policies import refund_policy_draft
     from approvals.replay import policy_replay_create
+    from approvals.services.policies import refund_policy_draft
 
     acme = Tenant.objects.get(slug="acme")
     refund_policy_draft(tenant=acme, name="v5", changes={"window_days": 7})
@@ -126,8 +126,8 @@ def test_finance_cannot_publish_without_a_replay_even_with_a_reason(decided, adm
 
 
 def test_another_tenants_replay_and_draft_are_not_found(decided, admin_as):
-    from approvals.policies import refund_policy_draft
     from approvals.replay import policy_replay_create
+    from approvals.services.policies import refund_policy_draft
 
     acme = Tenant.objects.get(slug="acme")
     refund_policy_draft(tenant=acme, name="v5", changes={"window_days": 7})

@@ -13,9 +13,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest, ApprovalVote, RefundPolicy
-from approvals.payouts import approval_request_payment_retry
 from approvals.review import review_sections
-from approvals.verification import approval_verdict
+from approvals.services.refile import approval_request_payment_retry
+from approvals.services.verification import approval_verdict
 from ledger.models import Customer, Order, Payment, PaymentMethod, RefundEntry
 from refundagent.models import Ticket, TraceEvent
 from tests.factories import manual_payout_record

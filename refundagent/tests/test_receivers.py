@@ -7,14 +7,14 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from approvals.decisions import approval_request_decide
 from approvals.exceptions import ApprovalConflict
-from approvals.execution import approval_execute
 from approvals.gate import Proposal, policy_current, policy_gate_evaluate
 from approvals.models import ApprovalRequest
-from approvals.payouts import approval_request_payment_retry
-from approvals.requests import approval_request_create, approval_requests_expire
 from approvals.review import review_sections
+from approvals.services.decisions import approval_request_decide
+from approvals.services.execution import approval_execute
+from approvals.services.refile import approval_request_payment_retry
+from approvals.services.requests import approval_request_create, approval_requests_expire
 from ledger.models import Order, RefundEntry
 from ledger.services import ledger_refund_correct, ledger_refund_issue
 from refundagent.agent.prompts import facts_from_messages
@@ -306,7 +306,7 @@ def test_failed_verification_fails_the_ticket_with_the_evidence(user, django_cap
     # when the ledger entry is corrected behind the approval's back and the evaluator runs again
     entry = RefundEntry.objects.get(idempotency_key=request.idempotency_key)
     ledger_refund_correct(entry=entry, new_amount="10.00", reason="operator error")
-    from approvals.verification import approval_verify
+    from approvals.services.verification import approval_verify
 
     approval_verify(request_id=request.pk)
     # then the ticket is failed, with the evidence, and the trace says so

@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from approvals.decisions import approval_request_decide
 from approvals.models import ApprovalRequest
+from approvals.services.decisions import approval_request_decide
 from ledger.models import Customer, Order, Payment, PaymentMethod
 from refundagent.agent.loop import agent_run_ticket
 from refundagent.agent.providers.offline import OfflineProvider

@@ -7,11 +7,11 @@ from decimal import Decimal
 import pytest
 from django.urls import reverse
 
-from approvals.decisions import approval_request_decide
 from approvals.destinations import approval_destination_resolve
-from approvals.execution import approval_execute
 from approvals.models import ApprovalRequest
-from approvals.verification import approval_verify
+from approvals.services.decisions import approval_request_decide
+from approvals.services.execution import approval_execute
+from approvals.services.verification import approval_verify
 from ledger.exceptions import InvalidInput
 from ledger.models import Customer, Order, PaymentMethod, RefundEntry, Tenant
 from ledger.services import canonical_hash, ledger_refund_issue

@@ -7,7 +7,7 @@ import pytest
 from django.test import Client
 
 from approvals.models import PolicyReplay, RefundPolicy
-from approvals.policies import refund_policy_draft
+from approvals.services.policies import refund_policy_draft
 from ledger.models import RefundEntry, Tenant
 from refundagent.models import ModelReplay, Ticket
 from refundagent.tests.test_end_to_end_worker import wait_for_status

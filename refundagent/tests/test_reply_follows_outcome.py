@@ -8,10 +8,10 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from approvals.decisions import approval_request_decide
 from approvals.gate import Proposal, policy_gate_evaluate
 from approvals.models import ApprovalRequest
-from approvals.requests import approval_request_create
+from approvals.services.decisions import approval_request_decide
+from approvals.services.requests import approval_request_create
 from ledger.models import RefundEntry
 from refundagent.labels import label, when
 from refundagent.models import AgentRun, RefundDraft, Ticket

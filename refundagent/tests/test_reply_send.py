@@ -263,7 +263,7 @@ def test_support_sends_the_reply_from_the_ticket_page_once(
 def test_a_denial_by_finance_is_sent_but_the_gates_own_denial_waits_for_a_person(
     smtp_server, shop, api_client, django_capture_on_commit_callbacks
 ):
-    from approvals.decisions import approval_request_decide
+    from approvals.services.decisions import approval_request_decide
 
     client = api_client(shop["support"])
     # given a ticket the gate denied (no person decided it)

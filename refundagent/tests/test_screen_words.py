@@ -6,8 +6,8 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from approvals.decisions import approval_request_decide
 from approvals.models import ApprovalRequest
+from approvals.services.decisions import approval_request_decide
 from refundagent.agent.loop import agent_run_ticket
 from refundagent.agent.providers.scripted import ScriptedProvider
 from refundagent.models import Ticket

@@ -8,12 +8,12 @@ from unittest import mock
 
 import pytest
 
-from approvals.decisions import approval_request_decide
 from approvals.exceptions import ApprovalConflict
-from approvals.execution import approval_execute
 from approvals.models import ApprovalRequest
-from approvals.payouts import approval_request_payment_retry
-from approvals.verification import approval_verify
+from approvals.services.decisions import approval_request_decide
+from approvals.services.execution import approval_execute
+from approvals.services.refile import approval_request_payment_retry
+from approvals.services.verification import approval_verify
 from ledger.exceptions import PaymentProviderUnavailable, RefundRefused
 from ledger.models import PaymentMethod, RefundEntry
 from ledger.selectors import order_refund_position
@@ -252,7 +252,7 @@ def test_a_payment_that_can_return_less_by_payout_time_refuses_every_leg(
         source=RefundEntry.Source.MANUAL,
     )
     # when the execution runs even past the facts check (the ledger is the backstop)
-    with mock.patch("approvals.execution.approval_facts_changed", return_value=""):
+    with mock.patch("approvals.services.execution.approval_facts_changed", return_value=""):
         approval_execute(request_id=request.pk)
     # then nothing of the request was written (all legs or none), nothing sent to the provider
     request.refresh_from_db()

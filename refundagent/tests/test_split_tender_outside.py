@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 from django.test import Client
 
-from approvals.decisions import approval_request_decide
+from approvals.services.decisions import approval_request_decide
 from ledger.models import PaymentMethod, RefundEntry
 from ledger.selectors import order_payments_returnable, order_refund_position
 from ledger.tests.fake_stripe import sign_webhook
@@ -92,7 +92,7 @@ def test_each_card_leg_paid_by_hand_is_the_one_the_trace_records(
 def test_a_refile_paid_after_another_leg_failed_does_not_close_the_ticket_as_refunded(
     fake_stripe, tenant, customer, card, make_user, policy, django_capture_on_commit_callbacks
 ):
-    from approvals.payouts import approval_request_payment_retry
+    from approvals.services.refile import approval_request_payment_retry
     from refundagent.models import Ticket
     from refundagent.tests.test_late_provider_failure import post_event, refund_event
 

@@ -6,10 +6,10 @@ import threading
 import pytest
 from django.db import connection
 
-from approvals.decisions import approval_request_decide
 from approvals.exceptions import ApprovalConflict
 from approvals.models import ApprovalRequest
-from approvals.payouts import approval_request_payment_retry
+from approvals.services.decisions import approval_request_decide
+from approvals.services.refile import approval_request_payment_retry
 from ledger.models import RefundEntry
 from refundagent.exceptions import TicketStateConflict
 from refundagent.models import Ticket

@@ -6,8 +6,8 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
-from approvals.decisions import approval_request_decide
 from approvals.models import ApprovalRequest, RefundPolicy
+from approvals.services.decisions import approval_request_decide
 
 pytestmark = pytest.mark.django_db
 

@@ -6,10 +6,10 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from approvals.decisions import approval_request_decide
 from approvals.gate import Proposal, policy_current, policy_gate_evaluate
 from approvals.models import ApprovalRequest
-from approvals.requests import approval_request_create
+from approvals.services.decisions import approval_request_decide
+from approvals.services.requests import approval_request_create
 from refundagent.models import AgentRun, RefundDraft, Ticket
 from refundagent.services import ticket_create
 from refundagent.ticket_state import ticket_transition

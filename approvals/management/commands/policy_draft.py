@@ -4,7 +4,7 @@ version. Bad input: exit 1, nothing written."""
 
 from django.core.management.base import BaseCommand, CommandError
 
-from approvals.policies import DRAFT_FIELDS, refund_policy_draft, refund_policy_field_parse
+from approvals.services.policies import DRAFT_FIELDS, refund_policy_draft, refund_policy_field_parse
 from ledger.exceptions import DomainError
 
 from ._policy_args import tenant_by_slug

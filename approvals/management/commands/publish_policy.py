@@ -5,7 +5,7 @@ written reason is given; the reason is kept with the publication."""
 from django.core.management.base import BaseCommand, CommandError
 
 from approvals.models import RefundPolicy
-from approvals.policies import policy_draft_publish
+from approvals.services.policies import policy_draft_publish
 from ledger.exceptions import DomainError
 
 from ._policy_args import tenant_by_slug

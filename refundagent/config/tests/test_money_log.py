@@ -47,7 +47,7 @@ def test_a_refund_paid_out_logs_one_info_line_with_the_ticket_and_the_providers_
     approval = _approve(api_client, ticket)
 
     # then the money log says approval, ledger write, payout, verification, in that order (the
-    # succeeded payout also enqueues the execution again, approvals.payouts; eager, it runs at once
+    # succeeded payout also enqueues the execution again, approvals.ledger_events; eager, it runs at once
     # and replays the ledger write: that line says `replayed`)
     assert [line["event"] for line in json_log() if "event" in line and not line.get("replayed")] == [
         "approval.decided",

@@ -15,9 +15,9 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError
 from django.db import connection
 
-from approvals.decisions import approval_request_decide
-from approvals.execution import approval_execute
 from approvals.models import ApprovalRequest
+from approvals.services.decisions import approval_request_decide
+from approvals.services.execution import approval_execute
 from ledger.api import order_ledger_serialize
 from ledger.exceptions import DomainError
 from ledger.models import RefundEntry, RefundStatus

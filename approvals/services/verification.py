@@ -1,4 +1,4 @@
-"""The evaluator: separate code from the actor (approvals.execution.approval_execute).
+"""The evaluator: separate code from the actor (approvals.services.execution.approval_execute).
 
 It trusts nothing the actor recorded about itself. It re-reads the ledger and the policy the
 request was made under and checks that exactly the approved refund was recorded: one entry
@@ -31,9 +31,10 @@ from ledger.payouts import refund_entry_provider_record
 from ledger.selectors import order_refunded_total, refund_entries_with_effective_amount
 from ledger.services import canonical_hash
 
-from .destinations import approval_leg_key, approval_request_entries
-from .models import ApprovalRequest, ApprovalVote
-from .signals import refund_verified
+from ..destinations import approval_leg_key, approval_request_entries
+from ..models import ApprovalRequest, ApprovalVote
+from ..request_state import approval_request_transition
+from ..signals import refund_verified
 
 logger = logging.getLogger(__name__)
 
@@ -336,10 +337,10 @@ def approval_verify(*, request_id: int) -> dict:
     else:
         return verdict
     with transaction.atomic():
-        updated = ApprovalRequest.objects.filter(pk=request.pk, status=request.status).update(
-            status=new_status, verification=verdict, updated_at=timezone.now()
+        moved = approval_request_transition(
+            request=request, to=new_status, from_=request.status, verification=verdict, updated_at=timezone.now()
         )
-        if updated != 1:
+        if not moved:
             return verdict  # someone else recorded a verdict meanwhile
         request.refresh_from_db()
         if not verdict["ok"]:

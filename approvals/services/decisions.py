@@ -9,6 +9,7 @@ count other than 1 is a conflict (409).
 from datetime import datetime
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from ledger.exceptions import DomainError, InvalidInput, NotFound
@@ -17,20 +18,21 @@ from ledger.selectors import order_refund_position
 from ledger.telemetry import traced
 from ledger.tenancy import tenant_for_user, user_require_role, user_roles
 
-from .exceptions import ApprovalConflict, Forbidden, MakerChecker
-from .gate import refund_cap
-from .invalidation import approval_facts_changed, approval_request_invalidate
-from .locks import approval_request_lock
-from .models import ApprovalRequest, ApprovalVote
-from .outbox import approval_execution_publish
-from .requests import approval_required_count
-from .signals import (
+from ..exceptions import ApprovalConflict, Forbidden, MakerChecker
+from ..gate import refund_cap
+from ..locks import approval_request_lock
+from ..models import ApprovalRequest, ApprovalVote
+from ..outbox import approval_execution_publish
+from ..request_state import approval_request_transition
+from ..signals import (
     approval_approved,
     approval_changes_requested,
     approval_denied,
     approval_escalated,
     approval_vote_recorded,
 )
+from .invalidation import approval_facts_changed, approval_request_invalidate
+from .requests import approval_required_count
 
 APPROVE_PERMISSION = "approvals.approve_approvalrequest"
 DECISIONS = {
@@ -215,16 +217,16 @@ def _approval_vote_approve(*, request, user, args_hash, note, now) -> None:
     )
     approvals = request.votes.filter(decision=ApprovalVote.Decision.APPROVE).values("approver").distinct().count()
     if approvals >= request.required_approvals:
-        updated = ApprovalRequest.objects.filter(
-            pk=request.pk, status=ApprovalRequest.Status.PENDING, args_hash=args_hash, expires_at__gt=now
-        ).update(
-            status=ApprovalRequest.Status.APPROVED,
+        moved = approval_request_transition(
+            request=request,
+            to=ApprovalRequest.Status.APPROVED,
+            when=Q(args_hash=args_hash, expires_at__gt=now),
             decided_by=user,
             decided_at=now,
             decision_note=note,
             updated_at=now,
         )
-        if updated != 1:
+        if not moved:
             raise ApprovalConflict(f"Request #{request.pk} was decided by someone else.", code="already_decided")
         # The approved row is the execution instruction (approvals.outbox); the publish after
         # commit only saves the sweep's wait, and a broker outage never fails the decision.
@@ -236,15 +238,16 @@ def _approval_vote_approve(*, request, user, args_hash, note, now) -> None:
 
 
 def _approval_decide_other(*, request, user, decision, args_hash, note, wanted, now) -> None:
-    updated = ApprovalRequest.objects.filter(pk=request.pk, status=ApprovalRequest.Status.PENDING).update(
-        status=DECISIONS[decision],
+    moved = approval_request_transition(
+        request=request,
+        to=DECISIONS[decision],
         decided_by=user,
         decided_at=now,
         decision_note=note,
         requested_amount_change=wanted,
         updated_at=now,
     )
-    if updated != 1:
+    if not moved:
         raise ApprovalConflict(f"Request #{request.pk} was decided by someone else.", code="already_decided")
     # One vote per person: someone who approved earlier and now denies keeps the first vote;
     # the request records the final decision and who took it.

@@ -1,117 +1,31 @@
-"""What the approvals layer does when the provider answers about a refund it executed, and how
-finance pays a refused refund again.
-
-The ledger sends `refund_entry_status_changed` inside the transaction that records the
-provider's answer (from the payout, a webhook or the reconciliation):
-- `failed` / `canceled`: the request becomes `payment_failed` (compare-and-set) with the
-  provider's reason in its verification record, and `refund_payment_failed` tells the ticket
-  (which goes back to finance as `payment_failed`). The entry no longer counts, so the amount is
-  refundable again.
-- `succeeded` (a webhook or the reconciliation learned it after the payout said `pending`):
-  the execution is enqueued again after commit; it replays the entry and runs the evaluator.
-  The provider is never called inside the ledger's transaction.
-
-Paying again: `approval_request_payment_retry` (finance, never the filer) files a new request
-for the same exact refund (a refund paid in legs: the refused legs only, as approved) under a new
-idempotency key (`<key>:r<n>`), linked as the refused
-request's replacement; the ticket goes back to `approval_required` and finance approves it as
-any other request. A new key means a new refund at the provider.
+"""Filing a refund the provider refused again: `approval_request_payment_retry` (finance, never the
+filer) files a new request for the same exact refund (a refund paid in legs: the refused legs only,
+as approved) under a new idempotency key (`<key>:r<n>`), linked as the refused request's
+replacement; the ticket goes back to `approval_required` and finance approves it as any other
+request. A new key means a new refund at the provider.
 """
 
-import logging
 from decimal import Decimal
 
 from django.db import transaction
-from django.dispatch import receiver
 from django.utils import timezone
 
 from ledger.exceptions import InvalidInput, NotFound
-from ledger.models import RefundEntry, RefundStatus
+from ledger.models import RefundStatus
 from ledger.money import ZERO, money_parse
 from ledger.selectors import order_refund_position
-from ledger.services import canonical_hash
-from ledger.signals import order_dispute_changed, refund_entry_status_changed
+from ledger.services import REFUSED_STATUSES, canonical_hash
 from ledger.tenancy import tenant_for_user
 
+from ..destinations import approval_leg_key, approval_request_entries
+from ..exceptions import ApprovalConflict
+from ..followups import approval_followups_waiting
+from ..gate import policy_current
+from ..locks import order_lock
+from ..models import ApprovalRequest
+from ..signals import approval_refile_check, approval_replaced
 from .decisions import approval_decider_check
-from .destinations import approval_leg_key, approval_request_entries, approval_request_of_entry
-from .exceptions import ApprovalConflict
-from .execution import approval_payment_failed
-from .followups import approval_followups_waiting
-from .gate import policy_current
-from .invalidation import approval_request_invalidate
-from .locks import order_lock
-from .models import ApprovalRequest
-from .outbox import approval_execution_publish
 from .requests import approval_request_replacement_key
-from .signals import approval_refile_check, approval_replaced
-
-logger = logging.getLogger(__name__)
-
-REFUSED = (RefundStatus.FAILED, RefundStatus.CANCELED)
-
-
-@receiver(refund_entry_status_changed, dispatch_uid="approvals.approval_follow_refund_status")
-def on_refund_entry_status_changed(
-    sender, entry: RefundEntry, from_status: str, to_status: str, reason: str = "", **kwargs
-):
-    # Runs inside the ledger's transaction, in its own savepoint: a bug here is logged and
-    # never undoes the ledger's record of what the provider said.
-    try:
-        with transaction.atomic():
-            approval_follow_refund_status(entry=entry, to_status=to_status, reason=reason)
-    except Exception:  # noqa: BLE001 - the ledger's record must stand
-        logger.exception("following refund #%s to %s failed; the ledger's record stands", entry.pk, to_status)
-
-
-def approval_follow_refund_status(*, entry: RefundEntry, to_status: str, reason: str = "") -> ApprovalRequest | None:
-    """The request whose refund the provider answered about follows it (see the module doc)."""
-    request = approval_request_of_entry(entry=entry)
-    if request is None:
-        return None
-    if to_status in REFUSED:
-        return approval_payment_failed(request=request, entry=entry, reason=reason)
-    if to_status == RefundStatus.SUCCEEDED and request.status == ApprovalRequest.Status.APPROVED:
-        request_id = request.pk
-        transaction.on_commit(lambda: approval_execution_publish(request_id=request_id))
-    return request
-
-
-@receiver(order_dispute_changed, dispatch_uid="approvals.approval_hold_on_dispute")
-def on_order_dispute_changed(sender, dispute, order, **kwargs):
-    # Inside the ledger's transaction, under the order's lock. A failure here is logged: the
-    # decision and the execution re-run the gate (which escalates a disputed order) anyway.
-    if not dispute.is_open:
-        return
-    try:
-        with transaction.atomic():
-            approval_requests_hold_for_dispute(order=order, dispute=dispute)
-    except Exception:  # noqa: BLE001 - the ledger's record of the dispute must stand
-        logger.exception("holding the refunds of order %s for dispute %s failed", order.pk, dispute.provider_ref)
-
-
-def approval_requests_hold_for_dispute(*, order, dispute) -> list[ApprovalRequest]:
-    """A dispute opened on the order: its requests waiting for a decision, or approved but not yet
-    written to the ledger, are held (invalidated with the dispute as the reason; the gate makes no
-    replacement while the dispute is open, so the ticket goes to a person). Nothing is paid until a
-    person decides again. A refund already written to the ledger is the provider's to answer."""
-    held = []
-    now = timezone.now()
-    waiting = ApprovalRequest.objects.filter(
-        order_id=order.pk,
-        status__in=(ApprovalRequest.Status.PENDING, ApprovalRequest.Status.APPROVED),
-        ledger_entry__isnull=True,
-    ).order_by("id")
-    for request in waiting:
-        if approval_request_entries(request=request).exists():
-            continue  # written by an execution that is paying it now
-        reason = (
-            f"the order is disputed ({dispute.provider_ref}: {dispute.status}); "
-            f"the charge is {'still' if dispute.is_charge_refundable else 'not'} refundable at the provider"
-        )
-        approval_request_invalidate(request=request, reason=reason, now=now, from_status=request.status)
-        held.append(request)
-    return held
 
 
 def approval_request_payment_retry(*, request_id: int, user, note: str = "") -> ApprovalRequest:
@@ -208,7 +122,7 @@ def _refused_legs_args(*, request: ApprovalRequest) -> tuple[dict, Decimal]:
             f"A leg of request #{request.pk} has no answer from the provider yet; file it again once every leg has one.",
             code="legs_pending",
         )
-    refused = [leg for leg, entry in zip(legs, statuses, strict=True) if entry.status in REFUSED]
+    refused = [leg for leg, entry in zip(legs, statuses, strict=True) if entry.status in REFUSED_STATUSES]
     if not refused:
         raise ApprovalConflict(
             f"No leg of request #{request.pk} was refused: nothing to file again.", code="no_leg_refused"

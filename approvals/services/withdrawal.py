@@ -6,9 +6,10 @@ from datetime import datetime
 
 from django.utils import timezone
 
-from .exceptions import ApprovalConflict
-from .locks import approval_request_lock, order_lock
-from .models import ApprovalRequest
+from ..exceptions import ApprovalConflict
+from ..locks import approval_request_lock, order_lock
+from ..models import ApprovalRequest
+from ..request_state import approval_request_transition
 
 
 def approval_requests_withdraw(
@@ -40,14 +41,15 @@ def approval_requests_withdraw(
     withdrawn = []
     for request_id, order_id in rows:
         _order, request = approval_request_lock(order_id=order_id, request_id=request_id)
-        updated = ApprovalRequest.objects.filter(pk=request_id, status=ApprovalRequest.Status.PENDING).update(
-            status=ApprovalRequest.Status.WITHDRAWN,
+        moved = approval_request_transition(
+            request=request,
+            to=ApprovalRequest.Status.WITHDRAWN,
             decided_by=actor,
             decided_at=now,
             updated_at=now,
             decision_note=f"Withdrawn: {reason}"[:4000],
         )
-        if updated == 1:
+        if moved:
             request.refresh_from_db()
             withdrawn.append(request)
     return withdrawn

@@ -1,8 +1,8 @@
 """Refunds proposed by a person (support or finance) on a ticket the agent could not finish.
 
-A proposal becomes an ApprovalRequest exactly like the agent's (approvals.requests): canonical
+A proposal becomes an ApprovalRequest exactly like the agent's (approvals.services.requests): canonical
 args and hash, idempotency key, expiry, maker-checker (the proposer is `requested_by` and the
-ticket's filer `filed_by`, and approvals.decisions lets neither of them decide it), and the same
+ticket's filer `filed_by`, and approvals.services.decisions lets neither of them decide it), and the same
 execution, verification and ledger path. What differs is who proposes, and that a person may ask
 for a policy exception.
 
@@ -30,10 +30,10 @@ from ledger.money import money_check_currency, money_parse
 from ledger.selectors import order_refund_position
 from ledger.tenancy import user_require_role
 
-from .decision_records import decision_record_create
-from .gate import GateVerdict, Outcome, Proposal, policy_current, policy_gate_evaluate
-from .locks import order_lock
-from .models import ApprovalRequest, DecisionRecord
+from ..decision_records import decision_record_create
+from ..gate import GateVerdict, Outcome, Proposal, policy_current, policy_gate_evaluate
+from ..locks import order_lock
+from ..models import ApprovalRequest, DecisionRecord
 from .requests import approval_request_create
 
 MAX_REASON_LENGTH = 2000

@@ -10,13 +10,15 @@ from ledger.exceptions import DomainError
 from ledger.models import Order
 from ledger.selectors import order_refund_position
 
-from .destinations import approval_destination_resolve, approval_legs_resolve
-from .exceptions import ApprovalConflict
-from .gate import Outcome, Proposal, policy_current, policy_gate_evaluate
-from .models import ApprovalRequest
-from .reason_words import gate_outcome_words
+from ..destinations import approval_destination_resolve, approval_legs_resolve, approval_request_entries
+from ..exceptions import ApprovalConflict
+from ..gate import Outcome, Proposal, policy_current, policy_gate_evaluate
+from ..locks import order_lock
+from ..models import ApprovalRequest
+from ..reason_words import gate_outcome_words
+from ..request_state import approval_request_transition
+from ..signals import approval_invalidated, approval_replaced
 from .requests import approval_request_create, approval_request_replacement_key
-from .signals import approval_invalidated, approval_replaced
 
 
 def approval_facts_changed(*, request: ApprovalRequest, order: Order, now: datetime | None = None) -> str:
@@ -95,15 +97,13 @@ def approval_request_invalidate(
     `replace`), make its replacement (a new exact action with its own args, hash and key). Without
     `replace` a person decides what is owed now (its ticket goes to the human queue). Runs inside
     the caller's transaction with the order row locked. Returns the replacement or None."""
-    fields = {
-        "status": ApprovalRequest.Status.INVALIDATED,
-        "decision_note": f"Invalidated: {reason}",
-        "updated_at": now,
-    }
+    fields = {"decision_note": f"Invalidated: {reason}", "updated_at": now}
     if from_status == ApprovalRequest.Status.PENDING:
         fields.update(decided_by=actor, decided_at=now)
-    updated = ApprovalRequest.objects.filter(pk=request.pk, status=from_status).update(**fields)
-    if updated != 1:
+    moved = approval_request_transition(
+        request=request, to=ApprovalRequest.Status.INVALIDATED, from_=from_status, **fields
+    )
+    if not moved:
         raise ApprovalConflict(f"Request #{request.pk} was decided by someone else.", code="already_decided")
     if not replace:
         request.refresh_from_db()
@@ -157,3 +157,27 @@ def approval_request_invalidate(
     if replacement is not None:
         approval_replaced.send(sender=ApprovalRequest, request=replacement, old=request)
     return replacement
+
+
+def approval_request_hold_for_dispute(*, request: ApprovalRequest, dispute) -> ApprovalRequest | None:
+    """A dispute opened on the request's order: a request waiting for a decision, or approved but
+    not yet written to the ledger, is held (invalidated with the dispute as the reason; the gate
+    makes no replacement while the dispute is open, so the ticket goes to a person). Nothing is
+    paid until a person decides again. Delivered late (approvals.ledger_events), it holds only
+    what still waits: a dispute closed meanwhile, or a request decided or written meanwhile, is
+    left alone. Returns the replacement, if any."""
+    order_lock(order_id=request.order_id)
+    request.refresh_from_db()
+    dispute.refresh_from_db()
+    if (
+        not dispute.is_open
+        or request.status not in (ApprovalRequest.Status.PENDING, ApprovalRequest.Status.APPROVED)
+        or request.ledger_entry_id is not None
+        or approval_request_entries(request=request).exists()
+    ):
+        return None
+    reason = (
+        f"the order is disputed ({dispute.provider_ref}: {dispute.status}); "
+        f"the charge is {'still' if dispute.is_charge_refundable else 'not'} refundable at the provider"
+    )
+    return approval_request_invalidate(request=request, reason=reason, now=timezone.now(), from_status=request.status)

@@ -18,8 +18,8 @@ from ledger.models import Tenant
 from ledger.money import money_parse
 from ledger.services import canonical_hash
 
-from .locks import policy_current_lock
-from .models import PolicyPublication, PolicyReplay, RefundPolicy
+from ..locks import policy_current_lock
+from ..models import PolicyPublication, PolicyReplay, RefundPolicy
 
 
 def refund_policy_publish(*, tenant: Tenant, policy: RefundPolicy, now: datetime | None = None) -> RefundPolicy:

@@ -1,6 +1,6 @@
 """Approval requests: the exact action to approve (its canonical args), making one, the key of
-a replacement, and the expiry sweep. Deciding them is approvals.decisions; executing them
-approvals.execution."""
+a replacement, and the expiry sweep. Deciding them is approvals.services.decisions; executing them
+approvals.services.execution."""
 
 import re
 from datetime import datetime
@@ -16,9 +16,10 @@ from ledger.money import ZERO, money_check_currency
 from ledger.selectors import order_refunded_total
 from ledger.services import canonical_hash
 
-from .gate import GateVerdict, Outcome
-from .models import ApprovalRequest, RefundPolicy, threshold_rate_parse
-from .signals import approval_expired
+from ..gate import GateVerdict, Outcome
+from ..models import ApprovalRequest, RefundPolicy, threshold_rate_parse
+from ..request_state import approval_request_transition
+from ..signals import approval_expired
 
 ISSUE_REFUND = "refunds.issue_refund"
 # A policy exception is decided by this many distinct approvers at least, whatever the amount.
@@ -70,7 +71,7 @@ def approval_request_create(
     an IntegrityError that rolls the caller's transaction back.
 
     `policy_exception` (a person's proposal outside the policy's `waived_rules`,
-    approvals.proposals) needs two distinct approvers at least, whatever the amount."""
+    approvals.services.proposals) needs two distinct approvers at least, whatever the amount."""
     if verdict.outcome != Outcome.APPROVAL_REQUIRED or verdict.allowed_amount is None:
         raise ValueError("Only an eligible verdict becomes an approval request.")
     # Never a request that no provider can pay (the gate and the proposal refuse it first).
@@ -216,15 +217,15 @@ def approval_requests_expire(*, now: datetime | None = None) -> int:
     due = ApprovalRequest.objects.filter(status=ApprovalRequest.Status.PENDING, expires_at__lte=now)
     for request_id in due.values_list("pk", flat=True).order_by("created_at")[:1000]:
         with transaction.atomic():
-            updated = ApprovalRequest.objects.filter(
-                pk=request_id, status=ApprovalRequest.Status.PENDING, expires_at__lte=now
-            ).update(
-                status=ApprovalRequest.Status.EXPIRED,
+            moved = approval_request_transition(
+                request=ApprovalRequest(pk=request_id),
+                to=ApprovalRequest.Status.EXPIRED,
+                when=Q(expires_at__lte=now),
                 decided_at=now,
                 updated_at=now,
                 decision_note="Expired before finance decided.",
             )
-            if updated != 1:
+            if not moved:
                 continue
             request = ApprovalRequest.objects.get(pk=request_id)
             approval_expired.send(sender=ApprovalRequest, request=request)

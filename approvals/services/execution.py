@@ -1,13 +1,13 @@
 """Executing an approved request: the ledger write, exactly as approved, one entry per tender leg
 (all in one transaction, `pending` under the order lock; leg 0 keyed by the request's idempotency
 key, leg n by `<key>:leg<n>`), the payout of each leg at the provider outside any lock and
-transaction, then the evaluator's verification (approvals.verification) once every leg
+transaction, then the evaluator's verification (approvals.services.verification) once every leg
 `succeeded`. The Celery task (approvals.tasks) calls this; so do the evals, synchronously.
 
 What the provider answers:
 - `succeeded`: verified now; the ticket becomes `refunded`.
 - `failed` / `canceled`: recorded by the ledger, whose signal makes the request and the ticket
-  `payment_failed` (approvals.payouts); that leg's amount is refundable again, the other legs
+  `payment_failed` (approvals.ledger_events); that leg's amount is refundable again, the other legs
   stand (never re-routed).
 - `pending`: the request stays `approved`; a webhook, the reconciliation or the sweep's next
   execution (same key, same refund) records the answer.
@@ -26,12 +26,13 @@ from ledger.payouts import ledger_refund_payout
 from ledger.services import canonical_hash, ledger_refund_issue
 from ledger.telemetry import traced
 
-from .destinations import approval_legs_resolve, approval_request_entries
-from .exceptions import ApprovalConflict
+from ..destinations import approval_legs_resolve, approval_request_entries
+from ..exceptions import ApprovalConflict
+from ..locks import order_lock
+from ..models import ApprovalRequest
+from ..request_state import approval_request_transition
+from ..signals import refund_executed, refund_payment_failed, refund_verified
 from .invalidation import approval_facts_changed, approval_request_invalidate
-from .locks import order_lock
-from .models import ApprovalRequest
-from .signals import refund_executed, refund_payment_failed, refund_verified
 from .verification import approval_verify
 
 logger = logging.getLogger(__name__)
@@ -145,8 +146,10 @@ def approval_execute(*, request_id: int) -> ApprovalRequest:
     ]
     refused = [entry for entry in entries if entry.status in (RefundStatus.FAILED, RefundStatus.CANCELED)]
     if refused:
-        # Normally done by the ledger's signal when the refusal was recorded (approvals.payouts);
-        # here too, so a request never stays approved over a refused refund.
+        # One owner, approval_payment_failed: the receiver of the ledger's signal called it when the
+        # refusal was recorded (approvals.ledger_events); called again here for the case that receiver
+        # failed, so a request never stays approved over a refused refund. A second call for the
+        # same entry finds the request moved and changes nothing.
         entry = refused[0]
         reason = entry.events.order_by("-id").values_list("reason", flat=True).first() or ""
         with transaction.atomic():
@@ -200,11 +203,15 @@ def approval_payment_failed(*, request: ApprovalRequest, entry: RefundEntry, rea
         ],
         "verified_at": now.isoformat(),
     }
-    updated = ApprovalRequest.objects.filter(
-        pk=request.pk, status__in=(ApprovalRequest.Status.APPROVED, ApprovalRequest.Status.EXECUTED)
-    ).update(status=ApprovalRequest.Status.PAYMENT_FAILED, verification=verdict, ledger_entry=entry, updated_at=now)
+    moved = approval_request_transition(
+        request=request,
+        to=ApprovalRequest.Status.PAYMENT_FAILED,
+        verification=verdict,
+        ledger_entry=entry,
+        updated_at=now,
+    )
     request.refresh_from_db()
-    if updated == 1:
+    if moved:
         logger.error(
             "approval %s: the provider refused refund #%s (%s): %s",
             request.pk,
@@ -287,11 +294,15 @@ def _approval_execution_failed(*, request: ApprovalRequest, exc: DomainError) ->
         "verified_at": timezone.now().isoformat(),
     }
     with transaction.atomic():
-        updated = ApprovalRequest.objects.filter(pk=request.pk, status=ApprovalRequest.Status.APPROVED).update(
-            status=ApprovalRequest.Status.FAILED, verification=verdict, updated_at=timezone.now()
+        moved = approval_request_transition(
+            request=request,
+            to=ApprovalRequest.Status.FAILED,
+            from_=ApprovalRequest.Status.APPROVED,
+            verification=verdict,
+            updated_at=timezone.now(),
         )
         request.refresh_from_db()
-        if updated == 1:
+        if moved:
             logger.error(
                 "approval %s execution failed: %s (%s)",
                 request.pk,

@@ -1,0 +1,1 @@
+"""The approvals layer's services: one module per thing done to an approval request or a policy."""
