@@ -276,7 +276,7 @@ def _provider_checks(
     """The provider's record of one leg's refund against the ledger's (none for manual / store
     credit), and against the leg the request names: refunded on that leg's payment, no other, for
     exactly that leg's amount."""
-    if entry.gateway != RefundEntry.Gateway.STRIPE:
+    if entry.gateway not in (RefundEntry.Gateway.STRIPE, RefundEntry.Gateway.SHOPIFY):
         return []
     record = refund_entry_provider_record(entry_id=entry.pk)
     if record is None:
