@@ -262,7 +262,9 @@ def _leg_checks(*, leg: dict, entry: RefundEntry, legs: int, index: int) -> list
         ),
         _check(
             "leg_tender",
-            store_credit == (leg.get("kind") == PaymentMethod.Kind.GIFT_CARD),
+            # Shopify refunds a gift card leg itself, on the gift card's own transaction.
+            entry.gateway == RefundEntry.Gateway.SHOPIFY
+            or store_credit == (leg.get("kind") == PaymentMethod.Kind.GIFT_CARD),
             "store credit" if leg.get("kind") == PaymentMethod.Kind.GIFT_CARD else "the provider or by hand",
             entry.gateway,
         ),

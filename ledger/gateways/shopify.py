@@ -15,7 +15,7 @@ from decimal import Decimal
 
 from django.utils.dateparse import parse_datetime
 
-from ..exceptions import ShopifyRefused
+from ..exceptions import PaymentProviderUnavailable, ShopifyRefused
 from ..models import Payment, RefundEntry, RefundEntryItem, ShopifyConnection, ShopifyOrder
 from ..shopify import queries
 from ..shopify.connection import shopify_client_for
@@ -84,8 +84,16 @@ class ShopifyGateway(PaymentGateway):
             raise ShopifyRefused(f"Order {payment.order.external_id} is not an order of a connected Shopify store.")
         return link.connection, link.shopify_id
 
+    def _read(self, connection, query: str, variables: dict) -> dict:
+        """A read the ledger cannot act without: a GraphQL error is no answer (the caller retries
+        later, the entry stays as it is), never taken for "no refund there"."""
+        try:
+            return self._client_for(connection).graphql(query, variables)
+        except ShopifyRefused as exc:
+            raise PaymentProviderUnavailable(f"Shopify read failed: {exc.message}") from None
+
     def _order_refunds(self, connection, order_gid) -> tuple[dict, list[dict]]:
-        order = self._client_for(connection).graphql(queries.ORDER_REFUNDS, {"id": order_gid}).get("order") or {}
+        order = self._read(connection, queries.ORDER_REFUNDS, {"id": order_gid}).get("order") or {}
         return order, order.get("refunds") or []
 
     # -- refunds -------------------------------------------------------------------------------
@@ -208,7 +216,7 @@ class ShopifyGateway(PaymentGateway):
         if payment is None:
             return None
         connection, order_gid = self._order_gid(payment)
-        order = self._client_for(connection).graphql(queries.ORDER, {"id": order_gid}).get("order") or {}
+        order = self._read(connection, queries.ORDER, {"id": order_gid}).get("order") or {}
         txn = next((t for t in order.get("transactions") or [] if t.get("id") == payment_ref), None)
         if txn is None:
             return None

@@ -83,11 +83,13 @@ query Order($id: ID!) {
     + ORDER_FIELDS
 )
 
+# Every transaction that can still return money, with its gateway and how much: a leg is refunded
+# on its own transaction only, never beyond what Shopify says it can return.
 SUGGESTED_REFUND = """
-query SuggestedRefund($id: ID!, $refundLineItems: [RefundLineItemInput!]) {
+query SuggestedRefund($id: ID!) {
   order(id: $id) {
     id
-    suggestedRefund(refundLineItems: $refundLineItems) {
+    suggestedRefund(suggestFullRefund: true) {
       amountSet { shopMoney { amount currencyCode } }
       suggestedTransactions {
         gateway
@@ -110,7 +112,7 @@ mutation RefundCreate($input: RefundInput!, $key: String!) {
       createdAt
       note
       totalRefundedSet { shopMoney { amount currencyCode } }
-      transactions(first: 20) {
+      transactions(first: 4) {
         nodes { id kind status gateway amountSet { shopMoney { amount currencyCode } } parentTransaction { id } }
       }
     }
@@ -124,12 +126,12 @@ query OrderRefunds($id: ID!) {
   order(id: $id) {
     id
     totalRefundedSet { shopMoney { amount currencyCode } }
-    refunds(first: 50) {
+    refunds(first: 20) {
       id
       createdAt
       note
       totalRefundedSet { shopMoney { amount currencyCode } }
-      transactions(first: 20) {
+      transactions(first: 4) {
         nodes { id kind status gateway amountSet { shopMoney { amount currencyCode } } parentTransaction { id } }
       }
     }

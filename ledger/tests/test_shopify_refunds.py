@@ -1,0 +1,167 @@
+"""Approved refunds paid through Shopify's refundCreate (the fake over HTTP): exactly once, on
+exactly the approved legs, read back before the ticket is refunded; and an order changed in
+Shopify between approval and payout is caught."""
+
+from decimal import Decimal
+
+import pytest
+
+from approvals.models import ApprovalRequest
+from ledger.models import Order, PaymentMethod, RefundEntry
+from ledger.shopify.sync import shopify_sync
+from refundagent.models import Ticket
+from refundagent.tests.payments_support import approve, ticket_awaiting_approval, ticket_gated
+
+from .shopify_helpers import connect
+
+pytestmark = pytest.mark.django_db
+DOMAIN = "acme.myshopify.com"
+
+
+@pytest.fixture
+def store(fake_shopify, tenant, policy, make_user):
+    """A connected store; `store.order(...)` places an order in it and syncs it in."""
+
+    class Store:
+        connection = connect(fake_shopify, tenant)
+        support = make_user("support", "support")
+        finance = make_user("finance", "finance")
+
+        def order(self, **kwargs):
+            placed = fake_shopify.add_order(DOMAIN, email="ada@example.com", **kwargs)
+            shopify_sync(connection_id=self.connection.pk)
+            return placed, Order.objects.get(tenant=tenant, external_id=placed.name)
+
+    return Store()
+
+
+def approved(store, order, amount, key="approval-key-1", capture=None, refund_to=None):
+    if refund_to is None:
+        ticket, request = ticket_awaiting_approval(order=order, filer=store.support, amount=amount, key=key)
+    else:
+        ticket, _, request = ticket_gated(order=order, filer=store.support, amount=amount, key=key, refund_to=refund_to)
+    with capture(execute=True):
+        approve(request, store.finance)
+    ticket.refresh_from_db()
+    request.refresh_from_db()
+    return ticket, request
+
+
+def test_an_approved_refund_is_one_refund_create_read_back_before_refunded(
+    fake_shopify, store, django_capture_on_commit_callbacks
+):
+    # given a synced order paid 100.00 by card
+    placed, order = store.order(transactions=[{"kind": "SALE", "gateway": "shopify_payments", "amount": "100.00"}])
+
+    # when finance approves 30.00
+    ticket, request = approved(store, order, "30.00", capture=django_capture_on_commit_callbacks)
+
+    # then Shopify got exactly one refundCreate: the approval's key, the card sale, 30.00, no notification
+    [call] = fake_shopify.refund_creates
+    assert call["key"] == request.idempotency_key == "approval-key-1"
+    refund_input = call["input"]
+    assert refund_input["notify"] is False and refund_input["orderId"] == placed.id
+    assert [(t["parentId"], t["gateway"], Decimal(t["amount"])) for t in refund_input["transactions"]] == [
+        (placed.txns[0].id, "shopify_payments", Decimal("30.00"))
+    ]
+    # and the ledger names Shopify's refund, the evaluator read it back, the ticket is refunded
+    [entry] = RefundEntry.objects.filter(order=order)
+    assert (entry.gateway, entry.status, entry.amount) == ("shopify", "succeeded", Decimal("30.00"))
+    assert entry.provider_ref.startswith("gid://shopify/Refund/")
+    checks = {c["name"]: c["ok"] for c in request.verification["checks"]}
+    assert checks["provider_refund_id"] and checks["provider_amount"] and checks["provider_metadata_approval"]
+    assert request.status == ApprovalRequest.Status.EXECUTED and ticket.status == Ticket.Status.REFUNDED
+    # and Shopify holds 30.00 refunded on the order
+    assert placed.txns[0].remaining == Decimal("70.00")
+
+
+def test_split_tender_the_gift_card_leg_only_on_the_gift_card_transaction(
+    fake_shopify, store, django_capture_on_commit_callbacks
+):
+    # given an order paid 100.00 by card and 20.00 by gift card
+    placed, order = store.order(
+        transactions=[
+            {"kind": "SALE", "gateway": "shopify_payments", "amount": "100.00"},
+            {"kind": "SALE", "gateway": "gift_card", "amount": "20.00"},
+        ]
+    )
+    gift_card = PaymentMethod.objects.get(customer=order.customer, kind="gift_card")
+
+    # when 20.00 is approved back to the gift card
+    ticket, request = approved(store, order, "20.00", capture=django_capture_on_commit_callbacks, refund_to=gift_card)
+
+    # then the one refundCreate returns 20.00 on the gift card transaction and nothing on the card
+    [call] = fake_shopify.refund_creates
+    assert [(t["parentId"], t["gateway"], t["amount"]) for t in call["input"]["transactions"]] == [
+        (placed.txns[1].id, "gift_card", "20.00")
+    ]
+    assert placed.txns[0].remaining == Decimal("100.00") and placed.txns[1].remaining == Decimal("0.00")
+    assert ticket.status == Ticket.Status.REFUNDED
+
+
+def test_a_lost_response_then_a_retry_with_the_same_key_makes_one_refund(
+    fake_shopify, store, django_capture_on_commit_callbacks
+):
+    # given an order, and Shopify doing the refund but dropping the connection before answering
+    placed, order = store.order()
+    fake_shopify.fail_next(1, status="drop", on="mutation")
+
+    # when finance approves (the client retries with the same key)
+    ticket, request = approved(store, order, "25.00", capture=django_capture_on_commit_callbacks)
+
+    # then two refundCreate calls carried the one key, and Shopify made one refund
+    assert [c["key"] for c in fake_shopify.refund_creates] == ["approval-key-1", "approval-key-1"]
+    assert len(placed.refund_list) == 1 and placed.txns[0].remaining == Decimal("75.00")
+    assert ticket.status == Ticket.Status.REFUNDED
+
+
+@pytest.mark.parametrize("fault", [500, 503, "slow"])
+def test_a_5xx_or_slow_answer_retries_with_the_same_key_and_pays_once(
+    fake_shopify, store, settings, django_capture_on_commit_callbacks, fault
+):
+    settings.SHOPIFY_TIMEOUT_SECONDS = 1
+    placed, order = store.order()
+    fake_shopify.fail_next(1, status=fault, seconds=2, on="mutation")
+    ticket, _ = approved(store, order, "10.00", capture=django_capture_on_commit_callbacks)
+    assert {c["key"] for c in fake_shopify.refund_creates} == {"approval-key-1"}
+    assert len(placed.refund_list) == 1 and ticket.status == Ticket.Status.REFUNDED
+
+
+def test_shopify_down_leaves_the_refund_pending_then_a_retry_pays_it_once(
+    fake_shopify, store, settings, django_capture_on_commit_callbacks
+):
+    from approvals.execution import approval_execute
+
+    # given Shopify failing every refundCreate attempt
+    settings.SHOPIFY_MAX_ATTEMPTS = 2
+    placed, order = store.order()
+    fake_shopify.fail_next(2, status=502, on="mutation")
+    ticket, request = approved(store, order, "10.00", capture=django_capture_on_commit_callbacks)
+    [entry] = RefundEntry.objects.filter(order=order)
+    assert entry.status == "pending" and ticket.status == Ticket.Status.APPROVED
+    assert placed.refund_list == []
+
+    # when the execution runs again (the sweep does this)
+    approval_execute(request_id=request.pk)
+
+    # then one refund, under the same key, and the ticket is refunded
+    entry.refresh_from_db()
+    ticket.refresh_from_db()
+    assert entry.status == "succeeded" and len(placed.refund_list) == 1
+    assert {c["key"] for c in fake_shopify.refund_creates} == {"approval-key-1"}
+    assert ticket.status == Ticket.Status.REFUNDED
+
+
+def test_user_errors_are_payment_failed_with_shopifys_message(fake_shopify, store, django_capture_on_commit_callbacks):
+    # given an order whose card sale was voided in Shopify after it was synced
+    placed, order = store.order()
+    fake_shopify.void_transaction(placed.txns[0])
+
+    # when finance approves a refund of it
+    ticket, request = approved(store, order, "10.00", capture=django_capture_on_commit_callbacks)
+
+    # then no refund was made, and the ticket is back with finance with the reason
+    assert placed.refund_list == []
+    [entry] = RefundEntry.objects.filter(order=order)
+    assert entry.status == "failed"
+    assert ticket.status == Ticket.Status.PAYMENT_FAILED
