@@ -165,3 +165,94 @@ def test_user_errors_are_payment_failed_with_shopifys_message(fake_shopify, stor
     [entry] = RefundEntry.objects.filter(order=order)
     assert entry.status == "failed"
     assert ticket.status == Ticket.Status.PAYMENT_FAILED
+
+
+# --- an order changed in Shopify between approval and payout ------------------------------------
+
+
+def webhook(fake_shopify, topic, payload, capture):
+    """Deliver a signed webhook as Shopify would, its work run after commit."""
+    import json
+    import uuid
+    from datetime import UTC, datetime
+
+    from django.test import Client
+
+    from .shopify_helpers import SECRET
+
+    body = json.dumps(payload).encode()
+    with capture(execute=True):
+        response = Client().post(
+            "/webhooks/shopify",
+            data=body,
+            content_type="application/json",
+            HTTP_X_SHOPIFY_TOPIC=topic,
+            HTTP_X_SHOPIFY_SHOP_DOMAIN=DOMAIN,
+            HTTP_X_SHOPIFY_EVENT_ID=str(uuid.uuid4()),
+            HTTP_X_SHOPIFY_TRIGGERED_AT=datetime.now(UTC).isoformat(),
+            HTTP_X_SHOPIFY_HMAC_SHA256=fake_shopify.sign(body, SECRET),
+        )
+    assert response.status_code == 200
+
+
+@pytest.mark.parametrize("change", ["cancelled", "refunded_in_admin"])
+def test_an_order_changed_in_shopify_before_the_decision_is_caught_by_the_re_check(
+    fake_shopify, store, django_capture_on_commit_callbacks, change
+):
+    from approvals.exceptions import ApprovalConflict
+
+    # given a pending request for 80.00 of a 100.00 order
+    placed, order = store.order()
+    ticket, request = ticket_awaiting_approval(order=order, filer=store.support, amount="80.00", key="k-change")
+    # and the order changed in Shopify's admin, its webhook delivered
+    if change == "cancelled":
+        fake_shopify.cancel_order(placed)
+        webhook(
+            fake_shopify,
+            "orders/cancelled",
+            fake_shopify.order_webhook_payload(placed),
+            django_capture_on_commit_callbacks,
+        )
+    else:
+        refund = fake_shopify.refund_in_admin(placed, "50.00")
+        webhook(
+            fake_shopify,
+            "refunds/create",
+            fake_shopify.refund_webhook_payload(refund),
+            django_capture_on_commit_callbacks,
+        )
+
+    # when finance approves
+    with pytest.raises(ApprovalConflict) as raised:
+        approve(request, store.finance)
+
+    # then 409, the request invalidated, and no refundCreate at Shopify
+    assert raised.value.code == "approval_invalidated"
+    request.refresh_from_db()
+    assert request.status == ApprovalRequest.Status.INVALIDATED
+    assert fake_shopify.refund_creates == []
+
+
+def test_a_transaction_voided_after_approval_is_caught_before_any_refund(
+    fake_shopify, store, django_capture_on_commit_callbacks
+):
+    # given an approved request whose execution has not run yet
+    placed, order = store.order()
+    ticket, request = ticket_awaiting_approval(order=order, filer=store.support, amount="40.00", key="k-void")
+    with django_capture_on_commit_callbacks(execute=False):
+        approve(request, store.finance)
+    # and the sale voided in Shopify meanwhile
+    fake_shopify.void_transaction(placed.txns[0])
+
+    # when the execution runs
+    from approvals.execution import approval_execute
+
+    approval_execute(request_id=request.pk)
+
+    # then nothing was sent to refundCreate, and finance has it back with Shopify's word
+    assert fake_shopify.refund_creates == []
+    [entry] = RefundEntry.objects.filter(order=order)
+    ticket.refresh_from_db()
+    assert entry.status == "failed"
+    assert "can return only 0" in entry.events.order_by("id").last().reason
+    assert ticket.status == Ticket.Status.PAYMENT_FAILED
