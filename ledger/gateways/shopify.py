@@ -92,6 +92,10 @@ class ShopifyGateway(PaymentGateway):
         except ShopifyRefused as exc:
             raise PaymentProviderUnavailable(f"Shopify read failed: {exc.message}") from None
 
+    def order_refunds_read(self, *, connection: ShopifyConnection, order_gid: str) -> dict:
+        """The order's refunds and `totalRefundedSet` as Shopify has them (for reconciliation)."""
+        return self._read(connection, queries.ORDER_REFUNDS, {"id": order_gid}).get("order") or {}
+
     def _order_refunds(self, connection, order_gid) -> tuple[dict, list[dict]]:
         order = self._read(connection, queries.ORDER_REFUNDS, {"id": order_gid}).get("order") or {}
         return order, order.get("refunds") or []

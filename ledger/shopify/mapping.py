@@ -195,7 +195,7 @@ def shopify_orders_apply(*, connection: ShopifyConnection, nodes: list[dict]) ->
                 moved.append(link)
         ShopifyOrder.objects.bulk_create(new_links)
         ShopifyOrder.objects.bulk_update(moved, ["shopify_updated_at"])
-        counts.external_refunds = _external_refunds(fresh, by_name)
+        counts.external_refunds = len(external_refunds_record(nodes=fresh, orders=by_name))
     return counts
 
 
@@ -203,9 +203,10 @@ def _updated(node: dict):
     return parse_datetime(node["updatedAt"])
 
 
-def _external_refunds(nodes: list[dict], by_name: dict[str, Order]) -> int:
+def external_refunds_record(*, nodes: list[dict], orders: dict[str, Order]) -> list[RefundEntry]:
     """Refunds made in Shopify's admin, one external entry per refund transaction, on the payment
-    it returned. Keys already in the ledger are skipped with one query for the whole page."""
+    it returned; returns the entries written now. Keys already in the ledger are skipped with one
+    query for the whole page."""
     wanted = []
     for node in nodes:
         for refund in node.get("refunds") or []:
@@ -215,7 +216,7 @@ def _external_refunds(nodes: list[dict], by_name: dict[str, Order]) -> int:
                 if txn.get("kind") == "REFUND" and txn.get("status") == "SUCCESS":
                     wanted.append((node, refund, txn))
     if not wanted:
-        return 0
+        return []
     recorded = set(
         RefundEntry.objects.filter(
             idempotency_key__in=[f"{RefundEntry.Gateway.SHOPIFY}:{t['id']}" for _, _, t in wanted]
@@ -225,14 +226,14 @@ def _external_refunds(nodes: list[dict], by_name: dict[str, Order]) -> int:
     payments = {
         p.payment_ref: p
         for p in Payment.objects.filter(
-            order__in=list(by_name.values()), payment_ref__in=[p for p in parents if p]
+            order__in=list(orders.values()), payment_ref__in=[p for p in parents if p]
         ).select_related("payment_method")
     }
-    made = 0
+    made = []
     for node, refund, txn in wanted:
         if f"{RefundEntry.Gateway.SHOPIFY}:{txn['id']}" in recorded:
             continue
-        order = by_name[node["name"]]
+        order = orders[node["name"]]
         payment = payments.get((txn.get("parentTransaction") or {}).get("id"))
         entry = ledger_refund_record_external(
             order=order,
@@ -243,5 +244,6 @@ def _external_refunds(nodes: list[dict], by_name: dict[str, Order]) -> int:
             reason=f"Refunded in Shopify's admin ({refund['id']}).",
             payment=payment,
         )
-        made += entry is not None
+        if entry is not None:
+            made.append(entry)
     return made

@@ -125,6 +125,7 @@ ORDER_REFUNDS = """
 query OrderRefunds($id: ID!) {
   order(id: $id) {
     id
+    name
     totalRefundedSet { shopMoney { amount currencyCode } }
     refunds(first: 20) {
       id

@@ -256,3 +256,55 @@ def test_a_transaction_voided_after_approval_is_caught_before_any_refund(
     assert entry.status == "failed"
     assert "can return only 0" in entry.events.order_by("id").last().reason
     assert ticket.status == Ticket.Status.PAYMENT_FAILED
+
+
+# --- reconciliation against the store ------------------------------------------------------------
+
+
+def test_reconciliation_compares_each_order_with_shopifys_refunds_and_total(
+    fake_shopify, store, django_capture_on_commit_callbacks
+):
+    from django.core.management import call_command
+
+    from ledger.models import ReconciliationFinding
+    from ledger.reconciliation import payments_reconcile
+
+    # given an order refunded 30.00 through the product
+    placed, order = store.order()
+    approved(store, order, "30.00", capture=django_capture_on_commit_callbacks)
+
+    # when reconciled: Shopify and the ledger agree, nothing found
+    run = payments_reconcile()
+    assert run.findings_count == 0 and run.provider_refunds == 1
+    call_command("reconcile_payments")  # exits 0
+
+    # when someone refunds 10.00 more in Shopify's admin and no webhook or sync told the ledger
+    fake_shopify.refund_in_admin(placed, "10.00", transaction=placed.txns[0])
+    run = payments_reconcile()
+
+    # then it is recorded as an external entry, with a finding for finance, and the totals agree again
+    [finding] = ReconciliationFinding.objects.filter(run=run)
+    assert finding.kind == "missing_in_ledger" and finding.entry.status == "external"
+    assert finding.entry.amount == Decimal("10.00") and finding.entry.payment.payment_ref == placed.txns[0].id
+    assert payments_reconcile().findings_count == 0
+
+
+def test_reconciliation_finds_a_ledger_amount_shopify_does_not_have(
+    fake_shopify, store, django_capture_on_commit_callbacks
+):
+    from ledger.reconciliation import payments_reconcile
+    from ledger.services import ledger_refund_correct
+
+    # given a refund of 30.00 through Shopify, corrected by hand in the ledger to 25.00
+    placed, order = store.order()
+    approved(store, order, "30.00", capture=django_capture_on_commit_callbacks)
+    entry = RefundEntry.objects.get(order=order)
+    ledger_refund_correct(entry=entry, new_amount="25.00", reason="typo")
+
+    # when reconciled
+    run = payments_reconcile()
+
+    # then the refund's amount and the order's total both differ from Shopify's
+    kinds = sorted(run.findings.values_list("kind", flat=True))
+    assert kinds == ["amount_differs", "amount_differs"]
+    assert {f.provider_amount for f in run.findings.all()} == {Decimal("30.00")}
