@@ -74,6 +74,9 @@ def test_a_shopify_order_is_refunded_through_shopify_exactly_once(
     assert final["status"] == "refunded"
     reads = [c for c in fake_shopify.graphql_calls() if b"query OrderRefunds" in c["body"]]
     assert reads  # order.refunds was read back
+    # and the order's ledger answers by its name (the # sent as %23)
+    ledger = support.get("/api/orders/%231001/ledger").json()
+    assert (ledger["order"], ledger["refunded_total"]) == ("#1001", "120.00")
     # and a sync afterwards records no external refund for the product's own
     shopify_sync(connection_id=connection.pk)
     assert RefundEntry.objects.filter(order=order).count() == 1
