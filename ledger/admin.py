@@ -36,6 +36,7 @@ from .models import (
     RefundEntryItem,
     RefundRevision,
     ShopifyConnection,
+    ShopifyOrder,
     Tenant,
     WebhookEvent,
 )
@@ -461,3 +462,13 @@ class ShopifyConnectionAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.M
     @admin.display(description="access token")
     def token(self, obj):
         return "set" if obj.access_token else "not set"
+
+
+@admin.register(ShopifyOrder)
+class ShopifyOrderAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Which product order each Shopify order is (written by the sync and the webhooks only)."""
+
+    tenant_field = "connection__tenant"
+    list_display = ("order", "shopify_id", "connection", "shopify_updated_at")
+    list_select_related = ("order", "connection")
+    search_fields = ("order__external_id", "shopify_id")

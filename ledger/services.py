@@ -79,6 +79,9 @@ def ledger_refund_issue(
     - an approved refund to the original payment method under `PAYMENT_GATEWAY=stripe`:
       `pending` — it counts at once; `ledger.payouts.ledger_refund_payout` then calls the
       provider, outside this transaction, and records its answer;
+    - an approved refund of a payment Shopify took (its `payment_ref` a Shopify transaction gid),
+      a gift card leg included: `pending` with gateway `shopify`, paid by `refundCreate`
+      (ledger/gateways/shopify.py);
     - to a gift card: store credit, `succeeded`, the card's balance grown in this transaction
       (except for imports: the shop's balance already holds that credit);
     - an approved refund under the `manual` gateway: `pending` until a person records that they

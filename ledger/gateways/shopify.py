@@ -19,14 +19,11 @@ from ..exceptions import PaymentProviderUnavailable, ShopifyRefused
 from ..models import Payment, RefundEntry, RefundEntryItem, ShopifyConnection, ShopifyOrder
 from ..shopify import queries
 from ..shopify.connection import shopify_client_for
+from ..shopify.mapping import shop_money
 from .base import PaymentGateway, ProviderPayment, ProviderRefund, RefundRequest
 
 # Shopify's transaction statuses, as ledger statuses.
 STATUS_MAP = {"SUCCESS": "succeeded", "PENDING": "pending", "AWAITING_RESPONSE": "pending", "UNKNOWN": "pending"}
-
-
-def _money(bag) -> Decimal:
-    return Decimal(str(((bag or {}).get("shopMoney") or {}).get("amount") or "0")).quantize(Decimal("0.01"))
 
 
 def _note_metadata(note: str | None) -> dict[str, str]:
@@ -52,7 +49,7 @@ def provider_refund_from_shopify(refund: dict, currency: str = "") -> ProviderRe
     return ProviderRefund(
         provider_ref=refund.get("id") or "",
         status=status,
-        amount=_money(total),
+        amount=shop_money(total),
         currency=((total.get("shopMoney") or {}).get("currencyCode") or currency),
         payment_ref=parents[0] if parents else "",
         charge=parents[1] if len(parents) > 1 else "",
@@ -137,7 +134,7 @@ class ShopifyGateway(PaymentGateway):
             return self._refused(
                 request, f"payment_not_refundable: Shopify suggests no refund on {request.payment_ref} for this order."
             )
-        limit = _money(own.get("maximumRefundableSet")) if own.get("maximumRefundableSet") else None
+        limit = shop_money(own.get("maximumRefundableSet")) if own.get("maximumRefundableSet") else None
         if limit is not None and limit < request.amount:
             return self._refused(
                 request,
@@ -224,7 +221,7 @@ class ShopifyGateway(PaymentGateway):
         txn = next((t for t in order.get("transactions") or [] if t.get("id") == payment_ref), None)
         if txn is None:
             return None
-        amount = _money(txn.get("amountSet"))
+        amount = shop_money(txn.get("amountSet"))
         returnable = Decimal(str((txn.get("maximumRefundableV2") or {}).get("amount") or "0"))
         return ProviderPayment(
             payment_ref=payment_ref,

@@ -60,7 +60,7 @@ class Migration(migrations.Migration):
                 ("currency", models.CharField(blank=True, max_length=3)),
                 ("client_id", models.CharField(max_length=255)),
                 ("client_secret", encrypted_fields.fields.EncryptedCharField(max_length=255)),
-                ("access_token", encrypted_fields.fields.EncryptedCharField(blank=True, default="", max_length=255)),
+                ("access_token", encrypted_fields.fields.EncryptedCharField(blank=True, max_length=255, null=True)),
                 ("token_expires_at", models.DateTimeField(blank=True, null=True)),
                 ("sync_since", models.DateTimeField(blank=True, null=True)),
                 ("sync_cursor", models.TextField(blank=True, default="")),

@@ -17,7 +17,8 @@ class ShopifyConnection(models.Model):
     client_id = models.CharField(max_length=255)
     # Credentials at rest: Fernet with keys from SECRET_KEY and SALT_KEY (docs/configuration.md).
     client_secret = EncryptedCharField(max_length=255)
-    access_token = EncryptedCharField(max_length=255, blank=True, default="")
+    # NULL until a token is taken: the encrypted field stores an empty value as NULL.
+    access_token = EncryptedCharField(max_length=255, blank=True, null=True)
     token_expires_at = models.DateTimeField(null=True, blank=True)
     # The running sync's checkpoint: its lower bound and the cursor after the last page stored.
     sync_since = models.DateTimeField(null=True, blank=True)

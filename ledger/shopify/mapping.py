@@ -27,6 +27,7 @@ from django.utils.dateparse import parse_datetime
 
 from ..importing import orders_import
 from ..models import Order, Payment, RefundEntry, ShopifyConnection, ShopifyOrder
+from ..money import CENT
 from ..services import ledger_refund_record_external
 
 PAID_KINDS = ("SALE", "CAPTURE")
@@ -54,8 +55,9 @@ def refund_note_entry(note: str | None) -> int | None:
     return int(found.group(1)) if found else None
 
 
-def _money(bag) -> Decimal:
-    return Decimal(str(((bag or {}).get("shopMoney") or {}).get("amount") or "0")).quantize(Decimal("0.01"))
+def shop_money(bag) -> Decimal:
+    """A MoneyBag's shop-currency amount, to the cent."""
+    return Decimal(str(((bag or {}).get("shopMoney") or {}).get("amount") or "0")).quantize(CENT)
 
 
 def method_for_gateway(gateway: str) -> tuple[str, str]:
@@ -114,7 +116,7 @@ def import_data(*, tenant_slug: str, nodes: list[dict]) -> dict:
                 {
                     "method": kind,
                     "payment_method_id": gateway,
-                    "amount": str(_money(txn.get("amountSet"))),
+                    "amount": str(shop_money(txn.get("amountSet"))),
                     "card_brand": brand,
                     "payment_ref": txn["id"],
                 }
@@ -126,7 +128,7 @@ def import_data(*, tenant_slug: str, nodes: list[dict]) -> dict:
                 {
                     "id": (line.get("sku") or f"line-{legacy}")[:100],
                     "name": (line.get("name") or "")[:200],
-                    "price": str(_money(line.get("originalUnitPriceSet"))),
+                    "price": str(shop_money(line.get("originalUnitPriceSet"))),
                     "quantity": max(int(line.get("quantity") or 1), 1),
                     "options": {"shopify_line_item": line["id"], "refundable_quantity": line.get("refundableQuantity")},
                 }
@@ -134,7 +136,7 @@ def import_data(*, tenant_slug: str, nodes: list[dict]) -> dict:
         order = {
             "id": node["name"],
             "customer": customer_id,
-            "total": str(_money(node.get("totalPriceSet"))),
+            "total": str(shop_money(node.get("totalPriceSet"))),
             "currency": node.get("currencyCode"),
             "placed_at": node.get("processedAt") or node.get("createdAt"),
             "status": order_status(node),
@@ -237,7 +239,7 @@ def external_refunds_record(*, nodes: list[dict], orders: dict[str, Order]) -> l
         payment = payments.get((txn.get("parentTransaction") or {}).get("id"))
         entry = ledger_refund_record_external(
             order=order,
-            amount=_money(txn.get("amountSet")),
+            amount=shop_money(txn.get("amountSet")),
             currency=order.currency,
             gateway=RefundEntry.Gateway.SHOPIFY,
             provider_ref=txn["id"],

@@ -224,3 +224,14 @@ def test_every_graphql_document_is_valid_against_the_schema(fake_shopify):
 
     for name, document in queries.ALL.items():
         assert validate(fake_shopify.schema, parse(document)) == [], name
+
+
+def test_a_slow_answer_during_a_sync_is_retried_and_nothing_is_lost(fake_shopify, tenant, settings):
+    settings.SHOPIFY_TIMEOUT_SECONDS = 1
+    connect(fake_shopify, tenant)
+    for n in range(6):
+        fake_shopify.add_order(DOMAIN, email=f"s{n}@example.com")
+    fake_shopify.fail_next(1, status="slow", seconds=2, on="query")
+    assert sync_lines(tenant)[-1] == "shopify_sync orders=6 created=6 updated=0"
+    assert Order.objects.count() == 6
+

@@ -9,10 +9,9 @@ import pytest
 from approvals.models import ApprovalRequest
 from ledger.models import Order, PaymentMethod, RefundEntry
 from ledger.shopify.sync import shopify_sync
+from ledger.tests.shopify_helpers import connect
 from refundagent.models import Ticket
 from refundagent.tests.payments_support import approve, ticket_awaiting_approval, ticket_gated
-
-from .shopify_helpers import connect
 
 pytestmark = pytest.mark.django_db
 DOMAIN = "acme.myshopify.com"
@@ -178,7 +177,7 @@ def webhook(fake_shopify, topic, payload, capture):
 
     from django.test import Client
 
-    from .shopify_helpers import SECRET
+    from ledger.tests.shopify_helpers import SECRET
 
     body = json.dumps(payload).encode()
     with capture(execute=True):
