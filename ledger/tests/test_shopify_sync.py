@@ -234,4 +234,3 @@ def test_a_slow_answer_during_a_sync_is_retried_and_nothing_is_lost(fake_shopify
     fake_shopify.fail_next(1, status="slow", seconds=2, on="query")
     assert sync_lines(tenant)[-1] == "shopify_sync orders=6 created=6 updated=0"
     assert Order.objects.count() == 6
-
