@@ -35,6 +35,8 @@ from .models import (
     RefundEntryEvent,
     RefundEntryItem,
     RefundRevision,
+    ShopifyConnection,
+    ShopifyOrder,
     Tenant,
     WebhookEvent,
 )
@@ -431,3 +433,42 @@ class RefundRevisionAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.Mode
     search_fields = ("entry__order__external_id", "reason")
     list_filter = ("entry__tenant",)
     list_select_related = ("entry", "created_by")
+
+
+@admin.register(ShopifyConnection)
+class ShopifyConnectionAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Read-only: connecting is `manage.py shopify_connect`, which checks the credentials first.
+    The secret and the token are never shown, only whether they are set."""
+
+    list_display = ("shop_domain", "tenant", "shop_name", "secret", "token", "last_synced_at")
+    fields = (
+        "tenant",
+        "shop_domain",
+        "shop_name",
+        "currency",
+        "client_id",
+        "secret",
+        "token",
+        "token_expires_at",
+        "last_synced_at",
+        "sync_started_at",
+    )
+    readonly_fields = fields
+
+    @admin.display(description="client secret")
+    def secret(self, obj):
+        return "set" if obj.client_secret else "not set"
+
+    @admin.display(description="access token")
+    def token(self, obj):
+        return "set" if obj.access_token else "not set"
+
+
+@admin.register(ShopifyOrder)
+class ShopifyOrderAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Which product order each Shopify order is (written by the sync and the webhooks only)."""
+
+    tenant_field = "connection__tenant"
+    list_display = ("order", "shopify_id", "connection", "shopify_updated_at")
+    list_select_related = ("order", "connection")
+    search_fields = ("order__external_id", "shopify_id")

@@ -69,3 +69,9 @@ class EntryStatusConflict(Conflict):
     """A refund entry's status may not move that way (or it moved under us)."""
 
     code = "entry_status_conflict"
+
+
+class ShopifyRefused(InvalidInput):
+    """Shopify refused the connection's credentials or a request (its own message kept)."""
+
+    code = "shopify_refused"

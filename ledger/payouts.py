@@ -26,7 +26,7 @@ from .models import Payment, RefundEntry, RefundEntryEvent, RefundStatus
 from .services import ledger_refund_record_outcome, refund_entry_log
 from .telemetry import traced
 
-PROVIDER_PREFIXES = ("pi_", "ch_", "py_")
+PROVIDER_PREFIXES = ("pi_", "ch_", "py_", "gid://shopify/OrderTransaction/")
 
 
 def refund_entry_payment_ref(*, entry: RefundEntry) -> str:

@@ -17,13 +17,15 @@ a kept balance that is not the opening balance plus the ledger's store credit is
 
 import logging
 from datetime import datetime, timedelta
+from decimal import Decimal
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
 from .disputes import dispute_record
-from .gateways import ProviderDispute, ProviderRefund, gateway_get
+from .gateways import ProviderDispute, ProviderRefund, gateway_for, gateway_get
+from .gateways.shopify import provider_refund_from_shopify
 from .models import (
     COUNTING_STATUSES,
     Payment,
@@ -33,11 +35,13 @@ from .models import (
     RefundEntry,
     RefundEntryEvent,
     RefundStatus,
+    ShopifyOrder,
     Tenant,
 )
 from .money import ZERO, to_minor_units
 from .selectors import refund_entries_with_effective_amount, store_credit_movements
 from .services import ledger_refund_record_external, ledger_refund_record_outcome
+from .shopify.mapping import external_refunds_record, refund_note_entry
 
 logger = logging.getLogger(__name__)
 
@@ -222,15 +226,27 @@ def payments_reconcile(*, tenant: Tenant | None = None, since: datetime | None =
     be listed (nothing is half-written: a run is only stored once the listing is complete)."""
     since = since or timezone.now() - timedelta(days=settings.RECONCILE_LOOKBACK_DAYS)
     gateway = gateway_get()
-    if not gateway.executes_refunds:
+    # Refunds of payments Shopify took are compared order by order with the connected stores,
+    # whatever the configured gateway (they are always paid through Shopify).
+    shop_orders = shopify_orders_read(tenant=tenant, since=since)
+    if not gateway.executes_refunds or gateway.name == "shopify":
         with transaction.atomic():
             run = ReconciliationRun.objects.create(
                 tenant=tenant,
                 gateway=gateway.name,
                 since=since,
-                note=f"The {gateway.name} gateway pays refunds by hand: there is no provider record to compare.",
+                note=(
+                    f"The {gateway.name} gateway pays refunds by hand: there is no provider record to compare."
+                    if not gateway.executes_refunds
+                    else "Compared with each connected Shopify store's orders."
+                ),
             )
-            run.findings_count = len(store_credit_reconcile(run=run, tenant=tenant))
+            findings = store_credit_reconcile(run=run, tenant=tenant) | shopify_orders_reconcile(
+                run=run, listed=shop_orders
+            )
+            findings.discard(None)
+            run.provider_refunds = sum(len(node.get("refunds") or []) for _, node in shop_orders)
+            run.findings_count = len(findings)
             run.finished_at = timezone.now()
             run.save()
         return run
@@ -283,6 +299,7 @@ def payments_reconcile(*, tenant: Tenant | None = None, since: datetime | None =
             )
         )
         findings.update(store_credit_reconcile(run=run, tenant=tenant))
+        findings.update(shopify_orders_reconcile(run=run, listed=shop_orders))
         findings.discard(None)
         run.provider_refunds = len(seen_refs)
         run.ledger_entries = RefundEntry.objects.filter(
@@ -388,4 +405,94 @@ def store_credit_reconcile(*, run: ReconciliationRun, tenant: Tenant | None = No
                 "store credit refunded by this product).",
             ).pk
         )
+    return found
+
+
+# --- Shopify: each connected order's ledger against the store's own record --------------------
+
+
+def shopify_orders_read(*, tenant: Tenant | None, since: datetime) -> list[tuple[ShopifyOrder, dict]]:
+    """The store's refunds of every connected order with a Shopify refund in the ledger since
+    `since` (one API read per order, no transaction open). Raises PaymentProviderUnavailable."""
+    links = ShopifyOrder.objects.select_related("connection", "order").filter(
+        order__refund_entries__gateway=RefundEntry.Gateway.SHOPIFY,
+        order__refund_entries__created_at__gte=since,
+    )
+    if tenant is not None:
+        links = links.filter(connection__tenant=tenant)
+    listed = []
+    for link in links.distinct().order_by("id"):
+        node = gateway_for("shopify").order_refunds_read(connection=link.connection, order_gid=link.shopify_id)
+        listed.append((link, node))
+    return listed
+
+
+def shopify_orders_reconcile(*, run: ReconciliationRun, listed: list[tuple[ShopifyOrder, dict]]) -> set[int]:
+    """Per order: admin refunds the ledger lacks are recorded (external, flagged); each refund the
+    product made is compared with Shopify's; and the order's total refunded at Shopify
+    (`totalRefundedSet`) must be what the ledger counts for it."""
+    found: set[int] = set()
+    for link, node in listed:
+        order = link.order
+        for entry in external_refunds_record(
+            nodes=[{**node, "name": order.external_id}], orders={order.external_id: order}
+        ):
+            found.add(
+                reconciliation_finding_record(
+                    kind=Kind.MISSING_IN_LEDGER,
+                    tenant=order.tenant,
+                    run=run,
+                    entry=entry,
+                    provider_ref=entry.provider_ref,
+                    provider_amount=entry.amount,
+                    currency=entry.currency,
+                    provider_status=RefundStatus.SUCCEEDED,
+                    ledger_status=entry.status,
+                    detail=f"A refund made in Shopify's admin: recorded as external entry #{entry.pk}, flagged for review.",
+                ).pk
+            )
+        refunds = {r["id"]: r for r in node.get("refunds") or []}
+        made = RefundEntry.objects.filter(
+            order=order, gateway=RefundEntry.Gateway.SHOPIFY, source=RefundEntry.Source.APPROVAL
+        ).exclude(status__in=(RefundStatus.FAILED, RefundStatus.CANCELED))
+        for entry in made:
+            refund = refunds.get(entry.provider_ref) or next(
+                (r for r in refunds.values() if refund_note_entry(r.get("note")) == entry.pk), None
+            )
+            if refund is None:
+                if entry.created_at <= timezone.now() - IN_FLIGHT_GRACE:
+                    found.add(
+                        reconciliation_finding_record(
+                            kind=Kind.MISSING_AT_PROVIDER,
+                            tenant=entry.tenant,
+                            run=run,
+                            entry=entry,
+                            provider_ref=entry.provider_ref,
+                            ledger_amount=entry.amount,
+                            currency=entry.currency,
+                            ledger_status=entry.status,
+                            detail=f"The ledger counts this refund, but Shopify's order {order.external_id} has no such refund.",
+                        ).pk
+                    )
+                continue
+            found |= _compare(entry=entry, refund=provider_refund_from_shopify(refund, order.currency), run=run)
+        counted = refund_entries_with_effective_amount(
+            RefundEntry.objects.filter(order=order, gateway=RefundEntry.Gateway.SHOPIFY, status__in=COUNTING_STATUSES)
+        )
+        ledger_total = sum((e.effective_amount for e in counted), ZERO)
+        shop_total = Decimal(str(((node.get("totalRefundedSet") or {}).get("shopMoney") or {}).get("amount") or "0"))
+        if ledger_total != shop_total:
+            found.add(
+                reconciliation_finding_record(
+                    kind=Kind.AMOUNT_DIFFERS,
+                    tenant=order.tenant,
+                    run=run,
+                    provider_ref=link.shopify_id,
+                    ledger_amount=ledger_total,
+                    provider_amount=shop_total,
+                    currency=order.currency,
+                    detail=f"Order {order.external_id}: the ledger counts {ledger_total} refunded through Shopify, "
+                    f"Shopify's totalRefundedSet is {shop_total}.",
+                ).pk
+            )
     return found

@@ -31,6 +31,9 @@ from .signals import refund_entry_status_changed
 from .telemetry import money_log, traced
 from .text import CARD_NUMBER
 
+# A payment Shopify took: its payment_ref is the transaction's gid.
+SHOPIFY_REF = "gid://shopify/OrderTransaction/"
+
 logger = logging.getLogger(__name__)
 
 
@@ -77,6 +80,9 @@ def ledger_refund_issue(
     - an approved refund to the original payment method under `PAYMENT_GATEWAY=stripe`:
       `pending` — it counts at once; `ledger.payouts.ledger_refund_payout` then calls the
       provider, outside this transaction, and records its answer;
+    - an approved refund of a payment Shopify took (its `payment_ref` a Shopify transaction gid),
+      a gift card leg included: `pending` with gateway `shopify`, paid by `refundCreate`
+      (ledger/gateways/shopify.py);
     - to a gift card: store credit, `succeeded`, the card's balance grown in this transaction
       (except for imports: the shop's balance already holds that credit);
     - an approved refund under the `manual` gateway: `pending` until a person records that they
@@ -112,7 +118,9 @@ def ledger_refund_issue(
             **({"payment": payment.pk} if payment is not None else {}),
         }
     )
-    gateway, status = _first_status(source=source, destination=destination, destination_kind=destination_kind)
+    gateway, status = _first_status(
+        source=source, destination=destination, destination_kind=destination_kind, payment=payment
+    )
     try:
         with transaction.atomic():
             # Lock order: the order row first, always (see docs/ledger.md).
@@ -175,8 +183,12 @@ def _replay_raced(idempotency_key: str, request_hash: str, error: IntegrityError
     return _replay(existing, request_hash)
 
 
-def _first_status(*, source: str, destination, destination_kind: str) -> tuple[str, str]:
+def _first_status(*, source: str, destination, destination_kind: str, payment=None) -> tuple[str, str]:
     """(gateway, status) of a new entry; see `ledger_refund_issue`."""
+    # A payment Shopify took is refunded by Shopify, a gift card leg too (on the gift card
+    # transaction): the order, its restock and the shop's reports must hear of it.
+    if source == RefundEntry.Source.APPROVAL and payment is not None and payment.payment_ref.startswith(SHOPIFY_REF):
+        return RefundEntry.Gateway.SHOPIFY, RefundStatus.PENDING
     # A gift card takes store credit, whether it is where the customer asked for the refund or
     # the tender it paid with (a split-tender or gift-card-only order): no provider can pay it.
     if destination is not None and destination.kind == PaymentMethod.Kind.GIFT_CARD:

@@ -1,4 +1,4 @@
-"""POST /webhooks/stripe: Stripe's events, signature checked by the SDK, each event id once."""
+"""POST /webhooks/stripe and /webhooks/shopify: provider events, verified, each event id once."""
 
 import logging
 
@@ -8,7 +8,8 @@ from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
-from .exceptions import InvalidInput
+from .exceptions import DomainError, InvalidInput
+from .shopify.webhooks import shopify_webhook_receive
 from .tasks import webhook_event_process_task
 from .webhooks import stripe_event_parse, stripe_signature_valid, webhook_event_store
 
@@ -45,5 +46,22 @@ def stripe_webhook(request):
     if created or event.processed_at is None:
         # A redelivery of an event never processed (its publish was lost) is enqueued again:
         # processing is idempotent, so this is still at most one effect.
+        transaction.on_commit(lambda: _publish(event.pk))
+    return JsonResponse({"received": True, "duplicate": not created})
+
+
+@csrf_exempt
+@require_POST
+def shopify_webhook(request):
+    """Verified and stored in one short transaction, answered at once; the work is queued
+    (ledger/shopify/webhooks.py)."""
+    try:
+        event, created = shopify_webhook_receive(body=request.body, headers=request.headers)
+    except DomainError as exc:
+        status = 401 if exc.status_code == 401 else 400
+        return JsonResponse({"error": exc.message, "code": exc.code}, status=status)
+    if event is None:
+        return JsonResponse({"received": True, "ignored": True})
+    if created or event.processed_at is None:
         transaction.on_commit(lambda: _publish(event.pk))
     return JsonResponse({"received": True, "duplicate": not created})

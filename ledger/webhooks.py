@@ -29,6 +29,7 @@ from .gateways.stripe import provider_dispute_from_stripe, provider_refund_from_
 from .models import RefundEntryEvent, WebhookEvent
 from .money import currency_exponent
 from .reconciliation import provider_refund_reconcile
+from .shopify.webhooks import shopify_webhook_event_process
 
 logger = logging.getLogger(__name__)
 
@@ -248,6 +249,8 @@ def webhook_event_process(*, webhook_event_id: int) -> WebhookEvent:
     event = WebhookEvent.objects.get(pk=webhook_event_id)
     if event.processed_at is not None:
         return event
+    if event.provider == "shopify":
+        return shopify_webhook_event_process(webhook_event_id=webhook_event_id)
     try:
         stripe_event_check(event.payload)
         refunds, malformed = _event_refunds(event), ""

@@ -263,7 +263,9 @@ def _leg_checks(*, leg: dict, entry: RefundEntry, legs: int, index: int) -> list
         ),
         _check(
             "leg_tender",
-            store_credit == (leg.get("kind") == PaymentMethod.Kind.GIFT_CARD),
+            # Shopify refunds a gift card leg itself, on the gift card's own transaction.
+            entry.gateway == RefundEntry.Gateway.SHOPIFY
+            or store_credit == (leg.get("kind") == PaymentMethod.Kind.GIFT_CARD),
             "store credit" if leg.get("kind") == PaymentMethod.Kind.GIFT_CARD else "the provider or by hand",
             entry.gateway,
         ),
@@ -277,7 +279,7 @@ def _provider_checks(
     """The provider's record of one leg's refund against the ledger's (none for manual / store
     credit), and against the leg the request names: refunded on that leg's payment, no other, for
     exactly that leg's amount."""
-    if entry.gateway != RefundEntry.Gateway.STRIPE:
+    if entry.gateway not in (RefundEntry.Gateway.STRIPE, RefundEntry.Gateway.SHOPIFY):
         return []
     record = refund_entry_provider_record(entry_id=entry.pk)
     if record is None:

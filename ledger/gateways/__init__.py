@@ -5,6 +5,7 @@ from django.conf import settings
 
 from .base import PaymentGateway, ProviderDispute, ProviderPayment, ProviderRefund, RefundRequest
 from .manual import ManualGateway
+from .shopify import ShopifyGateway
 from .stripe import StripeGateway
 
 __all__ = [
@@ -26,6 +27,8 @@ def gateway_for(name: str) -> PaymentGateway:
             max_network_retries=settings.STRIPE_MAX_NETWORK_RETRIES,
             timeout=settings.STRIPE_TIMEOUT_SECONDS,
         )
+    if name == "shopify":
+        return ShopifyGateway()
     return ManualGateway()
 
 

@@ -19,9 +19,12 @@ from .refunds import (
     RefundRevision,
     RefundStatus,
 )
+from .shopify import ShopifyConnection, ShopifyOrder
 from .tenancy import ApiToken, IdempotencyKey, Membership, Tenant, TenantQuerySet
 
 __all__ = [
+    "ShopifyConnection",
+    "ShopifyOrder",
     "Dispute",
     "COUNTING_STATUSES",
     "FIRST_STATUSES",

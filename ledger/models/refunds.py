@@ -97,6 +97,7 @@ class RefundEntry(AppendOnlyModel):
     class Gateway(models.TextChoices):
         MANUAL = "manual", "Paid out by hand"
         STRIPE = "stripe", "Stripe"
+        SHOPIFY = "shopify", "Shopify"
         STORE_CREDIT = "store_credit", "Store credit (gift card)"
 
     id = models.BigAutoField(primary_key=True)

@@ -20,6 +20,8 @@ from ledger.models import (
     RefundEntry,
     RefundEntryItem,
     RefundRevision,
+    ShopifyConnection,
+    ShopifyOrder,
     WebhookEvent,
 )
 from ledger.services import ledger_refund_correct, ledger_refund_issue
@@ -55,6 +57,19 @@ def history(demo):
             kind="missing_at_provider",
             entry=entry,
             detail=f"{order_id} not at the provider",
+        )
+        # A connected Shopify store of each tenant, with the order linked to it.
+        store = ShopifyConnection.objects.create(
+            tenant=order.tenant,
+            shop_domain=f"{order.tenant.slug}.myshopify.com",
+            client_id="client",
+            client_secret="shpss_secret",
+        )
+        ShopifyOrder.objects.create(
+            connection=store,
+            order=order,
+            shopify_id=f"gid://shopify/Order/{order.pk}",
+            shopify_updated_at=order.placed_at,
         )
         Dispute.objects.create(
             tenant=order.tenant,

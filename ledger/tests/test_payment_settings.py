@@ -21,7 +21,7 @@ def run_check(**env):
 @pytest.mark.parametrize(
     ("env", "message"),
     [
-        ({"PAYMENT_GATEWAY": "paypal"}, "PAYMENT_GATEWAY must be 'manual' or 'stripe'"),
+        ({"PAYMENT_GATEWAY": "paypal"}, "PAYMENT_GATEWAY must be 'manual', 'stripe' or 'shopify'"),
         ({"PAYMENT_GATEWAY": "stripe"}, "STRIPE_API_KEY must be set"),
         ({"PAYMENT_GATEWAY": "manual", "STRIPE_TIMEOUT_SECONDS": "soon"}, "STRIPE_TIMEOUT_SECONDS must be an integer"),
         ({"STRIPE_WEBHOOK_TOLERANCE_SECONDS": "0"}, "STRIPE_WEBHOOK_TOLERANCE_SECONDS must be > 0"),

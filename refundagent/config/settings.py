@@ -468,8 +468,8 @@ LOGGING = {
 
 # --- Payments (ledger gateways; see docs/payments.md) -----------------------------------------
 PAYMENT_GATEWAY = os.getenv("PAYMENT_GATEWAY", "manual").strip().lower()
-if PAYMENT_GATEWAY not in {"manual", "stripe"}:
-    raise ImproperlyConfigured(f"PAYMENT_GATEWAY must be 'manual' or 'stripe', got {PAYMENT_GATEWAY!r}")
+if PAYMENT_GATEWAY not in {"manual", "stripe", "shopify"}:
+    raise ImproperlyConfigured(f"PAYMENT_GATEWAY must be 'manual', 'stripe' or 'shopify', got {PAYMENT_GATEWAY!r}")
 STRIPE_API_KEY = os.getenv("STRIPE_API_KEY", "")
 if PAYMENT_GATEWAY == "stripe" and not STRIPE_API_KEY:
     raise ImproperlyConfigured("STRIPE_API_KEY must be set when PAYMENT_GATEWAY=stripe")
@@ -483,6 +483,23 @@ if STRIPE_MAX_NETWORK_RETRIES < 0 or STRIPE_TIMEOUT_SECONDS <= 0:
 STRIPE_WEBHOOK_TOLERANCE_SECONDS = envint("STRIPE_WEBHOOK_TOLERANCE_SECONDS", "300")
 if STRIPE_WEBHOOK_TOLERANCE_SECONDS <= 0:
     raise ImproperlyConfigured("STRIPE_WEBHOOK_TOLERANCE_SECONDS must be > 0")
+# Shopify (ledger/shopify/, docs/shopify.md). A refund of a payment taken by Shopify is always
+# paid through Shopify, whatever PAYMENT_GATEWAY says (the money was taken there); `shopify`
+# there only makes reconciliation compare with the connected stores.
+SHOPIFY_API_VERSION = "2026-04"  # the one place the Admin API version is named
+# Tests and fakes only: replaces `https://{shop}` in every Shopify URL (`{shop}` is substituted).
+SHOPIFY_API_BASE = os.getenv("SHOPIFY_API_BASE", "")
+SHOPIFY_TIMEOUT_SECONDS = envint("SHOPIFY_TIMEOUT_SECONDS", "20")
+# Attempts of one GraphQL call on a 5xx, a timeout or THROTTLED (waits double from 0.5 s).
+SHOPIFY_MAX_ATTEMPTS = envint("SHOPIFY_MAX_ATTEMPTS", "4")
+# A webhook whose X-Shopify-Triggered-At is older than this is a stale replay (401).
+SHOPIFY_WEBHOOK_MAX_AGE_SECONDS = envint("SHOPIFY_WEBHOOK_MAX_AGE_SECONDS", "3600")
+# Beat's sync (missed webhooks) starts this long before the last sync, to overlap.
+SHOPIFY_SYNC_OVERLAP_SECONDS = envint("SHOPIFY_SYNC_OVERLAP_SECONDS", "600")
+if SHOPIFY_TIMEOUT_SECONDS <= 0 or SHOPIFY_MAX_ATTEMPTS < 1 or SHOPIFY_WEBHOOK_MAX_AGE_SECONDS <= 0:
+    raise ImproperlyConfigured(
+        "SHOPIFY_TIMEOUT_SECONDS and SHOPIFY_WEBHOOK_MAX_AGE_SECONDS must be > 0, SHOPIFY_MAX_ATTEMPTS >= 1"
+    )
 # Daily reconciliation looks this far back (overlapping days, so a late refund is not missed).
 RECONCILE_LOOKBACK_DAYS = envint("RECONCILE_LOOKBACK_DAYS", "3")
 

@@ -5,7 +5,7 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 
 from ledger.tenancy import user_roles
-from ledger.views import stripe_webhook
+from ledger.views import shopify_webhook, stripe_webhook
 
 from .api import api
 
@@ -38,6 +38,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", api.urls),
     path("webhooks/stripe", stripe_webhook, name="stripe-webhook"),
+    path("webhooks/shopify", shopify_webhook, name="shopify-webhook"),
     path("evals/", include("evals.urls")),
     path("", include("refundagent.web_urls")),
 ]
