@@ -129,7 +129,7 @@ def test_a_5xx_or_slow_answer_retries_with_the_same_key_and_pays_once(
 def test_shopify_down_leaves_the_refund_pending_then_a_retry_pays_it_once(
     fake_shopify, store, settings, django_capture_on_commit_callbacks
 ):
-    from approvals.execution import approval_execute
+    from approvals.services.execution import approval_execute
 
     # given Shopify failing every refundCreate attempt
     settings.SHOPIFY_MAX_ATTEMPTS = 2
@@ -244,7 +244,7 @@ def test_a_transaction_voided_after_approval_is_caught_before_any_refund(
     fake_shopify.void_transaction(placed.txns[0])
 
     # when the execution runs
-    from approvals.execution import approval_execute
+    from approvals.services.execution import approval_execute
 
     approval_execute(request_id=request.pk)
 
