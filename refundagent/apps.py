@@ -7,16 +7,18 @@ class RefundagentConfig(AppConfig):
     verbose_name = "Refund agent"
     # What each role may do with the agent's models (see ledger/tenancy.py, roles_sync).
     role_permissions = {
-        "support": ["refundagent.view_ticket", "refundagent.view_escalatedticket"],
+        "support": ["refundagent.view_ticket", "refundagent.view_escalatedticket", "refundagent.view_ticketmessage"],
         "finance": [
             "refundagent.view_ticket",
             "refundagent.view_escalatedticket",
+            "refundagent.view_ticketmessage",
             "refundagent.view_traceevent",
             "refundagent.view_refunddraft",
         ],
         "operator": [
             "refundagent.view_ticket",
             "refundagent.view_escalatedticket",
+            "refundagent.view_ticketmessage",
             "refundagent.view_agentrun",
             "refundagent.view_traceevent",
             "refundagent.view_refunddraft",
