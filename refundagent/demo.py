@@ -208,3 +208,43 @@ def demo_seed() -> dict:
     )
     _orders(tenants["globex"], globex_customer, globex_card, GLOBEX_ORDERS, now)
     return tenants
+
+
+# The demo's support inbox: acme's address, and one canned email from Jane to it.
+DEMO_INBOX_ADDRESS = "support@acme.example"
+DEMO_EMAIL = {
+    "from": "Jane Doe <jane.doe@example.com>",
+    "subject": "My phone case cracked",
+    "text": "Hello, the phone case I bought last week cracked on the first day. Could I have a refund?\n\nJane",
+    "message_id": "<demo-inbox-1@mail.example.com>",
+}
+
+
+def demo_inbox_email():
+    """Give acme its support address (if it has none) and file one canned email to it, as the mail
+    provider's webhook would: an AnymailInboundMessage with Postmark's SPF verdict, through the
+    same receiver (refundagent.inbox.email_inbound). Returns the InboundResult; run twice, the
+    same Message-ID files nothing more."""
+    from anymail.inbound import AnymailInboundMessage
+
+    from .inbox.email_inbound import email_inbound_receive
+    from .inbox.services import inbox_address_set
+    from .models import InboxAddress
+
+    tenant = Tenant.objects.get(slug="acme")
+    address = InboxAddress.objects.filter(tenant=tenant).values_list("address", flat=True).first()
+    if address is None:
+        address = inbox_address_set(tenant=tenant, address=DEMO_INBOX_ADDRESS).address
+    message = AnymailInboundMessage.construct(
+        from_email=DEMO_EMAIL["from"],
+        to=address,
+        subject=DEMO_EMAIL["subject"],
+        text=DEMO_EMAIL["text"],
+        headers=[
+            ("Received-SPF", "Pass (sender SPF authorized) identity=mailfrom; envelope-from=jane.doe@example.com"),
+            ("Message-ID", DEMO_EMAIL["message_id"]),
+        ],
+    )
+    message.envelope_sender = "jane.doe@example.com"
+    message.envelope_recipient = address
+    return email_inbound_receive(message=message, esp_name="Postmark")
