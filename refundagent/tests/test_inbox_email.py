@@ -299,3 +299,43 @@ def test_without_an_envelope_recipient_the_to_header_names_the_tenant(client, in
     post_postmark(client, postmark_payload(original_recipient=""))
 
     assert Ticket.objects.get().tenant == tenant
+
+
+# --- the verdict, provider by provider ----------------------------------------------------------
+
+
+def _message(*headers, sender="ada@example.com", envelope="ada@example.com"):
+    from anymail.inbound import AnymailInboundMessage
+
+    message = AnymailInboundMessage.construct(from_email=sender, to=INBOX, headers=list(headers), text="hi")
+    message.envelope_sender = envelope
+    return message
+
+
+@pytest.mark.parametrize(
+    ("receipt", "verified"),
+    [
+        ({"spfVerdict": {"status": "PASS"}, "dkimVerdict": {"status": "PASS"}}, True),
+        ({"spfVerdict": {"status": "PASS"}, "dkimVerdict": {"status": "FAIL"}}, False),
+        ({"spfVerdict": {"status": "GRAY"}, "dkimVerdict": {"status": "PASS"}}, False),
+        ({"spfVerdict": {"status": "PASS"}}, False),
+        ({}, False),
+    ],
+)
+def test_amazon_ses_counts_only_its_receipts_spf_and_dkim_verdicts(receipt, verified):
+    from refundagent.inbox.email_inbound import sender_verified
+
+    forged = ("Authentication-Results", "amazonses.com; spf=pass; dkim=pass")
+    event = {"receipt": receipt, "mail": {}}
+
+    assert sender_verified(message=_message(forged), esp_name="Amazon SES", esp_event=event) is verified
+
+
+def test_a_provider_whose_verdict_is_not_read_never_verifies():
+    from refundagent.inbox.email_inbound import sender_verified
+
+    message = _message(("Received-SPF", "Pass"), ("X-Mailgun-Spf", "Pass"), ("X-Mailgun-Dkim-Check-Result", "Pass"))
+
+    assert sender_verified(message=message, esp_name="SendGrid") is False
+    assert sender_verified(message=message, esp_name="Postmark") is True
+    assert sender_verified(message=_message(("Received-SPF", "Pass"), envelope=""), esp_name="Postmark") is False
