@@ -197,11 +197,19 @@ def inbound_message_receive(
 
 def _stored(*, tenant, source, message_id, external_ref) -> InboundResult | None:
     if message_id:
-        message = TicketMessage.objects.select_related("ticket").filter(tenant=tenant, message_id=message_id).first()
+        # The exclude spells the unique index's condition, so PostgreSQL uses that index.
+        message = (
+            TicketMessage.objects.select_related("ticket")
+            .filter(tenant=tenant, message_id=message_id)
+            .exclude(message_id="")
+            .order_by()[:1]
+        )
+        message = next(iter(message), None)
         if message is not None:
             return InboundResult(message.ticket, message, created=False, duplicate=True)
     if external_ref:
-        ticket = Ticket.objects.filter(tenant=tenant, source=source, external_ref=external_ref).first()
+        ticket = Ticket.objects.filter(tenant=tenant, source=source, external_ref=external_ref).exclude(external_ref="")
+        ticket = next(iter(ticket.order_by()[:1]), None)
         if ticket is not None:
             return InboundResult(ticket, ticket.messages.first(), created=False, duplicate=True)
     return None
@@ -215,6 +223,7 @@ def _thread_of(tenant, ids: list[str]) -> Ticket | None:
     message = (
         TicketMessage.objects.select_related("ticket")
         .filter(tenant=tenant, message_id__in=ids)
+        .exclude(message_id="")
         .order_by("-at", "-id")
         .first()
     )
