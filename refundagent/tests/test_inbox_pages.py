@@ -73,3 +73,18 @@ def test_the_admin_shows_the_messages_read_only(client, unknown_sender_ticket, m
         assert response.status_code == 200
         assert "Second message" in html and "mallory@example.net" in html and "invoice.pdf" in html
         assert 'name="messages-0-text"' not in html  # no form field: read only
+
+
+def test_a_ticket_filed_over_the_api_says_so_and_has_no_messages(api_client, make_user, customer):
+    # Given support files a customer-level ticket over the API
+    client = api_client(make_user("lead", "support"))
+    response = client.post(
+        "/api/tickets", {"customer": "CUST-1", "message": "Refund my socks."}, content_type="application/json"
+    )
+    assert response.status_code == 201, response.content
+
+    # When the ticket is read back
+    detail = client.get(f"/api/tickets/{response.json()['id']}").json()
+
+    # Then its source is the API and it has no conversation
+    assert (detail["source"], detail["messages"], detail["customer"]) == ("api", [], "CUST-1")
