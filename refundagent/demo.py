@@ -7,6 +7,7 @@ so running it twice gives the same data.
 from datetime import timedelta
 from decimal import Decimal
 
+from anymail.inbound import AnymailInboundMessage
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -18,6 +19,10 @@ from approvals.risk_rules import DEMO_RISK_RULES
 from ledger.models import Customer, Order, OrderItem, Payment, PaymentMethod, Tenant
 from ledger.services import ledger_refund_issue
 from ledger.tenancy import membership_ensure, roles_sync
+
+from .inbox.email_inbound import email_inbound_receive
+from .inbox.services import inbox_address_set
+from .models import InboxAddress
 
 POLICY_TEXT = """Refund policy ({version})
 1. Refunds are possible within {window} days of purchase.
@@ -225,12 +230,6 @@ def demo_inbox_email():
     provider's webhook would: an AnymailInboundMessage with Postmark's SPF verdict, through the
     same receiver (refundagent.inbox.email_inbound). Returns the InboundResult; run twice, the
     same Message-ID files nothing more."""
-    from anymail.inbound import AnymailInboundMessage
-
-    from .inbox.email_inbound import email_inbound_receive
-    from .inbox.services import inbox_address_set
-    from .models import InboxAddress
-
     tenant = Tenant.objects.get(slug="acme")
     address = InboxAddress.objects.filter(tenant=tenant).values_list("address", flat=True).first()
     if address is None:
