@@ -7,6 +7,7 @@ so running it twice gives the same data.
 from datetime import timedelta
 from decimal import Decimal
 
+from anymail.inbound import AnymailInboundMessage
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -18,6 +19,10 @@ from approvals.services.policies import refund_policy_publish
 from ledger.models import Customer, Order, OrderItem, Payment, PaymentMethod, Tenant
 from ledger.services import ledger_refund_issue
 from ledger.tenancy import membership_ensure, roles_sync
+
+from .inbox.email_inbound import email_inbound_receive
+from .inbox.services import inbox_address_set
+from .models import InboxAddress
 
 POLICY_TEXT = """Refund policy ({version})
 1. Refunds are possible within {window} days of purchase.
@@ -208,3 +213,37 @@ def demo_seed() -> dict:
     )
     _orders(tenants["globex"], globex_customer, globex_card, GLOBEX_ORDERS, now)
     return tenants
+
+
+# The demo's support inbox: acme's address, and one canned email from Jane to it.
+DEMO_INBOX_ADDRESS = "support@acme.example"
+DEMO_EMAIL = {
+    "from": "Jane Doe <jane.doe@example.com>",
+    "subject": "My phone case cracked",
+    "text": "Hello, the phone case I bought last week cracked on the first day. Could I have a refund?\n\nJane",
+    "message_id": "<demo-inbox-1@mail.example.com>",
+}
+
+
+def demo_inbox_email():
+    """Give acme its support address (if it has none) and file one canned email to it, as the mail
+    provider's webhook would: an AnymailInboundMessage with Postmark's SPF verdict, through the
+    same receiver (refundagent.inbox.email_inbound). Returns the InboundResult; run twice, the
+    same Message-ID files nothing more."""
+    tenant = Tenant.objects.get(slug="acme")
+    address = InboxAddress.objects.filter(tenant=tenant).values_list("address", flat=True).first()
+    if address is None:
+        address = inbox_address_set(tenant=tenant, address=DEMO_INBOX_ADDRESS).address
+    message = AnymailInboundMessage.construct(
+        from_email=DEMO_EMAIL["from"],
+        to=address,
+        subject=DEMO_EMAIL["subject"],
+        text=DEMO_EMAIL["text"],
+        headers=[
+            ("Received-SPF", "Pass (sender SPF authorized) identity=mailfrom; envelope-from=jane.doe@example.com"),
+            ("Message-ID", DEMO_EMAIL["message_id"]),
+        ],
+    )
+    message.envelope_sender = "jane.doe@example.com"
+    message.envelope_recipient = address
+    return email_inbound_receive(message=message, esp_name="Postmark")

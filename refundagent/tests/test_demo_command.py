@@ -22,6 +22,7 @@ def test_the_demo_ends_with_a_passed_release_gate_that_evals_shows(transactional
         "4. Finance approves",
         "5. Support sends the replies",
         "6. The ledger",
+        "6b. Jane writes to acme's support inbox",
         "7. The release gate",
         "ORD-5001: refunded, ORD-5002: escalated",
     ):
@@ -48,6 +49,11 @@ def test_the_demo_ends_with_a_passed_release_gate_that_evals_shows(transactional
     email = open(path).read()
     assert "Subject: Your refund request for order ORD-5001" in email and "Message-ID: <ticket-" in email
     assert "we have refunded 120.00 usd" in email.lower() and "4242" not in email
+    # and one ticket came in from an email to acme's support address, Jane's, for the agent to place
+    emailed = text.split("6b. Jane writes", 1)[1].split("7. The release gate", 1)[0]
+    assert "email to support@acme.example from jane.doe@example.com" in emailed
+    assert "(source email, customer CUST-1001, order " in emailed
+
     gate_line = next(line for line in text.splitlines() if "eval run #" in line)
     assert "gate passed" in gate_line and "pass rate 1.0" in gate_line, gate_line
     run_id = gate_line.split("eval run #", 1)[1].split(":", 1)[0]

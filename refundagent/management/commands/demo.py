@@ -1,7 +1,7 @@
 """The main job end to end: migrate, seed, file the in-window and out-of-window tickets, run
 the agent, approve as finance, execute, record the payout finance made by hand (the manual
 gateway), verify, send the customer replies (and print where the email was written), print the
-ledger, and run the release gate once (so the operators' page /evals/ has a run to show)."""
+ledger, file one ticket from an email to the support inbox, and run the release gate once (so the operators' page /evals/ has a run to show)."""
 
 import logging
 import re
@@ -23,7 +23,7 @@ from ledger.exceptions import DomainError
 from ledger.models import RefundEntry, RefundStatus
 from ledger.selectors import order_get
 from ledger.services import ledger_refund_record_paid
-from refundagent.demo import DEMO_USERS, demo_seed
+from refundagent.demo import DEMO_USERS, demo_inbox_email, demo_seed
 from refundagent.emails import ticket_reply_send
 from refundagent.models import Ticket, TicketReply
 from refundagent.services import ticket_create
@@ -161,12 +161,14 @@ class Command(BaseCommand):
             if not ledger["entries"]:
                 self.say("   no refunds")
 
+        emailed = self.inbox_email()
         final = {t.order.external_id: Ticket.objects.get(pk=t.pk).status for t in tickets}
         gate_passed = self.release_gate()
         ok = (
             final.get("ORD-5001") == Ticket.Status.REFUNDED
             and final.get("ORD-5002") == Ticket.Status.ESCALATED
             and gate_passed
+            and emailed
         )
         self.sign_in_and_look()
         self.step("Done" if ok else "Unexpected outcome")
@@ -185,6 +187,24 @@ class Command(BaseCommand):
         self.say("pages:")
         for path, what in DEMO_PAGES:
             self.say(f"   {path:<36} {what}")
+
+    def inbox_email(self) -> bool:
+        """6b. A customer writes to the support inbox: one ticket from one email (docs/inbox.md)."""
+        self.step("6b. Jane writes to acme's support inbox; the email becomes a ticket")
+        result = demo_inbox_email()
+        ticket = Ticket.objects.get(pk=result.ticket.pk)
+        self.say(
+            f"email to {ticket.tenant.inbox_address.address} from {result.message.sender}: ticket #{ticket.pk} "
+            f"(source {ticket.source}, customer {ticket.customer.external_id if ticket.customer_id else '-'}, "
+            f"order {ticket.order.external_id if ticket.order_id else 'to be found by the agent'}): {ticket.status}"
+        )
+        for message in ticket.messages.all():
+            self.say(
+                f"   {message.direction} {message.sender} {message.at:%H:%M:%S}: {message.text.splitlines()[0][:100]}"
+            )
+        if ticket.stop_detail:
+            self.say(f"   why: {ticket.stop_detail}")
+        return ticket.source == Ticket.Source.EMAIL and ticket.customer_id is not None
 
     def release_gate(self) -> bool:
         """7. The release gate, once: the release_gate suite with the offline provider, through
