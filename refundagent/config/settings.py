@@ -83,6 +83,7 @@ INSTALLED_APPS = [
     "ledger",
     "approvals",
     "refundagent",
+    "refundagent.zendesk",
     "evals",
 ]
 
@@ -519,3 +520,20 @@ if EMAIL_MAX_ATTEMPTS < 1 or EMAIL_RETRY_SECONDS < 0 or EMAIL_RETRY_MAX_SECONDS 
     raise ImproperlyConfigured(
         "EMAIL_MAX_ATTEMPTS must be >= 1 and 0 <= EMAIL_RETRY_SECONDS <= EMAIL_RETRY_MAX_SECONDS"
     )
+
+# --- Zendesk (docs/inbox.md, "Zendesk") ------------------------------------------------------
+# Tests and fakes only: replaces https://SUB.zendesk.com in every Zendesk URL.
+ZENDESK_API_BASE = os.getenv("ZENDESK_API_BASE", "")
+ZENDESK_TIMEOUT_SECONDS = envint("ZENDESK_TIMEOUT_SECONDS", "15")
+# A webhook whose signature timestamp is older than this (or this far in the future) is refused.
+ZENDESK_WEBHOOK_TOLERANCE_SECONDS = envint("ZENDESK_WEBHOOK_TOLERANCE_SECONDS", "300")
+ZENDESK_WEBHOOK_MAX_BYTES = envint("ZENDESK_WEBHOOK_MAX_BYTES", "262144")
+# Write-back retries after a 5xx or no answer: the first wait, doubled each time, capped. There is
+# no last attempt: a note waits until Zendesk is back (a refusal, 4xx, fails it at once).
+ZENDESK_RETRY_SECONDS = envint("ZENDESK_RETRY_SECONDS", "30")
+ZENDESK_RETRY_MAX_SECONDS = envint("ZENDESK_RETRY_MAX_SECONDS", "900")
+if ZENDESK_TIMEOUT_SECONDS <= 0 or ZENDESK_RETRY_SECONDS < 0 or ZENDESK_RETRY_MAX_SECONDS < ZENDESK_RETRY_SECONDS:
+    raise ImproperlyConfigured("ZENDESK_TIMEOUT_SECONDS must be > 0, 0 <= ZENDESK_RETRY_SECONDS <= ZENDESK_RETRY_MAX_SECONDS")
+# The product's own address, for absolute links in what it writes elsewhere (the review page
+# linked from a Zendesk note).
+SITE_URL = os.getenv("SITE_URL", "http://localhost:8000").rstrip("/")

@@ -1,0 +1,5 @@
+"""Placeholder until the inbound lands."""
+
+
+def zendesk_inbound_process(*, inbound_id: int):
+    raise NotImplementedError
