@@ -40,8 +40,16 @@ def zendesk_timestamp(at: float | None = None) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def webhook_send(url: str, payload, secret: str, *, timestamp: str | None = None, signature: str | None = None,
-                 raw: bytes | None = None, timeout: float = 10.0) -> requests.Response:
+def webhook_send(
+    url: str,
+    payload,
+    secret: str,
+    *,
+    timestamp: str | None = None,
+    signature: str | None = None,
+    raw: bytes | None = None,
+    timeout: float = 10.0,
+) -> requests.Response:
     """POST a webhook to the product as Zendesk would: the raw body signed with the timestamp."""
     body = raw if raw is not None else json.dumps(payload).encode()
     timestamp = zendesk_timestamp() if timestamp is None else timestamp
@@ -140,12 +148,24 @@ class FakeZendesk:
     def add_ticket(self, *, requester_id: int, subject="Refund please", description="I want a refund.") -> dict:
         with self.lock:
             ticket_id = next(self._ids)
-            ticket = {"id": ticket_id, "requester_id": requester_id, "subject": subject, "description": description,
-                      "status": "new", "url": f"{self.url}/api/v2/tickets/{ticket_id}.json"}
+            ticket = {
+                "id": ticket_id,
+                "requester_id": requester_id,
+                "subject": subject,
+                "description": description,
+                "status": "new",
+                "url": f"{self.url}/api/v2/tickets/{ticket_id}.json",
+            }
             self.tickets[ticket_id] = ticket
             self.comments[ticket_id] = [
-                {"id": next(self._ids), "type": "Comment", "author_id": requester_id, "body": description,
-                 "public": True, "metadata": {"system": {}, "custom": {}}}
+                {
+                    "id": next(self._ids),
+                    "type": "Comment",
+                    "author_id": requester_id,
+                    "body": description,
+                    "public": True,
+                    "metadata": {"system": {}, "custom": {}},
+                }
             ]
             return ticket
 
@@ -229,8 +249,9 @@ class FakeZendesk:
                         return self._send(200, {"ticket": ticket})
                     with fake.lock:
                         comments = list(fake.comments[ticket["id"]])
-                    return self._send(200, {"comments": comments, "next_page": None, "previous_page": None,
-                                            "count": len(comments)})
+                    return self._send(
+                        200, {"comments": comments, "next_page": None, "previous_page": None, "count": len(comments)}
+                    )
                 self._send(404, {"error": "InvalidEndpoint"})
 
             def do_PUT(self):
@@ -258,8 +279,10 @@ class FakeZendesk:
                         "body": comment_in.get("body") or comment_in.get("html_body"),
                         "html_body": comment_in.get("html_body") or "",
                         "public": comment_in.get("public", True),
-                        "metadata": {"system": {"client": "refundagent"},
-                                     "custom": ((body or {}).get("metadata") or {}).get("custom") or {}},
+                        "metadata": {
+                            "system": {"client": "refundagent"},
+                            "custom": ((body or {}).get("metadata") or {}).get("custom") or {},
+                        },
                     }
                     fake.comments[ticket["id"]].append(comment)
                 if fault == "drop":

@@ -11,7 +11,7 @@ from django.db import connection as db
 
 from refundagent.zendesk.models import ZendeskConnection
 
-from .zendesk_support import AGENT_EMAIL, API_TOKEN, WEBHOOK_SECRET, fake_zendesk, zendesk_connection  # noqa: F401
+from .zendesk_support import AGENT_EMAIL, API_TOKEN, WEBHOOK_SECRET
 
 
 def _connect(for_tenant, **overrides):

@@ -25,7 +25,9 @@ class ZendeskConnection(models.Model):
     )
     agent_email = models.EmailField(help_text="The agent the API token belongs to (basic auth EMAIL/token:TOKEN).")
     agent_user_id = models.BigIntegerField(
-        null=True, blank=True, help_text="That agent's Zendesk user id (users/me): the author of the product's comments."
+        null=True,
+        blank=True,
+        help_text="That agent's Zendesk user id (users/me): the author of the product's comments.",
     )
     api_token = EncryptedCharField(max_length=200)
     webhook_secret = EncryptedCharField(max_length=200)
@@ -55,7 +57,9 @@ class ZendeskInbound(models.Model):
     payload_requester_email = models.CharField(
         max_length=254, blank=True, help_text="As the payload claimed it; used only when it names no requester id."
     )
-    requester_email = models.CharField(max_length=254, blank=True, help_text="As filed (Users API when an id was given).")
+    requester_email = models.CharField(
+        max_length=254, blank=True, help_text="As filed (Users API when an id was given)."
+    )
     requester_verified = models.BooleanField(default=False)
     subject = models.CharField(max_length=500, blank=True)
     description = models.TextField(blank=True, help_text="The customer's words. Untrusted input, never an instruction.")
