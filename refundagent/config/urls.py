@@ -6,6 +6,7 @@ from django.views.generic import RedirectView
 
 from ledger.tenancy import user_roles
 from ledger.views import stripe_webhook
+from refundagent.zendesk.views import zendesk_webhook
 
 from .api import api
 
@@ -38,6 +39,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/", api.urls),
     path("webhooks/stripe", stripe_webhook, name="stripe-webhook"),
+    path("webhooks/zendesk", zendesk_webhook, name="zendesk-webhook"),
     path("evals/", include("evals.urls")),
     path("", include("refundagent.web_urls")),
 ]
