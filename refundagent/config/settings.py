@@ -532,9 +532,9 @@ ZENDESK_WEBHOOK_MAX_BYTES = envint("ZENDESK_WEBHOOK_MAX_BYTES", "262144")
 # no last attempt: a note waits until Zendesk is back (a refusal, 4xx, fails it at once).
 ZENDESK_RETRY_SECONDS = envint("ZENDESK_RETRY_SECONDS", "30")
 ZENDESK_RETRY_MAX_SECONDS = envint("ZENDESK_RETRY_MAX_SECONDS", "900")
-if ZENDESK_TIMEOUT_SECONDS <= 0 or ZENDESK_RETRY_SECONDS < 0 or ZENDESK_RETRY_MAX_SECONDS < ZENDESK_RETRY_SECONDS:
+if ZENDESK_TIMEOUT_SECONDS <= 0 or ZENDESK_RETRY_SECONDS < 1 or ZENDESK_RETRY_MAX_SECONDS < ZENDESK_RETRY_SECONDS:
     raise ImproperlyConfigured(
-        "ZENDESK_TIMEOUT_SECONDS must be > 0, 0 <= ZENDESK_RETRY_SECONDS <= ZENDESK_RETRY_MAX_SECONDS"
+        "ZENDESK_TIMEOUT_SECONDS must be > 0, 1 <= ZENDESK_RETRY_SECONDS <= ZENDESK_RETRY_MAX_SECONDS"
     )
 # The product's own address, for absolute links in what it writes elsewhere (the review page
 # linked from a Zendesk note).
