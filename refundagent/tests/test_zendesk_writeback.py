@@ -397,3 +397,29 @@ def test_a_lost_answer_on_the_reply_then_a_retry_makes_one_comment(
     assert len(public(fake_zendesk, zd_id)) == 1 and len(fake_zendesk.puts()) == 3  # two notes, one reply
     assert TicketReply.objects.get().status == TicketReply.Status.SENT
     assert smtp_server.messages == []
+
+
+def test_the_ticket_page_shows_the_write_back_status(shop, fake_zendesk, client, django_capture_on_commit_callbacks):
+    ticket, zd_id = zendesk_ticket(shop, fake_zendesk)
+    fake_zendesk.fail_next("503")
+    with django_capture_on_commit_callbacks(execute=True):
+        ticket_transition(ticket=ticket, to=Ticket.Status.ESCALATED)
+    client.force_login(shop["support"])
+
+    waiting = client.get(f"/tickets/{ticket.pk}/").content.decode()
+    sweep_when_due()
+    delivered = client.get(f"/tickets/{ticket.pk}/").content.decode()
+
+    assert f"Zendesk ticket #{zd_id}" in waiting and 'id="zendesk-writes"' in waiting
+    assert "retrying (Zendesk answered 503" in waiting
+    assert "retrying" not in delivered and ">sent<" in delivered
+
+
+def test_the_page_of_a_web_ticket_has_no_zendesk_card(shop, fake_zendesk, client):
+    ticket, _ = zendesk_ticket(shop, fake_zendesk)
+    Ticket.objects.filter(pk=ticket.pk).update(source="web", external_ref="")
+    client.force_login(shop["support"])
+
+    page = client.get(f"/tickets/{ticket.pk}/").content.decode()
+
+    assert 'id="zendesk"' not in page
