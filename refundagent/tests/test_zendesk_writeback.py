@@ -423,3 +423,26 @@ def test_the_page_of_a_web_ticket_has_no_zendesk_card(shop, fake_zendesk, client
     page = client.get(f"/tickets/{ticket.pk}/").content.decode()
 
     assert 'id="zendesk"' not in page
+
+
+def test_the_token_and_secret_are_in_no_api_answer_trace_or_error(
+    shop, fake_zendesk, api_client, zendesk_connection, caplog, django_capture_on_commit_callbacks
+):
+    from refundagent.models import TraceEvent
+
+    from .zendesk_support import API_TOKEN, WEBHOOK_SECRET
+
+    # Given a note refused because the token was revoked at Zendesk
+    ticket, _ = zendesk_ticket(shop, fake_zendesk)
+    fake_zendesk.agents.clear()
+    with django_capture_on_commit_callbacks(execute=True):
+        ticket_transition(ticket=ticket, to=Ticket.Status.ESCALATED)
+    write = ZendeskWrite.objects.get()
+    assert write.status == ZendeskWrite.Status.FAILED and "401" in write.last_error
+
+    # Then neither secret is in the ticket's API answer, its trace, the row's error or the logs
+    answer = api_client(shop["support"]).get(f"/api/tickets/{ticket.pk}").content.decode()
+    trace = json.dumps(list(TraceEvent.objects.filter(ticket=ticket).values("reason", "data")))
+    for secret in (API_TOKEN, WEBHOOK_SECRET):
+        assert secret not in answer and secret not in trace
+        assert secret not in write.last_error and secret not in caplog.text

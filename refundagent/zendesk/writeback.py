@@ -196,7 +196,9 @@ def zendesk_write_deliver(*, write_id: int) -> ZendeskWrite:
     write = ZendeskWrite.objects.select_related("ticket").get(pk=write_id)
     if claimed != 1:
         return write
-    connection = ZendeskConnection.objects.get(tenant_id=write.tenant_id)
+    connection = ZendeskConnection.objects.filter(tenant_id=write.tenant_id).first()
+    if connection is None:
+        return _write_record(write, status=ZendeskWrite.Status.FAILED, error="The tenant's Zendesk is not connected.")
     credentials = credentials_of(connection)
     try:
         # Outside any transaction: the calls may take seconds.
