@@ -446,3 +446,24 @@ def test_the_token_and_secret_are_in_no_api_answer_trace_or_error(
     for secret in (API_TOKEN, WEBHOOK_SECRET):
         assert secret not in answer and secret not in trace
         assert secret not in write.last_error and secret not in caplog.text
+
+
+def test_a_429_on_the_reply_waits_its_retry_after(
+    shop, refunded, fake_zendesk, api_client, smtp_server, django_capture_on_commit_callbacks
+):
+    ticket, zd_id, request = refunded
+    with django_capture_on_commit_callbacks(execute=True):
+        manual_payout_record(request, reference="BANK-4")
+    fake_zendesk.retry_after = 120
+    fake_zendesk.fail_next("429")
+
+    before = time.time()
+    response = send(api_client(shop["support"]), ticket, django_capture_on_commit_callbacks)
+
+    # The eager re-queue ran at once and found the reply not due: no second call, nothing posted
+    assert response.status_code == 202
+    reply = TicketReply.objects.get()
+    assert reply.status == TicketReply.Status.RETRYING and public(fake_zendesk, zd_id) == []
+    assert 119 <= reply.next_attempt_at.timestamp() - before <= 123
+    assert len(fake_zendesk.puts()) == 3  # two notes, one refused reply
+    assert smtp_server.messages == []
