@@ -63,7 +63,9 @@ NOTE_MAX_LENGTH = 6000
 
 
 def is_zendesk_ticket(ticket: Ticket) -> bool:
-    return getattr(ticket, "source", None) == ZENDESK_SOURCE and bool(getattr(ticket, "external_ref", ""))
+    """Filed from Zendesk, with the Zendesk ticket's id (digits) to write back to."""
+    ref = getattr(ticket, "external_ref", "") or ""
+    return getattr(ticket, "source", None) == ZENDESK_SOURCE and ref.isascii() and ref.isdigit()
 
 
 def marker_line(key: str) -> str:
