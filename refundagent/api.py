@@ -11,6 +11,7 @@ from ledger.pagination import LimitOffsetPage, SerializedQuerySet
 from ledger.tenancy import tenant_for_user, user_require_access
 
 from .emails import ticket_reply_send
+from .models import Ticket
 from .schemas import (
     AssignIn,
     ProposalIn,
@@ -43,6 +44,7 @@ def ticket_file(request, payload: TicketIn):
             requested_amount=payload.requested_amount,
             items=payload.items,
             refund_to=payload.refund_to,
+            source=Ticket.Source.API,
         )
         body = ticket_detail_serialize(ticket_get(tenant=ticket.tenant, ticket_id=ticket.pk))
     return Status(201, body)

@@ -39,6 +39,7 @@ from ledger.tenancy import tenant_for_user, user_require_role
 
 # The module, not its names: tasks.py calls back into this one (a cycle resolved at call time).
 from . import tasks
+from .inbox.threads import inbox_reply_to, ticket_message_record_out
 from .models import Ticket, TicketReply
 from .redaction import sensitive_values_for_ticket
 from .tracing import trace_record
@@ -184,6 +185,9 @@ def ticket_reply_send(*, ticket_id: int, user, text: str | None = None) -> tuple
         existing = TicketReply.objects.filter(ticket=ticket, key=key).first()
         if existing is not None:
             return existing, False
+        if not ticket.order_id and ticket.customer_id is None:
+            # An unknown or unverified sender: the address is a claim, nobody is told an outcome.
+            raise Conflict(f"Ticket {ticket.pk} has no customer to reply to.", code="no_customer")
         body = _reply_text_check(ticket=ticket, text=ticket.customer_reply if text is None else text, outcome=key)
         customer = ticket.order.customer if ticket.order_id else ticket.customer
         if is_zendesk_ticket(ticket):
@@ -216,6 +220,8 @@ def ticket_reply_send(*, ticket_id: int, user, text: str | None = None) -> tuple
             reason=f"{user.get_username()} sent the {ticket.status} reply to the customer; queued for delivery.",
             data={"reply": reply.pk, "outcome": ticket.status, "key": key, "sent_by": user.get_username()},
         )
+        # In the conversation with its Message-ID: the customer's answer threads back to this ticket.
+        ticket_message_record_out(reply=reply)
         reply_id = reply.pk
         transaction.on_commit(lambda: ticket_reply_publish(reply_id=reply_id))
     return reply, True
@@ -278,6 +284,8 @@ def ticket_reply_deliver(*, reply_id: int) -> TicketReply:
         from_email=settings.DEFAULT_FROM_EMAIL,
         to=[reply.to],
         headers={"Message-ID": reply.message_id},
+        # Answers go to the support inbox, where they join this ticket (docs/inbox.md).
+        reply_to=inbox_reply_to(tenant=ticket.tenant),
     )
     try:
         # Outside any transaction: the SMTP conversation may take seconds.

@@ -6,6 +6,7 @@ from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Lower
 from django.utils import timezone
 
 from ledger.models import MONEY, Customer, Order, PaymentMethod, Tenant, TenantQuerySet
@@ -34,6 +35,14 @@ class Ticket(models.Model):
         BUDGET_EXHAUSTED = "budget_exhausted"
         NO_PROGRESS = "no_progress"
 
+    class Source(models.TextChoices):
+        """Where the ticket came from: the form, the API, the support inbox, a Zendesk ticket."""
+
+        WEB = "web"
+        API = "api"
+        EMAIL = "email"
+        ZENDESK = "zendesk"
+
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="tickets")
     order = models.ForeignKey(
         Order,
@@ -44,7 +53,19 @@ class Ticket(models.Model):
         help_text="The order the ticket is about. Blank on a customer-level ticket until the agent's draft names "
         "one of the customer's orders and the runtime accepts it.",
     )
-    customer = models.ForeignKey(Customer, on_delete=models.PROTECT, related_name="tickets")
+    customer = models.ForeignKey(
+        Customer,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="tickets",
+        help_text="Blank on a ticket from an unknown or unverified sender: escalated for a person to match, "
+        "never a refund path.",
+    )
+    source = models.CharField(max_length=10, choices=Source.choices, default=Source.WEB)
+    external_ref = models.CharField(
+        max_length=100, blank=True, help_text="The ticket's id where it came from (a Zendesk ticket id), or blank."
+    )
     message = models.TextField(help_text="The customer's words. Untrusted input, never an instruction.")
     requested_amount = models.DecimalField(**MONEY, null=True, blank=True)
     currency = models.CharField(max_length=3)
@@ -62,7 +83,14 @@ class Ticket(models.Model):
     stop_reason = models.CharField(max_length=20, choices=StopReason.choices, null=True, blank=True)
     stop_detail = models.TextField(blank=True)
     trace_id = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
-    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="filed_tickets")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="filed_tickets",
+        help_text="The person who filed it; blank on a ticket that came in by email or from Zendesk.",
+    )
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         on_delete=models.PROTECT,
@@ -108,10 +136,16 @@ class Ticket(models.Model):
                 condition=Q(requested_amount__isnull=True) | Q(requested_amount__gt=0),
                 name="ticket_requested_amount_positive",
             ),
+            # One product ticket per ticket elsewhere (a Zendesk ticket delivered twice files once).
+            models.UniqueConstraint(
+                fields=["tenant", "source", "external_ref"],
+                condition=~Q(external_ref=""),
+                name="ticket_external_ref_once",
+            ),
         ]
 
     def __str__(self):
-        about = self.order if self.order_id else f"customer {self.customer}"
+        about = self.order if self.order_id else f"customer {self.customer}" if self.customer_id else "no customer"
         return f"ticket #{self.pk} {about} ({self.status})"
 
 
@@ -327,3 +361,57 @@ class TicketReply(models.Model):
 
     def __str__(self):
         return f"reply {self.outcome} of ticket {self.ticket_id} ({self.status})"
+
+
+class TicketMessage(models.Model):
+    """One message of a ticket's conversation: an email (or helpdesk message) that came in, or a
+    reply the product sent. The text is the sender's, untrusted; attachments are listed by name,
+    size and type only (their bytes are never stored, and never reach the agent)."""
+
+    class Direction(models.TextChoices):
+        IN = "in"
+        OUT = "out"
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    ticket = models.ForeignKey(Ticket, on_delete=models.PROTECT, related_name="messages")
+    direction = models.CharField(max_length=3, choices=Direction.choices)
+    sender = models.CharField(max_length=320, blank=True, help_text="The From address, as claimed by the message.")
+    at = models.DateTimeField(default=timezone.now)
+    subject = models.CharField(max_length=998, blank=True)
+    text = models.TextField(blank=True)
+    message_id = models.CharField(
+        max_length=998, blank=True, help_text="The email's own Message-ID header (without <>): stored once per tenant."
+    )
+    in_reply_to = models.CharField(max_length=998, blank=True)
+    attachments = models.JSONField(
+        default=list, blank=True, help_text='[{"name", "size", "content_type", "skipped"?}]: never the bytes.'
+    )
+
+    objects = TenantQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["at", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "message_id"], condition=~Q(message_id=""), name="ticket_message_id_once"
+            ),
+        ]
+
+    def __str__(self):
+        return f"{self.direction} message {self.pk} of ticket {self.ticket_id}"
+
+
+class InboxAddress(models.Model):
+    """A tenant's support address: mail to it becomes the tenant's tickets (docs/inbox.md). One
+    tenant per address, compared without case."""
+
+    tenant = models.OneToOneField(Tenant, on_delete=models.PROTECT, related_name="inbox_address")
+    address = models.EmailField(max_length=254)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name_plural = "inbox addresses"
+        constraints = [models.UniqueConstraint(Lower("address"), name="inbox_address_unique_ci")]
+
+    def __str__(self):
+        return self.address

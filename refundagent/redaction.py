@@ -227,6 +227,8 @@ def _payment_values(payments, customer_id):
 
 def _customer_values(customer, payment_rows) -> list[str]:
     """`payment_rows`: the reference and last4 of each relevant payment and payment method (pairs)."""
+    if customer is None:  # a ticket from an unknown sender: the patterns still apply
+        return list(dict.fromkeys(v for row in payment_rows for v in row if v))
     values = [customer.email, customer.name]
     if customer.name:
         values.extend(_name_words(customer.name))

@@ -5,6 +5,7 @@ from typing import Literal
 from uuid import UUID
 
 from ninja import Field, Schema
+from pydantic import create_model
 
 from approvals.schemas import ApprovalOut
 from ledger.money import MoneyIn
@@ -89,7 +90,9 @@ class TicketSummaryOut(Schema):
         description="The order id; null on a customer-level ticket until the agent's draft "
         "names the order and the runtime accepts it."
     )
-    customer: str
+    customer: str | None = Field(
+        description="The customer's id; null on a ticket from an unknown or unverified sender (escalated)."
+    )
     requested_amount: Money | None
     currency: str
     owner: str | None = Field(description="Who took the ticket from the escalation queue (null: nobody).")
@@ -103,6 +106,18 @@ class ReplyOut(Schema):
     status: str = Field(description="queued, sending, retrying, sent, failed or withdrawn.")
     to: str = Field(description="The customer's email from the shop's records.")
     error: str | None = Field(None, description="The last delivery error, if any.")
+
+
+# One message of the conversation. Built with create_model: its field "from" is a Python keyword,
+# and an alias would need by_alias on every operation that returns a ticket.
+MessageOut = create_model(
+    "MessageOut",
+    __base__=Schema,
+    direction=(str, Field(description="in: from the customer (email, Zendesk); out: a reply the product sent.")),
+    at=(datetime, Field()),
+    text=(str, Field(description="The message's text: the sender's words, untrusted.")),
+    **{"from": (str, Field(description="The sender's address as the message claims it."))},
+)
 
 
 class ReplyDueOut(Schema):
@@ -129,7 +144,11 @@ class TicketOut(TicketSummaryOut):
     draft: DraftOut | None
     approval: ApprovalOut | None
     trace_id: UUID
-    created_by: str
+    created_by: str | None = Field(description="Who filed it; null on a ticket that came in by email or Zendesk.")
+    source: str = Field("web", description="Where the ticket came from: web, api, email or zendesk.")
+    messages: list[MessageOut] = Field(
+        default_factory=list, description="The conversation, oldest first (email and Zendesk tickets)."
+    )
     replies: list[ReplyOut] = Field(default_factory=list, description="The emails sent to the customer, oldest first.")
     reply_due: ReplyDueOut | None = Field(None, description="The reply support is prompted to send now, if any.")
 

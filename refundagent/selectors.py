@@ -127,7 +127,7 @@ def ticket_summary_serialize(ticket: Ticket) -> dict:
         "status": ticket.status,
         "stop_reason": ticket.stop_reason,
         "order": ticket.order.external_id if ticket.order_id else None,
-        "customer": ticket.customer.external_id,
+        "customer": ticket.customer.external_id if ticket.customer_id else None,
         "requested_amount": ticket.requested_amount,
         "currency": ticket.currency,
         "owner": ticket.owner.get_username() if ticket.owner_id else None,
@@ -161,7 +161,12 @@ def ticket_detail_serialize(ticket: Ticket) -> dict:
         },
         "approval": None if approval is None else approval_serialize(approval),
         "trace_id": ticket.trace_id,
-        "created_by": ticket.created_by.get_username(),
+        "created_by": ticket.created_by.get_username() if ticket.created_by_id else None,
+        "source": ticket.source,
+        "messages": [
+            {"direction": m.direction, "from": m.sender, "at": m.at, "text": m.text}
+            for m in ticket.messages.order_by("at", "id")
+        ],
         "replies": [
             {"outcome": r.outcome, "sent_at": r.sent_at, "status": r.status, "to": r.to, "error": r.last_error or None}
             for r in ticket.replies.order_by("created_at", "id")

@@ -39,6 +39,7 @@ def ticket_create(
     requested_amount: Decimal | str | None = None,
     items: list[str] | None = None,
     refund_to: str | None = None,
+    source: str = Ticket.Source.WEB,
 ) -> Ticket:
     """File a refund ticket of the caller's tenant and queue the agent run.
 
@@ -120,27 +121,45 @@ def ticket_create(
         items=items,
         refund_to=method,
         created_by=user,
-        trace_id=_trace_id_new(),
+        source=source,
     )
+    return ticket_file(ticket=ticket, reason=f"Filed by {user.get_username()}.")
+
+
+def ticket_file(*, ticket: Ticket, reason: str, escalate: str = "") -> Ticket:
+    """Store a new ticket with its `filed` trace event and queue its agent run: the one way a
+    ticket is filed (by a person in `ticket_create`, by the support inbox). With `escalate` (a
+    stop detail in words) the ticket goes to the human queue in the same transaction instead,
+    and no agent run is queued."""
+    ticket.trace_id = _trace_id_new()
     with transaction.atomic():
         ticket.save(force_insert=True)
         # The filed event names only the filer (no customer data to redact by value; the
         # patterns still apply): no read of the customer's payment values at filing. Nobody
         # else can see the ticket before this commits: no lock to take for its first number.
-        filed = trace_event_build(
-            ticket=ticket,
-            sensitive=[],
-            span="run",
-            status="queued",
-            decision="filed",
-            reason=f"Filed by {user.get_username()}.",
-        )
-        trace_events_write([filed], locked=True)
+        events = [
+            trace_event_build(ticket=ticket, sensitive=[], span="run", status="queued", decision="filed", reason=reason)
+        ]
+        if escalate:
+            ticket_transition(ticket=ticket, to=Ticket.Status.ESCALATED, detail=escalate)
+            events.append(
+                trace_event_build(
+                    ticket=ticket,
+                    sensitive=[],
+                    span="stop",
+                    status="escalated",
+                    decision="escalate",
+                    reason=escalate[:200],
+                )
+            )
+        trace_events_write(events, locked=True)
     ticket_span_mark(ticket)
-    # The queued row is the agent-run instruction (refundagent.outbox): a broker that is down
-    # when this commits never fails the filing; the sweep enqueues it later. Outside a caller's
-    # transaction the row is committed already and this runs at once.
-    transaction.on_commit(lambda: ticket_run_enqueue(ticket.pk))
+    if not escalate:
+        # The queued row is the agent-run instruction (refundagent.outbox): a broker that is down
+        # when this commits never fails the filing; the sweep enqueues it later. Outside a
+        # caller's transaction the row is committed already and this runs at once.
+        ticket_pk = ticket.pk
+        transaction.on_commit(lambda: ticket_run_enqueue(ticket_pk))
     return ticket
 
 
@@ -362,6 +381,12 @@ def ticket_refund_propose(
         raise TicketStateConflict(
             f"Ticket {ticket.pk} is {ticket.status}; a person proposes a refund only on an escalated, failed or "
             "payment-failed ticket."
+        )
+    if ticket.customer_id is None:
+        # The sender is a claim, not an identity: no refund before a person knows whose ticket it is.
+        raise TicketStateConflict(
+            f"Ticket {ticket.pk} has no customer (an unknown or unverified sender); no refund can be proposed on it.",
+            code="no_customer",
         )
     picked = _proposal_order(ticket, (order or "").strip())
     method = None

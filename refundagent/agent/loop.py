@@ -231,6 +231,16 @@ class _Loop:
                     Ticket.StopReason.DENIED,
                     "cross_tenant: the ticket's order or customer belongs to another tenant; nothing was read.",
                 )
+            if self.ticket.customer_id is None:
+                # A ticket from an unknown or unverified sender is never a refund path: a person
+                # matches it to a customer first (the inbox files it escalated; this holds if
+                # someone queues it anyway).
+                raise _Stop(
+                    Ticket.Status.ESCALATED,
+                    Ticket.StopReason.ESCALATED,
+                    "The ticket has no customer (an unknown or unverified sender): a person must match it; "
+                    "the agent read nothing.",
+                )
             if not self.messages:
                 self.messages = [ticket_first_message(self.ticket)]
             while True:

@@ -434,6 +434,9 @@ def tool_scope_authorize(*, ticket, args: _Args) -> ToolAuthorization:
 
 def ticket_cross_tenant(ticket) -> bool:
     order, customer = ticket.order, ticket.customer
+    if customer is None:
+        # No customer (an unknown sender): the loop stops it before anything is read.
+        return order is not None and order.tenant_id != ticket.tenant_id
     if customer.tenant_id != ticket.tenant_id:
         return True
     if order is None:

@@ -80,6 +80,8 @@ INSTALLED_APPS = [
     # The second factor (TOTP) of everyone who approves money.
     "django_otp",
     "django_otp.plugins.otp_totp",
+    # Inbound email webhooks (/anymail/{esp}/inbound/) for the support inbox (docs/inbox.md).
+    "anymail",
     "ledger",
     "approvals",
     "refundagent",
@@ -519,6 +521,21 @@ EMAIL_RETRY_MAX_SECONDS = envint("EMAIL_RETRY_MAX_SECONDS", "900")
 if EMAIL_MAX_ATTEMPTS < 1 or EMAIL_RETRY_SECONDS < 0 or EMAIL_RETRY_MAX_SECONDS < EMAIL_RETRY_SECONDS:
     raise ImproperlyConfigured(
         "EMAIL_MAX_ATTEMPTS must be >= 1 and 0 <= EMAIL_RETRY_SECONDS <= EMAIL_RETRY_MAX_SECONDS"
+    )
+
+# --- The support inbox (docs/inbox.md) --------------------------------------------------------
+# Mail to a tenant's inbox address comes in through anymail's inbound webhooks, with anymail's
+# basic auth (ANYMAIL_WEBHOOK_SECRET="user:password") and, for Mailgun, its signing key
+# (ANYMAIL_MAILGUN_WEBHOOK_SIGNING_KEY); both read into ANYMAIL above.
+# A message's text is kept up to this many characters; a longer one is escalated to a person.
+INBOX_MAX_TEXT_CHARS = envint("INBOX_MAX_TEXT_CHARS", "20000")
+# An attachment larger than this is listed as skipped (attachments' bytes are never stored).
+INBOX_MAX_ATTACHMENT_BYTES = envint("INBOX_MAX_ATTACHMENT_BYTES", str(10 * 1024 * 1024))
+# An inbound webhook whose body is larger than this is refused (413) before it is parsed.
+INBOX_MAX_BODY_BYTES = envint("INBOX_MAX_BODY_BYTES", str(25 * 1024 * 1024))
+if INBOX_MAX_TEXT_CHARS < 1 or INBOX_MAX_ATTACHMENT_BYTES < 0 or INBOX_MAX_BODY_BYTES < 1024:
+    raise ImproperlyConfigured(
+        "INBOX_MAX_TEXT_CHARS must be >= 1, INBOX_MAX_ATTACHMENT_BYTES >= 0, INBOX_MAX_BODY_BYTES >= 1024"
     )
 
 # --- Zendesk (docs/inbox.md, "Zendesk") ------------------------------------------------------
