@@ -5,9 +5,9 @@ class ZendeskConfig(AppConfig):
     name = "refundagent.zendesk"
     label = "zendesk"
     verbose_name = "Zendesk"
-    role_permissions = {
-        "operator": ["zendesk.view_zendeskconnection", "zendesk.view_zendeskinbound", "zendesk.view_zendeskwrite"],
-    }
+    # No role permissions of its own: superusers see the connection and the outboxes in the admin;
+    # support sees the write-back on the ticket page.
+    role_permissions: dict = {}
 
     def ready(self):
         # The tasks, so every worker and beat process knows them.
