@@ -414,3 +414,15 @@ def test_a_429_while_reading_the_requester_waits_its_retry_after(client, zendesk
     inbound.refresh_from_db()
     assert inbound.processed_at is None
     assert 41 <= inbound.next_attempt_at.timestamp() - before <= 44
+
+
+@pytest.mark.django_db
+def test_a_ticket_with_no_text_is_escalated_never_a_500(
+    client, zendesk_connection, requester, ada, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        response = post(client, event(requester, ticket_id=9701, subject="", description=""))
+
+    assert response.status_code == 200
+    ticket = Ticket.objects.get()
+    assert ticket.status == Ticket.Status.ESCALATED and ticket.source == "zendesk"
