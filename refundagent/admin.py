@@ -22,7 +22,16 @@ from ledger.selectors import order_refund_position
 from .agent.shadow import PROVIDERS as SHADOW_PROVIDERS
 from .forms import ProposalForm
 from .labels import label, when
-from .models import QUEUE_STATUSES, AgentRun, EscalatedTicket, ModelReplay, RefundDraft, Ticket, TraceEvent
+from .models import (
+    QUEUE_STATUSES,
+    AgentRun,
+    EscalatedTicket,
+    ModelReplay,
+    RefundDraft,
+    Ticket,
+    TicketMessage,
+    TraceEvent,
+)
 from .outbox import model_replay_start
 from .selectors import ticket_customer_methods, ticket_customer_orders
 from .services import ticket_assign
@@ -51,6 +60,14 @@ class TraceEventInline(ReadOnlyInline):
         "at",
     )
     ordering = ("seq",)
+
+
+class TicketMessageInline(ReadOnlyInline):
+    """The conversation (email, Zendesk): the sender's words are untrusted; attachments by name only."""
+
+    model = TicketMessage
+    fields = ("direction", "sender", "at", "subject", "text", "message_id", "in_reply_to", "attachments")
+    ordering = ("at", "id")
 
 
 class RefundDraftInline(ReadOnlyInline):
@@ -87,13 +104,15 @@ class TicketAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
         "currency",
         "created",
     )
-    list_filter = ("status", "stop_reason")
+    list_filter = ("status", "stop_reason", "source")
     search_fields = ("order__external_id", "customer__external_id", "trace_id")
     list_select_related = ("tenant", "order")
     readonly_fields = (
         "tenant",
         "order",
         "customer",
+        "source",
+        "external_ref",
         "message",
         "requested_amount",
         "currency",
@@ -112,7 +131,7 @@ class TicketAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
         "updated_at",
     )
     fields = readonly_fields
-    inlines = [AgentRunInline, RefundDraftInline, TraceEventInline]
+    inlines = [TicketMessageInline, AgentRunInline, RefundDraftInline, TraceEventInline]
     actions = ["export_traces"]
 
     def get_urls(self):
@@ -220,7 +239,8 @@ class EscalationQueueAdmin(TicketAdmin):
     list_filter = (QueueReasonFilter, OwnerFilter)
     list_select_related = ("tenant", "order", "owner")
     ordering = ("awaiting_person_since", "id")
-    inlines = []
+    # The conversation only: an email from an unknown sender is matched to a customer from it.
+    inlines = [TicketMessageInline]
     actions = ["take", "hand_back"]
     readonly_fields = ("resolve", *TicketAdmin.readonly_fields)
     fields = readonly_fields

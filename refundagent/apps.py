@@ -7,16 +7,18 @@ class RefundagentConfig(AppConfig):
     verbose_name = "Refund agent"
     # What each role may do with the agent's models (see ledger/tenancy.py, roles_sync).
     role_permissions = {
-        "support": ["refundagent.view_ticket", "refundagent.view_escalatedticket"],
+        "support": ["refundagent.view_ticket", "refundagent.view_escalatedticket", "refundagent.view_ticketmessage"],
         "finance": [
             "refundagent.view_ticket",
             "refundagent.view_escalatedticket",
+            "refundagent.view_ticketmessage",
             "refundagent.view_traceevent",
             "refundagent.view_refunddraft",
         ],
         "operator": [
             "refundagent.view_ticket",
             "refundagent.view_escalatedticket",
+            "refundagent.view_ticketmessage",
             "refundagent.view_agentrun",
             "refundagent.view_traceevent",
             "refundagent.view_refunddraft",
@@ -29,7 +31,8 @@ class RefundagentConfig(AppConfig):
     def ready(self):
         # Receivers for the approvals layer's signals (approval decided, refund executed, verified),
         # one log line per money decision from the same signals (docs/operations.md), and the
-        # outbox sweep's task, so every worker and beat process knows it.
+        # outbox sweep's task, so every worker and beat process knows it; and the support inbox's
+        # receiver of anymail's inbound email signal.
         from . import (
             money_log,  # noqa: F401
             receivers,  # noqa: F401
@@ -37,6 +40,7 @@ class RefundagentConfig(AppConfig):
         )
         from .agent.providers.anthropic import model_retirement_check
         from .agent.providers.caching import prompt_cache_check
+        from .inbox import email_inbound  # noqa: F401
 
         # Warns at start (manage.py commands, the web, the workers) when the configured model
         # would not cache the prompt prefix.

@@ -38,10 +38,10 @@ class Ticket(models.Model):
     class Source(models.TextChoices):
         """Where the ticket came from: the form, the API, the support inbox, a Zendesk ticket."""
 
-        WEB = "web"
-        API = "api"
-        EMAIL = "email"
-        ZENDESK = "zendesk"
+        WEB = "web", "web form"
+        API = "api", "API"
+        EMAIL = "email", "email"
+        ZENDESK = "zendesk", "Zendesk"
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="tickets")
     order = models.ForeignKey(

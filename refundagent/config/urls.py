@@ -6,6 +6,7 @@ from django.views.generic import RedirectView
 
 from ledger.tenancy import user_roles
 from ledger.views import stripe_webhook
+from refundagent.inbox import urls as inbox_urls
 from refundagent.zendesk.views import zendesk_webhook
 
 from .api import api
@@ -40,6 +41,8 @@ urlpatterns = [
     path("api/", api.urls),
     path("webhooks/stripe", stripe_webhook, name="stripe-webhook"),
     path("webhooks/zendesk", zendesk_webhook, name="zendesk-webhook"),
+    # Inbound email for the support inbox: anymail's views behind the inbox's guard (docs/inbox.md).
+    path("anymail/", include(inbox_urls)),
     path("evals/", include("evals.urls")),
     path("", include("refundagent.web_urls")),
 ]

@@ -75,7 +75,7 @@ class Migration(migrations.Migration):
             model_name="ticket",
             name="source",
             field=models.CharField(
-                choices=[("web", "Web"), ("api", "Api"), ("email", "Email"), ("zendesk", "Zendesk")],
+                choices=[("web", "web form"), ("api", "API"), ("email", "email"), ("zendesk", "Zendesk")],
                 default="web",
                 max_length=10,
             ),

@@ -186,3 +186,27 @@ def test_one_message_delivered_at_once_by_two_workers_is_one_ticket(key):
     assert Ticket.objects.count() == 1 and TicketMessage.objects.count() == 1
     assert sum(r.created for r in results) == 1 and sum(r.duplicate for r in results) == 3
     assert {r.ticket.pk for r in results} == {Ticket.objects.get().pk}
+
+
+def test_a_ticket_without_a_customer_is_never_a_refund_path(tenant, customer, make_user, make_order):
+    # Given an escalated ticket from an unknown sender, which someone puts back in the agent's queue
+    from refundagent.exceptions import TicketStateConflict
+    from refundagent.services import ticket_refund_propose
+    from refundagent.ticket_state import ticket_transition
+
+    from .scripted_runs import run
+
+    make_order("100.00", external_id="ORD-X")
+    ticket = receive(tenant, sender="mallory@example.net").ticket
+    assert ticket_transition(ticket=ticket, to=Ticket.Status.QUEUED, detail="queued by mistake")
+
+    # When the agent runs on it (a model that would list orders and draft a refund)
+    ticket, agent_run = run(ticket, [{"tool": "orders_list_customer_orders", "input": {}}])
+
+    # Then it stops before the model is called, back with a person
+    assert ticket.status == Ticket.Status.ESCALATED and "no customer" in ticket.stop_detail
+    assert agent_run.messages in ([], None) or not any(m.get("role") == "assistant" for m in agent_run.messages)
+    # and a person cannot propose a refund on it either
+    with pytest.raises(TicketStateConflict) as refused:
+        ticket_refund_propose(ticket=ticket, user=make_user("fin", "finance"), amount="10.00", order="ORD-X")
+    assert refused.value.code == "no_customer"
