@@ -21,6 +21,7 @@ EXPECTED = {
         "ledger.view_refundentry",
         "refundagent.view_ticket",
         "refundagent.view_escalatedticket",
+        "refundagent.view_ticketmessage",
     },
     "finance": {
         "approvals.view_approvalrequest",
@@ -38,6 +39,7 @@ EXPECTED = {
         "ledger.view_refundrevision",
         "refundagent.view_ticket",
         "refundagent.view_escalatedticket",
+        "refundagent.view_ticketmessage",
         "refundagent.view_traceevent",
         "refundagent.view_refunddraft",
     },
@@ -55,6 +57,7 @@ EXPECTED = {
         "approvals.view_decisionrecord",
         "refundagent.view_ticket",
         "refundagent.view_escalatedticket",
+        "refundagent.view_ticketmessage",
         "refundagent.view_agentrun",
         "refundagent.view_traceevent",
         "refundagent.view_refunddraft",
@@ -115,9 +118,9 @@ def test_setup_roles_repairs_the_roles_and_a_second_run_changes_nothing(db):
     assert "operator: created" in first
     assert "support: -ledger.view_payment" in first
     assert second.splitlines() == [
-        "finance: unchanged (17 permissions)",
-        "operator: unchanged (19 permissions)",
-        "support: unchanged (5 permissions)",
+        "finance: unchanged (18 permissions)",
+        "operator: unchanged (20 permissions)",
+        "support: unchanged (6 permissions)",
     ]
     assert dict(Group.objects.values_list("name", "pk")) == groups_after_first
     assert role_permissions() == EXPECTED
