@@ -44,6 +44,7 @@ from .inbox.threads import inbox_reply_to, ticket_message_record_out
 from .models import Ticket, TicketReply
 from .redaction import sensitive_values_for_ticket
 from .tracing import trace_record
+from .zendesk.writeback import is_zendesk_ticket, zendesk_reply_post, zendesk_requester_email
 
 logger = logging.getLogger(__name__)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
@@ -189,18 +190,23 @@ def ticket_reply_send(*, ticket_id: int, user, text: str | None = None) -> tuple
             raise Conflict(f"Ticket {ticket.pk} has no customer to reply to.", code="no_customer")
         body = _reply_text_check(ticket=ticket, text=ticket.customer_reply if text is None else text, outcome=key)
         customer = ticket.order.customer if ticket.order_id else ticket.customer
-        if not customer.email or not _deliverable(customer.email):
+        if is_zendesk_ticket(ticket):
+            # Zendesk emails its requester: the reply goes out as a public comment only (zendesk.writeback).
+            to = zendesk_requester_email(ticket=ticket)
+        elif not customer.email or not _deliverable(customer.email):
             # The shop's data is not trusted: an address with a line break would add mail headers.
             raise Conflict(
                 f"The shop's records have no usable email for customer {customer.external_id}.",
                 code="no_customer_email",
             )
+        else:
+            to = customer.email
         reply = TicketReply.objects.create(
             tenant=tenant,
             ticket=ticket,
             outcome=ticket.status,
             key=key,
-            to=customer.email,
+            to=to,
             subject=_subject(ticket),
             text=body,
             message_id=ticket_reply_message_id(ticket=ticket, key=key),
@@ -283,14 +289,16 @@ def ticket_reply_deliver(*, reply_id: int) -> TicketReply:
     )
     try:
         # Outside any transaction: the SMTP conversation may take seconds.
-        sent = get_connection(fail_silently=False).send_messages([message])
-        if not sent:
+        if is_zendesk_ticket(ticket):
+            zendesk_reply_post(reply=reply)
+        elif not get_connection(fail_silently=False).send_messages([message]):
             raise RuntimeError("the email backend accepted no message")
     except Exception as exc:  # noqa: BLE001 - any failure of the backend is retried, then shown
         error = f"{type(exc).__name__}: {exc}"[:2000]
         if reply.attempts >= settings.EMAIL_MAX_ATTEMPTS:
             return _reply_record(reply, status=TicketReply.Status.FAILED, error=error, decision="reply_failed")
-        wait = _backoff(reply.attempts)
+        # Zendesk's 429 says how long to wait (Retry-After).
+        wait = max(_backoff(reply.attempts), getattr(exc, "retry_after", 0))
         recorded = _reply_record(
             reply,
             status=TicketReply.Status.RETRYING,

@@ -9,7 +9,8 @@ admin; the app's ready() imports this module so every worker knows the task). Th
   failed on a provider outage (run again after a wait, a few times);
 - ledger: pending payouts polled at the provider, unprocessed webhook events (ledger.sweep);
 - replies: customer emails not delivered within the grace, or whose worker died
-  (refundagent.emails).
+  (refundagent.emails);
+- Zendesk: tickets its webhook stored and no worker filed, notes owed to it (refundagent.zendesk).
 
 Each job is idempotent (every side effect is keyed), so a sweep that overlaps a slow worker
 only costs a duplicate message.
@@ -32,6 +33,8 @@ from .emails import ticket_replies_sweep
 from .models import AgentRun, Ticket
 from .outbox import ticket_run_publish
 from .services import ticket_rerun
+from .zendesk.inbound import zendesk_inbound_sweep
+from .zendesk.writeback import zendesk_writes_sweep
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +122,8 @@ def outbox_sweep() -> dict[str, int]:
         "payouts_polled": refund_entries_poll(older_than=grace),
         "webhook_events": webhook_events_republish(older_than=grace),
         "ticket_replies": ticket_replies_sweep(older_than=grace),
+        "zendesk_inbound": zendesk_inbound_sweep(older_than=grace),
+        "zendesk_writes": zendesk_writes_sweep(older_than=grace),
     }
     if any(done.values()):
         logger.info("outbox sweep: %s", done)

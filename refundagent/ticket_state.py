@@ -20,11 +20,13 @@ ticket escalated by hand has waited since it failed), cleared when it leaves (a 
 refund, the agent runs again, it is closed).
 """
 
+from django.db import transaction
 from django.db.models import Case, DateTimeField, F, Value, When
 from django.utils import timezone
 
 from .models import QUEUE_STATUSES, Ticket
 from .replies import ticket_reply_compose
+from .zendesk.writeback import is_zendesk_ticket, zendesk_outcome_record
 
 # A ticket in one of these is done: nothing but the verification alert and the provider's late
 # failure of a paid refund move it again.
@@ -151,6 +153,18 @@ def ticket_transition(
         values["awaiting_person_since"] = _awaiting_kept_or(values["updated_at"])
     else:
         values["awaiting_person_since"] = values["updated_at"]
+    if not is_zendesk_ticket(ticket):
+        return _apply(ticket, to, allowed, values, within_queue)
+    # A ticket from Zendesk owes its account a note at each outcome (refundagent.zendesk.writeback):
+    # written here, the one place every outcome passes, in the same transaction as the move.
+    with transaction.atomic():
+        if not _apply(ticket, to, allowed, values, within_queue):
+            return False
+        zendesk_outcome_record(ticket=ticket, to=to)
+    return True
+
+
+def _apply(ticket: Ticket, to: str, allowed, values: dict, within_queue: bool) -> bool:
     if Ticket.objects.filter(pk=ticket.pk, status__in=allowed).update(**values) != 1:
         return False
     for name, value in values.items():

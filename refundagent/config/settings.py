@@ -85,6 +85,7 @@ INSTALLED_APPS = [
     "ledger",
     "approvals",
     "refundagent",
+    "refundagent.zendesk",
     "evals",
 ]
 
@@ -553,3 +554,22 @@ if INBOX_MAX_TEXT_CHARS < 1 or INBOX_MAX_ATTACHMENT_BYTES < 0 or INBOX_MAX_BODY_
     raise ImproperlyConfigured(
         "INBOX_MAX_TEXT_CHARS must be >= 1, INBOX_MAX_ATTACHMENT_BYTES >= 0, INBOX_MAX_BODY_BYTES >= 1024"
     )
+
+# --- Zendesk (docs/inbox.md, "Zendesk") ------------------------------------------------------
+# Tests and fakes only: replaces https://SUB.zendesk.com in every Zendesk URL.
+ZENDESK_API_BASE = os.getenv("ZENDESK_API_BASE", "")
+ZENDESK_TIMEOUT_SECONDS = envint("ZENDESK_TIMEOUT_SECONDS", "15")
+# A webhook whose signature timestamp is older than this (or this far in the future) is refused.
+ZENDESK_WEBHOOK_TOLERANCE_SECONDS = envint("ZENDESK_WEBHOOK_TOLERANCE_SECONDS", "300")
+ZENDESK_WEBHOOK_MAX_BYTES = envint("ZENDESK_WEBHOOK_MAX_BYTES", "262144")
+# Write-back retries after a 5xx or no answer: the first wait, doubled each time, capped. There is
+# no last attempt: a note waits until Zendesk is back (a refusal, 4xx, fails it at once).
+ZENDESK_RETRY_SECONDS = envint("ZENDESK_RETRY_SECONDS", "30")
+ZENDESK_RETRY_MAX_SECONDS = envint("ZENDESK_RETRY_MAX_SECONDS", "900")
+if ZENDESK_TIMEOUT_SECONDS <= 0 or ZENDESK_RETRY_SECONDS < 1 or ZENDESK_RETRY_MAX_SECONDS < ZENDESK_RETRY_SECONDS:
+    raise ImproperlyConfigured(
+        "ZENDESK_TIMEOUT_SECONDS must be > 0, 1 <= ZENDESK_RETRY_SECONDS <= ZENDESK_RETRY_MAX_SECONDS"
+    )
+# The product's own address, for absolute links in what it writes elsewhere (the review page
+# linked from a Zendesk note).
+SITE_URL = os.getenv("SITE_URL", "http://localhost:8000").rstrip("/")

@@ -7,6 +7,7 @@ from django.views.generic import RedirectView
 from ledger.tenancy import user_roles
 from ledger.views import shopify_webhook, stripe_webhook
 from refundagent.inbox import urls as inbox_urls
+from refundagent.zendesk.views import zendesk_webhook
 
 from .api import api
 
@@ -40,6 +41,7 @@ urlpatterns = [
     path("api/", api.urls),
     path("webhooks/stripe", stripe_webhook, name="stripe-webhook"),
     path("webhooks/shopify", shopify_webhook, name="shopify-webhook"),
+    path("webhooks/zendesk", zendesk_webhook, name="zendesk-webhook"),
     # Inbound email for the support inbox: anymail's views behind the inbox's guard (docs/inbox.md).
     path("anymail/", include(inbox_urls)),
     path("evals/", include("evals.urls")),
