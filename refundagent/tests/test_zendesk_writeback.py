@@ -13,7 +13,7 @@ import pytest
 from django.utils import timezone
 
 from approvals.gate import Proposal, policy_current, policy_gate_evaluate
-from approvals.requests import approval_request_create
+from approvals.services.requests import approval_request_create
 from refundagent.models import AgentRun, RefundDraft, Ticket, TicketReply
 from refundagent.services import ticket_escalate
 from refundagent.tests.payments_support import approve
