@@ -8,6 +8,7 @@ from ninja.pagination import paginate
 from ledger.committed import when_database_answers
 from ledger.money import MoneyIn
 from ledger.pagination import LimitOffsetPage, SerializedQuerySet
+from ledger.schemas import BodyIn
 
 from .decisions import approval_request_decide
 from .models import ApprovalRequest
@@ -27,7 +28,7 @@ class ApprovalFilter(Schema):
     status: ApprovalStatus | None = Field(None, description="One of the approval request's statuses.")
 
 
-class DecisionIn(Schema):
+class DecisionIn(BodyIn):
     decision: Literal["approve", "deny", "request_changes", "escalate"]
     args_hash: str = Field(..., min_length=1, max_length=64, description="The hash of the args you reviewed.")
     note: str = Field("", max_length=4000)

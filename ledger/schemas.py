@@ -3,12 +3,33 @@ from decimal import Decimal
 from typing import Annotated
 
 from ninja import Field, Schema
-from pydantic import PlainSerializer
+from pydantic import PlainSerializer, model_validator
 
 from .money import CENT
 
 # Money leaves the API as a decimal string with two places ("120.00"), never a float.
 Money = Annotated[Decimal, PlainSerializer(lambda d: str(Decimal(d).quantize(CENT)), return_type=str)]
+
+
+JSON_TYPE_NAMES = {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "an array"}
+JSON_TYPE_NAMES[type(None)] = "null"
+
+
+class BodyIn(Schema):
+    """The base of every request body: a JSON object, nothing else.
+
+    A ninja Schema reads its fields as attributes of whatever it is given, so a body of `true`,
+    `1`, `"hello"`, `[]` or `null` would pass a schema whose fields are all optional (and post
+    the default reply). Refused here, before any field is read: 422 as every invalid input."""
+
+    # "wrap", not "before": ninja's own wrap validator hands a "before" one its attribute reader,
+    # never the raw value; a wrap validator declared here runs outside ninja's and sees the JSON.
+    @model_validator(mode="wrap")
+    @classmethod
+    def _refuse_non_object(cls, data, handler):
+        if not isinstance(data, dict | BodyIn):
+            raise ValueError(f"The body must be a JSON object, not {JSON_TYPE_NAMES.get(type(data), 'that')}.")
+        return handler(data)
 
 
 class RevisionOut(Schema):
@@ -58,7 +79,7 @@ class OrderLedgerOut(Schema):
     entries: list[LedgerEntryOut]
 
 
-class RefundPaidIn(Schema):
+class RefundPaidIn(BodyIn):
     reference: str = Field(
         max_length=100, description="The payout's reference at the bank or provider (never card data)."
     )

@@ -8,12 +8,12 @@ from ninja import Field, Schema
 
 from approvals.schemas import ApprovalOut
 from ledger.money import MoneyIn
-from ledger.schemas import Money
+from ledger.schemas import BodyIn, Money
 
 from .models import Ticket
 
 
-class TicketIn(Schema):
+class TicketIn(BodyIn):
     order: str | None = Field(
         None,
         min_length=1,
@@ -42,7 +42,7 @@ class TicketFilter(Schema):
     status: TicketStatus | None = Field(None, description="One of the ticket's statuses.")
 
 
-class ProposalIn(Schema):
+class ProposalIn(BodyIn):
     amount: MoneyIn = Field(..., description='The exact amount, e.g. "50.00".')
     order: str | None = Field(
         None,
@@ -66,7 +66,7 @@ class ProposalIn(Schema):
     )
 
 
-class AssignIn(Schema):
+class AssignIn(BodyIn):
     to: Literal["me"] | None = Field(..., description='"me": take the ticket; null: hand it back.')
 
 
@@ -111,7 +111,7 @@ class ReplyDueOut(Schema):
     told: str | None = Field(description="The outcome of the last email the customer received.")
 
 
-class ReplyIn(Schema):
+class ReplyIn(BodyIn):
     text: str | None = Field(
         None, max_length=5000, description="The reviewed reply; omitted: the ticket's customer_reply."
     )
