@@ -6,6 +6,8 @@ from ninja import Field, Schema
 from pydantic import PlainSerializer, model_validator
 
 from .money import CENT
+from .services import CARD_NUMBER_PATTERN, REFERENCE_MAX_LENGTH
+from .text import NOT_BLANK_PATTERN
 
 # Money leaves the API as a decimal string with two places ("120.00"), never a float.
 Money = Annotated[Decimal, PlainSerializer(lambda d: str(Decimal(d).quantize(CENT)), return_type=str)]
@@ -81,7 +83,12 @@ class OrderLedgerOut(Schema):
 
 class RefundPaidIn(BodyIn):
     reference: str = Field(
-        max_length=100, description="The payout's reference at the bank or provider (never card data)."
+        max_length=REFERENCE_MAX_LENGTH,
+        # Documented, not enforced here: payout_reference_parse (the one check, the same constants)
+        # answers its own codes.
+        json_schema_extra={"pattern": NOT_BLANK_PATTERN, "not": {"pattern": CARD_NUMBER_PATTERN}},
+        description="The payout's reference at the bank or provider: printable, not blank, never card data "
+        "(no run of 13 to 19 digits, spaces or dashes between them); else 422 bad_reference or reference_required.",
     )
 
 

@@ -565,7 +565,9 @@ def ledger_refund_record_external(
 
 # A payout reference is the bank's or the provider's id of the transfer, never card data: a run
 # of 13 to 19 digits (spaces or dashes between them) is refused as a possible card number.
-_CARD_NUMBER = re.compile(r"(?:\d[ -]?){12,18}\d")
+# The OpenAPI document carries the same pattern (ledger/schemas.py, RefundPaidIn).
+CARD_NUMBER_PATTERN = r"(?:\d[ -]?){12,18}\d"
+_CARD_NUMBER = re.compile(CARD_NUMBER_PATTERN)
 REFERENCE_MAX_LENGTH = 100
 
 

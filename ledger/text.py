@@ -5,7 +5,14 @@ import re
 # C0 control characters except tab, newline and carriage return: BadInputMiddleware
 # (refundagent/config/middleware.py) refuses them in requests, the importer in files. NUL breaks
 # PostgreSQL text columns; the others have no business in an id, a name or a note.
-CONTROL_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f]")
+_CONTROL_CLASS = r"\x00-\x08\x0b\x0c\x0e-\x1f"
+CONTROL_CHARS = re.compile(f"[{_CONTROL_CLASS}]")
+# The same rule as a JSON Schema pattern (the OpenAPI document carries it on every string a
+# request may send): a string without them.
+NO_CONTROL_CHARS_PATTERN = f"^[^{_CONTROL_CLASS}]*$"
+# ... and not blank either: at least one character that is neither a space nor a control (a
+# field whose value is stripped and then required, e.g. a reply's text or a payout reference).
+NOT_BLANK_PATTERN = f"^[^{_CONTROL_CLASS}]*[^\\s{_CONTROL_CLASS}][^{_CONTROL_CLASS}]*$"
 # A lone surrogate (JSON "\ud800") is not Unicode: neither database driver can encode it.
 LONE_SURROGATE = re.compile(r"[\ud800-\udfff]")
 

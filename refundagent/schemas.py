@@ -9,6 +9,7 @@ from ninja import Field, Schema
 from approvals.schemas import ApprovalOut
 from ledger.money import MoneyIn
 from ledger.schemas import BodyIn, Money
+from ledger.text import NOT_BLANK_PATTERN
 
 from .models import Ticket
 
@@ -113,7 +114,13 @@ class ReplyDueOut(Schema):
 
 class ReplyIn(BodyIn):
     text: str | None = Field(
-        None, max_length=5000, description="The reviewed reply; omitted: the ticket's customer_reply."
+        None,
+        max_length=5000,
+        # Documented, not enforced here: the service's check answers its own code (reply_empty).
+        json_schema_extra={"pattern": NOT_BLANK_PATTERN},
+        description="The reviewed reply; omitted: the ticket's customer_reply. Not blank (else 422 "
+        "reply_empty); never speaking of money before it moved (422 reply_promises_payment) nor carrying "
+        "payment data (422 reply_payment_data).",
     )
 
 

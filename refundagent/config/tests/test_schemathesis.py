@@ -1,9 +1,12 @@
 """Schemathesis over the OpenAPI document, against a live server (pytest-django's live_server)
-with a valid token: no server error, and every response inside the documented schema (status
-code, content type, body). Bounded: SCHEMATHESIS_MAX_EXAMPLES per operation (default 25; the
-whole run well under 3 minutes). CI runs it with the rest of the suite (`-m contract` alone)."""
+with a valid token: no server error, every response inside the documented schema (status code,
+content type, body), a request the schema calls invalid refused (ST201) and one it calls valid
+not refused for its shape (ST202), stateless and stateful (links between operations). Bounded:
+SCHEMATHESIS_MAX_EXAMPLES per operation (default 25; the whole run well under 3 minutes); a longer
+run: SCHEMATHESIS_MAX_EXAMPLES=1000 with SCHEMATHESIS_SECONDS=120 (the stateless walk stops there). CI runs it with the rest of the suite (`-m contract` alone)."""
 
 import os
+import time
 
 import pytest
 import schemathesis
@@ -11,6 +14,8 @@ from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
     content_type_conformance,
+    negative_data_rejection,
+    positive_data_acceptance,
     response_schema_conformance,
     status_code_conformance,
 )
@@ -19,6 +24,15 @@ from ledger.tenancy import api_token_create
 from refundagent.config.api import api
 
 MAX_EXAMPLES = int(os.getenv("SCHEMATHESIS_MAX_EXAMPLES", "25"))
+SECONDS = float(os.getenv("SCHEMATHESIS_SECONDS", "0")) or None
+CHECKS = [
+    not_a_server_error,
+    response_schema_conformance,
+    status_code_conformance,
+    content_type_conformance,
+    negative_data_rejection,  # ST201
+    positive_data_acceptance,  # ST202
+]
 
 # The document the server serves at /api/openapi.json, built from the same API object.
 schema = schemathesis.openapi.from_dict(api.get_openapi_schema(path_prefix="/api/"))
@@ -45,9 +59,33 @@ def token(user, settings):
     database=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-def test_the_api_answers_as_its_schema_says(case, live_server, token):
-    case.call_and_validate(
-        base_url=live_server.url,
-        headers={"Authorization": f"Bearer {token}"},
-        checks=[not_a_server_error, response_schema_conformance, status_code_conformance, content_type_conformance],
+def test_the_api_answers_as_its_schema_says(case, live_server, token, started):
+    if SECONDS and time.monotonic() - started > SECONDS:
+        pytest.skip("the run's time budget is spent")
+    case.call_and_validate(base_url=live_server.url, headers={"Authorization": f"Bearer {token}"}, checks=CHECKS)
+
+
+@pytest.fixture(scope="session")
+def started():
+    return time.monotonic()
+
+
+def test_the_api_answers_as_its_schema_says_across_calls(live_server, token):
+    """Stateful: sequences of calls following the document's links (a filed ticket's id into its
+    reply, proposal, assign), each response checked as above."""
+
+    class Workflow(schema.as_state_machine()):
+        def get_call_kwargs(self, case):
+            return {"base_url": live_server.url, "headers": {"Authorization": f"Bearer {token}"}}
+
+        def validate_response(self, response, case, additional_checks=None, **kwargs):
+            case.validate_response(response, checks=CHECKS, transport_kwargs=kwargs or None)
+
+    Workflow.run(
+        settings=settings(
+            max_examples=MAX_EXAMPLES,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
     )
