@@ -4,10 +4,12 @@ from typing import Literal
 
 from ninja import Field, Query, Router, Schema
 from ninja.pagination import paginate
+from pydantic import ConfigDict
 
 from ledger.committed import when_database_answers
 from ledger.money import MoneyIn
 from ledger.pagination import LimitOffsetPage, SerializedQuerySet
+from ledger.schemas import BodyIn
 
 from .models import ApprovalRequest
 from .schemas import ApprovalOut, approval_serialize
@@ -27,12 +29,22 @@ class ApprovalFilter(Schema):
     status: ApprovalStatus | None = Field(None, description="One of the approval request's statuses.")
 
 
-class DecisionIn(Schema):
+class DecisionIn(BodyIn):
+    # JSON Schema says what decisions.py checks: a wanted amount only with request_changes.
+    model_config = ConfigDict(
+        json_schema_extra={
+            "if": {"properties": {"decision": {"not": {"const": "request_changes"}}}},
+            "then": {"properties": {"wanted_amount": {"type": "null"}}},
+        }
+    )
+
     decision: Literal["approve", "deny", "request_changes", "escalate"]
     args_hash: str = Field(..., min_length=1, max_length=64, description="The hash of the args you reviewed.")
     note: str = Field("", max_length=4000)
     wanted_amount: MoneyIn | None = Field(
-        None, description="With request_changes: the amount finance wants instead, a decimal string."
+        None,
+        description="Only with request_changes (else 422 wanted_amount_unexpected): the amount finance wants "
+        "instead, a decimal string, at most the approved cap (else 422 wanted_amount_above_cap).",
     )
 
 

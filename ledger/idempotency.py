@@ -33,6 +33,11 @@ def idempotency_request_hash(*, method: str, path: str, body: bytes) -> str:
     return hashlib.sha256(method.encode() + b" " + path.encode() + b"\n" + canonical).hexdigest()
 
 
+# What `isprintable()` below accepts of a header (HTTP headers arrive as Latin-1), as the
+# OpenAPI document's pattern for the header (refundagent/config/api.py).
+KEY_PATTERN = r"^[\x20-\x7e\xa1-\xac\xae-\xff]+$"
+
+
 def idempotency_key_claim(*, user, key: str, request_hash: str) -> IdempotencyKey | None:
     """None: the caller now holds the key and must answer, then `idempotency_key_complete` (or
     `idempotency_key_release` on a failure). A row: the stored response to replay.

@@ -542,6 +542,7 @@ def ledger_refund_record_external(
 
 # A payout reference is the bank's or the provider's id of the transfer, never card data: a run
 # of 13 to 19 digits (spaces or dashes between them) is refused as a possible card number.
+# The OpenAPI document carries the same rules (ledger/schemas.py, RefundPaidIn).
 REFERENCE_MAX_LENGTH = 100
 
 

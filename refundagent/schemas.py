@@ -9,12 +9,13 @@ from pydantic import create_model
 
 from approvals.schemas import ApprovalOut
 from ledger.money import MoneyIn
-from ledger.schemas import Money
+from ledger.schemas import BodyIn, Money
+from ledger.text import CARD_NUMBER, NOT_BLANK_PATTERN
 
 from .models import Ticket
 
 
-class TicketIn(Schema):
+class TicketIn(BodyIn):
     order: str | None = Field(
         None,
         min_length=1,
@@ -43,7 +44,7 @@ class TicketFilter(Schema):
     status: TicketStatus | None = Field(None, description="One of the ticket's statuses.")
 
 
-class ProposalIn(Schema):
+class ProposalIn(BodyIn):
     amount: MoneyIn = Field(..., description='The exact amount, e.g. "50.00".')
     order: str | None = Field(
         None,
@@ -67,7 +68,7 @@ class ProposalIn(Schema):
     )
 
 
-class AssignIn(Schema):
+class AssignIn(BodyIn):
     to: Literal["me"] | None = Field(..., description='"me": take the ticket; null: hand it back.')
 
 
@@ -126,9 +127,15 @@ class ReplyDueOut(Schema):
     told: str | None = Field(description="The outcome of the last email the customer received.")
 
 
-class ReplyIn(Schema):
+class ReplyIn(BodyIn):
     text: str | None = Field(
-        None, max_length=5000, description="The reviewed reply; omitted: the ticket's customer_reply."
+        None,
+        max_length=5000,
+        # Documented, not enforced here: the service's check answers its own code (reply_empty).
+        json_schema_extra={"pattern": NOT_BLANK_PATTERN, "not": {"type": "string", "pattern": CARD_NUMBER.pattern}},
+        description="The reviewed reply; omitted: the ticket's customer_reply. Not blank (else 422 "
+        "reply_empty); never speaking of money before it moved (422 reply_promises_payment) nor carrying "
+        "payment data (422 reply_payment_data).",
     )
 
 

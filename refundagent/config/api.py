@@ -22,7 +22,9 @@ from approvals.api import router as approvals_router
 from ledger.api import refunds_router
 from ledger.api import router as ledger_router
 from ledger.exceptions import DomainError
+from ledger.idempotency import KEY_PATTERN as IDEMPOTENCY_KEY_PATTERN
 from ledger.tenancy import api_token_authenticate
+from ledger.text import NO_CONTROL_CHARS_PATTERN
 from refundagent.api import router as tickets_router
 
 from .health import health_live_report, health_report
@@ -122,7 +124,7 @@ IDEMPOTENCY_KEY_PARAMETER = {
     "required": False,
     "description": "Retry safely: the same key and body replay the first response; another body answers 409. "
     "Keys are per user and expire after 24 hours.",
-    "schema": {"type": "string", "minLength": 1, "maxLength": 255},
+    "schema": {"type": "string", "minLength": 1, "maxLength": 255, "pattern": IDEMPOTENCY_KEY_PATTERN},
 }
 ERROR_DESCRIPTIONS = {
     400: "Bad request: a control character in the input, or a body that is not JSON.",
@@ -151,13 +153,66 @@ def operation_error_codes(path: str, method: str, operation: dict) -> set[int]:
     return codes
 
 
+# Unknown fields are ignored, but the middleware still reads their strings: any JSON value
+# without a control character in its strings or keys.
+ANY_JSON_NAME = "JsonWithoutControlCharacters"
+ANY_JSON_SCHEMA = {
+    "description": "Any JSON value whose strings and keys hold no control character.",
+    "anyOf": [
+        {"type": "null"},
+        {"type": "boolean"},
+        {"type": "number"},
+        {"type": "string", "pattern": NO_CONTROL_CHARS_PATTERN},
+        {"type": "array", "items": {"$ref": "#/components/schemas/" + ANY_JSON_NAME}},
+        {
+            "type": "object",
+            "propertyNames": {"pattern": NO_CONTROL_CHARS_PATTERN},
+            "additionalProperties": {"$ref": "#/components/schemas/" + ANY_JSON_NAME},
+        },
+    ],
+}
+
+
+def strings_refuse_control_characters(node, components: dict, seen: set | None = None) -> None:
+    """Give every string a request may send (in a parameter or a body, nested, in a list or a
+    union) the pattern of the one control-character rule (ledger.text), unless it carries a
+    pattern of its own (which excludes them too: money, non-blank text). BadInputMiddleware is
+    the check; this is the document saying so, from the same constant."""
+    seen = set() if seen is None else seen
+    if isinstance(node, list):
+        for item in node:
+            strings_refuse_control_characters(item, components, seen)
+        return
+    if not isinstance(node, dict):
+        return
+    ref = node.get("$ref", "")
+    if ref.startswith("#/components/schemas/") and ref not in seen:
+        seen.add(ref)
+        strings_refuse_control_characters(components.get(ref.rsplit("/", 1)[1]), components, seen)
+    if node.get("type") == "string" and "pattern" not in node and "format" not in node and "enum" not in node:
+        node["pattern"] = NO_CONTROL_CHARS_PATTERN
+    if node.get("type") == "object":  # the middleware reads keys and unknown fields' values too
+        node.setdefault("propertyNames", {"pattern": NO_CONTROL_CHARS_PATTERN})
+        node.setdefault("additionalProperties", {"$ref": "#/components/schemas/" + ANY_JSON_NAME})
+    for key in ("properties", "$defs"):
+        for child in (node.get(key) or {}).values():
+            strings_refuse_control_characters(child, components, seen)
+    for key in ("items", "anyOf", "oneOf", "allOf", "schema", "additionalProperties"):
+        strings_refuse_control_characters(node.get(key), components, seen)
+
+
 class RefundagentAPI(NinjaAPI):
     def get_openapi_schema(self, *, path_prefix=None, path_params=None):
         schema = super().get_openapi_schema(path_prefix=path_prefix, path_params=path_params)
         schema.setdefault("components", {}).setdefault("schemas", {})["Problem"] = PROBLEM_SCHEMA
         problem_ref = {PROBLEM_CONTENT_TYPE: {"schema": {"$ref": "#/components/schemas/Problem"}}}
+        components = schema["components"]["schemas"]
+        components[ANY_JSON_NAME] = ANY_JSON_SCHEMA
         for path, operations in schema["paths"].items():
             for method, operation in operations.items():
+                strings_refuse_control_characters(operation.get("parameters"), components)
+                for media in (operation.get("requestBody") or {}).get("content", {}).values():
+                    strings_refuse_control_characters(media, components)
                 if method == "post" and any(p.match(path) for p in IDEMPOTENT_PATHS):
                     operation.setdefault("parameters", []).append(IDEMPOTENCY_KEY_PARAMETER)
                 responses = operation.setdefault("responses", {})
