@@ -17,6 +17,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from celery import current_app
 from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
@@ -25,12 +26,14 @@ from django.utils import timezone
 from ledger.exceptions import DomainError, InvalidInput
 from refundagent.inbox.services import inbound_message_receive
 
-from . import tasks
 from .client import credentials_of, zendesk_user
 from .exceptions import ZendeskRateLimited, ZendeskRefused, ZendeskUnavailable
 from .models import ZendeskConnection, ZendeskInbound
 
 logger = logging.getLogger(__name__)
+# Named, not imported: tasks.py calls this module's services, so importing it here would be a
+# cycle. Resolved at call time to the registered task (eager runs included).
+_PROCESS_TASK = "refundagent.zendesk.tasks.zendesk_inbound_process_task"
 
 TICKET_CREATED = "zen:event-type:ticket.created"
 # A signature timestamp this far ahead of our clock is refused too (clocks drift a little).
@@ -202,10 +205,7 @@ def zendesk_webhook_receive(*, body: bytes, signature: str, timestamp: str) -> t
 def zendesk_inbound_publish(*, inbound_id: int, countdown: int | None = None) -> bool:
     """Hand one stored ticket to a worker; never raises (the sweep re-sends what this could not)."""
     try:
-        if countdown:
-            tasks.zendesk_inbound_process_task.apply_async((inbound_id,), countdown=countdown)
-        else:
-            tasks.zendesk_inbound_process_task.delay(inbound_id)
+        current_app.signature(_PROCESS_TASK, args=(inbound_id,)).apply_async(countdown=countdown or None)
     except Exception as exc:  # noqa: BLE001 - any broker failure; the sweep re-sends it
         logger.error("zendesk inbound %s: enqueueing failed (%s); the sweep will re-send it", inbound_id, exc)
         return False

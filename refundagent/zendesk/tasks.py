@@ -3,17 +3,15 @@ inbound row files one ticket (unique per Zendesk ticket), a write is claimed by 
 
 from celery import shared_task
 
+from .inbound import zendesk_inbound_process
+from .writeback import zendesk_write_deliver
+
 
 @shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def zendesk_inbound_process_task(inbound_id: int) -> None:
-    # Imported here: the services hand their rows to these tasks (a cycle resolved at call time).
-    from .inbound import zendesk_inbound_process
-
     zendesk_inbound_process(inbound_id=inbound_id)
 
 
 @shared_task(acks_late=True, reject_on_worker_lost=True, ignore_result=True)
 def zendesk_write_deliver_task(write_id: int) -> None:
-    from .writeback import zendesk_write_deliver
-
     zendesk_write_deliver(write_id=write_id)

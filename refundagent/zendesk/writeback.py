@@ -24,6 +24,7 @@
 import logging
 from datetime import timedelta
 
+from celery import current_app
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Exists, F, OuterRef, Q
@@ -34,12 +35,14 @@ from approvals.reason_words import recommendation_sentence
 from approvals.selectors import approval_latest_for_ticket
 from refundagent.models import RefundDraft, Ticket
 
-from . import tasks
 from .client import credentials_of, zendesk_comment_add, zendesk_comments
 from .exceptions import ZendeskRateLimited, ZendeskRefused, ZendeskUnavailable
 from .models import ZendeskConnection, ZendeskInbound, ZendeskWrite
 
 logger = logging.getLogger(__name__)
+# Named, not imported: tasks.py calls this module's services, so importing it here would be a
+# cycle. Resolved at call time to the registered task (eager runs included).
+_DELIVER_TASK = "refundagent.zendesk.tasks.zendesk_write_deliver_task"
 
 ZENDESK_SOURCE = "zendesk"
 # The outcomes that leave a note, and their words.
@@ -154,10 +157,7 @@ def zendesk_write_publish(*, write_id: int, countdown: int | None = None) -> boo
     """Hand one write to a worker; True if the broker took it. Never raises: the row is committed
     and the sweep hands over what this could not."""
     try:
-        if countdown:
-            tasks.zendesk_write_deliver_task.apply_async((write_id,), countdown=countdown)
-        else:
-            tasks.zendesk_write_deliver_task.delay(write_id)
+        current_app.signature(_DELIVER_TASK, args=(write_id,)).apply_async(countdown=countdown or None)
     except Exception as exc:  # noqa: BLE001 - any broker failure; the sweep re-sends it
         logger.error("zendesk write %s: enqueueing failed (%s); the sweep will re-send it", write_id, exc)
         return False
