@@ -28,6 +28,7 @@ end, and every wait is bounded. It asserts nothing.
 """
 
 import argparse
+import json
 import os
 import signal
 import statistics
@@ -84,6 +85,71 @@ def watch(ids: list[int], deadline: float, in_flight: list[int]) -> dict[int, tu
         time.sleep(0.1)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process and its children, live and reaped (psutil reads /proc)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        total = sum(root.cpu_times()[:4])  # user, system, children_user, children_system
+        for child in root.children(recursive=True):
+            try:
+                total += sum(child.cpu_times()[:2])
+            except psutil.NoSuchProcess:
+                pass
+        return total
+    except psutil.NoSuchProcess:
+        return 0.0
+
+
+def file_at_rate(
+    base: str, token: str, orders: list[tuple[str, str]], rate: float, deadline: float
+) -> tuple[list, list]:
+    """POST one ticket every 1/rate seconds (a steady stream, not a burst): ticket i leaves at
+    t0 + i/rate from a pool of client threads, so a slow answer does not delay the next ticket."""
+    import threading
+
+    import requests
+    from load import MESSAGE
+
+    filed, errors, lock = [], [], threading.Lock()
+    todo = list(enumerate(orders))
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json", "X-Forwarded-Proto": "https"}
+    t0 = time.monotonic()
+
+    def client():
+        session = requests.Session()
+        while True:
+            with lock:
+                if not todo:
+                    return
+                i, (order, customer) = todo.pop(0)
+            time.sleep(max(0.0, t0 + i / rate - time.monotonic()))
+            if time.monotonic() > deadline:
+                return
+            body = {"order": order, "customer": customer, "message": MESSAGE, "requested_amount": "120.00"}
+            sent = time.time()
+            try:
+                response = session.post(f"{base}/api/tickets", data=json.dumps(body), headers=headers, timeout=30)
+            except requests.RequestException as exc:
+                with lock:
+                    errors.append(f"{order}: {type(exc).__name__}: {exc}")
+                continue
+            with lock:
+                if response.status_code == 201:
+                    filed.append((response.json()["id"], sent))
+                else:
+                    errors.append(f"{order}: HTTP {response.status_code} {response.text[:200]}")
+
+    # Enough clients that a few slow answers never hold back the schedule.
+    threads = [threading.Thread(target=client) for _ in range(max(4, int(rate * 2)))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(max(0.1, deadline - time.monotonic()))
+    return filed, errors
+
+
 def usage_of(ids: list[int]) -> dict:
     from django.db.models import Sum
 
@@ -111,6 +177,12 @@ def main() -> int:
     parser.add_argument("--agent-concurrency", type=int, default=100)
     parser.add_argument("--pool-size", type=int, default=10, help="the agent worker's connection pool (0: none)")
     parser.add_argument("--gunicorn-workers", type=int, default=3)
+    parser.add_argument(
+        "--rate", type=float, default=0, help="tickets a second, filed steadily (0: all at once, a burst)"
+    )
+    parser.add_argument(
+        "--py-spy", default="", help="write a py-spy profile of the agent worker here (.txt: collapsed)"
+    )
     parser.add_argument("--timeout", type=float, default=900, help="seconds for the whole run, at most")
     args = parser.parse_args()
 
@@ -206,10 +278,34 @@ def main() -> int:
         calls_before = replies.answered
         replies.in_flight_max = 0
 
+        roots = {name: proc.pid for name, proc in procs.procs}
+        cpu_before = {name: cpu_seconds(pid) for name, pid in roots.items()}
+        load_before = os.getloadavg()
+        spy = None
+        if args.py_spy:
+            import subprocess
+
+            spy = subprocess.Popen(
+                [str(PYTHON_BIN / "py-spy"), "record", "--pid", str(roots["agent"]), "--format", "raw", "--nonblocking"]
+                + ["-o", args.py_spy, "--rate", "50"],
+                stdout=subprocess.DEVNULL,
+                stderr=open(logs / "py-spy.log", "w"),
+            )
         t0 = time.time()
-        filed, errors = file_tickets(base, token, orders[2:], args.tickets, deadline)
+        if args.rate > 0:
+            filed, errors = file_at_rate(base, token, orders[2:], args.rate, deadline)
+        else:
+            filed, errors = file_tickets(base, token, orders[2:], args.tickets, deadline)
         filed_at = time.time()
         state = watch([pk for pk, _ in filed], deadline, in_flight)
+        cpu_used = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in roots.items()}
+        load_after = os.getloadavg()
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            try:
+                spy.wait(timeout=30)
+            except Exception:
+                spy.kill()
     finally:
         procs.stop()
         fake.stop()
@@ -230,8 +326,10 @@ def main() -> int:
     read, write, plain, output = (usage[k] or 0 for k in ("cache_read", "cache_write", "input", "output"))
     share = read / (read + write + plain) if read + write + plain else 0.0
     usd = (usage["cost"] or 0) / n
+    within = sum(1 for x in latencies if x <= 3 * floor)
+    arrival = f"at {args.rate:g} a second" if args.rate > 0 else "at once"
     print(
-        f"\nmodel latency: {args.tickets} tickets filed at once over HTTP; fake Messages API at "
+        f"\nmodel latency: {args.tickets} tickets filed {arrival} over HTTP; fake Messages API at "
         f"{args.turn_seconds} s a turn (cache minimum {args.min_cacheable} tokens); gunicorn "
         f"{args.gunicorn_workers} workers; agent worker -Q agent --pool={args.agent_pool} "
         f"--concurrency={args.agent_concurrency} (connection pool {args.pool_size or 'off'}); money worker "
@@ -254,13 +352,28 @@ def main() -> int:
         f"tokens per ticket: input {plain / n:.0f}, cache write {write / n:.0f}, cache read {read / n:.0f}, "
         f"output {output / n:.0f}; cache-read share {share:.2f}; USD per ticket {usd:.4f} at {MODEL} list prices"
     )
+    product = cpu_used["gunicorn"] + cpu_used["agent"] + cpu_used["money"]
+    print(
+        "CPU seconds: "
+        + ", ".join(
+            f"{name} {seconds:.1f} s ({1000 * seconds / n:.1f} ms a ticket)" for name, seconds in cpu_used.items()
+        )
+        + f"; product {1000 * product / n:.1f} ms a ticket (the fake model and this client not counted)"
+    )
+    print(
+        f"within 3x one ticket alone ({3 * floor:.1f} s): {within} of {len(sent)} ({within / args.tickets:.1%}); "
+        f"errors {len(errors)}; load average {load_before[0]:.2f} before, {load_after[0]:.2f} after"
+    )
     for line in errors[:20]:
         print(f"  error: {line}")
     print(f"(server logs: {logs})", flush=True)
     print(
         f"model_latency tickets={args.tickets} ok={ok} tickets_per_s={ok / span if ok else 0:.2f} "
         f"in_flight_max={max(in_flight, default=0)} floor_s={floor:.1f} cache_read_share={share:.2f} "
-        f"usd_per_ticket={usd:.4f}"
+        f"usd_per_ticket={usd:.4f} rate={args.rate:g} within_3x={within / args.tickets:.3f} errors={len(errors)} "
+        f"cpu_ms_web={1000 * cpu_used['gunicorn'] / n:.1f} cpu_ms_worker={1000 * cpu_used['agent'] / n:.1f} "
+        f"cpu_ms_money={1000 * cpu_used['money'] / n:.1f} cpu_ms_product={1000 * product / n:.1f} "
+        f"load1={load_after[0]:.2f}"
     )
     return 0
 

@@ -8,6 +8,7 @@ wait the API asked for; the loop waits that out for a long outage (agent.loop).
 """
 
 import copy
+import functools
 from decimal import Decimal
 
 import anthropic
@@ -19,6 +20,22 @@ from .base import ModelTurn, ProviderError, ToolCall, ToolSpec, Usage
 from .pricing import usage_cost_usd
 
 EPHEMERAL = {"type": "ephemeral"}
+
+
+@functools.lru_cache(maxsize=8)
+def _client(api_key: str, base_url: str | None, timeout: float, max_retries: int) -> anthropic.Anthropic:
+    """One SDK client per setting, shared by every run of the process (the client is thread-safe).
+    Building one loads the CA bundle into a new SSL context and a new connection pool: under a
+    steady load that was a third of the agent worker's CPU (docs/performance.md), and a client
+    per run also opened a new TLS connection to the provider for every ticket."""
+    return anthropic.Anthropic(
+        api_key=api_key,
+        base_url=base_url,
+        timeout=timeout,
+        max_retries=max_retries,
+        # The SDK's own span of each call nests under ours; never with content (unredacted).
+        open_telemetry={"traces": {"content_mode": "metadata_only"}},
+    )
 
 
 class AnthropicProvider:
@@ -42,13 +59,11 @@ class AnthropicProvider:
         # then stops the run `failed` with this reason instead of the task crashing.
         self.client = None
         if api_key:
-            self.client = anthropic.Anthropic(
-                api_key=api_key,
-                base_url=base_url if base_url is not None else settings.ANTHROPIC_BASE_URL,
-                timeout=settings.ANTHROPIC_TIMEOUT_SECONDS if timeout is None else timeout,
-                max_retries=self.max_retries,
-                # The SDK's own span of each call nests under ours; never with content (unredacted).
-                open_telemetry={"traces": {"content_mode": "metadata_only"}},
+            self.client = _client(
+                api_key,
+                base_url if base_url is not None else settings.ANTHROPIC_BASE_URL,
+                settings.ANTHROPIC_TIMEOUT_SECONDS if timeout is None else timeout,
+                self.max_retries,
             )
 
     # -- the Provider interface -------------------------------------------------------------
