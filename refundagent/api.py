@@ -10,7 +10,7 @@ from approvals.selectors import approvals_for_tenant
 from ledger.pagination import LimitOffsetPage, SerializedQuerySet
 from ledger.tenancy import tenant_for_user, user_require_access
 
-from .emails import ticket_reply_send
+from .replies_send import ticket_reply_send
 from .schemas import (
     AssignIn,
     ProposalIn,
