@@ -38,25 +38,34 @@ def owner(name: str) -> str | None:
 
 def referenced_apps(path: Path, root: Path = ROOT) -> set[str]:
     """Every layer (and the wiring) the module imports, relatively or not, or names by string."""
-    tree = ast.parse(path.read_text(), filename=str(path))
+    names = []
+    for node, imported in import_nodes(path, root):
+        if imported is not None:
+            names.extend(imported)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and DOTTED.fullmatch(node.value):
+            names.append(node.value)
+    return {o for o in map(owner, names) if o is not None}
+
+
+def import_nodes(path: Path, root: Path = ROOT):
+    """Every node of the module (top level or inside a function), with the absolute names an
+    import statement imports (relative ones resolved; `from a import b` gives `a` and `a.b`, as
+    `from refundagent import config` imports the wiring as much as `import refundagent.config`),
+    or None for any other node."""
     module = module_name(path, root)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    names = []
-    for node in ast.walk(tree):
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
         if isinstance(node, ast.Import):
-            names.extend(alias.name for alias in node.names)
+            yield node, [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1])
                 base = ".".join(p for p in (base, node.module) if p)
             else:
                 base = node.module or ""
-            names.append(base)
-            # `from refundagent import config` imports the wiring as much as `import refundagent.config`.
-            names.extend(f"{base}.{alias.name}" for alias in node.names)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and DOTTED.fullmatch(node.value):
-            names.append(node.value)
-    return {o for o in map(owner, names) if o is not None}
+            yield node, [base, *(f"{base}.{alias.name}" for alias in node.names)]
+        else:
+            yield node, None
 
 
 def domain_modules(layer: str):
@@ -158,7 +167,6 @@ def imported_modules(path: Path, modules: dict[str, Path], root: Path = ROOT) ->
     import resolved to the deepest product module it names (`from a.b import c` is `a.b.c` when
     that is a module, else `a.b`)."""
     module = module_name(path, root)
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
 
     def deepest(name: str) -> str | None:
         parts = name.split(".")
@@ -167,17 +175,7 @@ def imported_modules(path: Path, modules: dict[str, Path], root: Path = ROOT) ->
                 return ".".join(parts[:end])
         return None
 
-    names = []
-    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
-        if isinstance(node, ast.Import):
-            names.extend(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1])
-                base = ".".join(p for p in (base, node.module) if p)
-            else:
-                base = node.module or ""
-            names.extend(f"{base}.{alias.name}" for alias in node.names)
+    names = [name for _, imported in import_nodes(path, root) if imported for name in imported]
     return {target for target in map(deepest, names) if target is not None} - {module}
 
 
