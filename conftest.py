@@ -230,6 +230,37 @@ def make_user(tenant):
     return make
 
 
+# Who works the shop in a test, by username: their roles and fields.
+STAFF = {
+    "support": (("support",), {}),
+    "support2": (("support",), {}),
+    # support and finance: works the queue in the admin
+    "lead": (("support", "finance"), {}),
+    "finance": (("finance",), {}),
+    "finance2": (("finance",), {}),
+    "operator": (("operator",), {"is_staff": True}),
+}
+
+
+@pytest.fixture
+def people(request, make_user, policy):
+    """The shop's people on `policy`, by username: support and finance, or those a test module
+    lists in its `PEOPLE` (names of STAFF), created in that order."""
+    names = getattr(request.module, "PEOPLE", ("support", "finance"))
+    return {name: make_user(name, *STAFF[name][0], **STAFF[name][1]) for name in names}
+
+
+@pytest.fixture
+def login(client, user):
+    """login("finance") -> the test client, signed in as that user of the demo shop."""
+
+    def as_user(username):
+        client.force_login(user(username))
+        return client
+
+    return as_user
+
+
 # --- tickets --------------------------------------------------------------------------------------
 
 

@@ -27,10 +27,10 @@ in order per ticket, until it works. Nothing is dropped.
   yet written to the ledger, is held (approval_request_hold_for_dispute, approvals.services.invalidation).
 """
 
-from django.db import transaction
 from django.dispatch import receiver
 
 from ledger.models import RefundEntry, RefundStatus
+from ledger.outbox import publish_on_commit
 from ledger.services import REFUSED_STATUSES
 from ledger.signals import order_dispute_changed, refund_entry_status_changed
 
@@ -80,8 +80,7 @@ def approval_follow_refund_status(*, entry: RefundEntry, to_status: str, reason:
         return approval_payment_failed(request=request, entry=entry, reason=reason)
     if to_status == RefundStatus.SUCCEEDED and request.status == ApprovalRequest.Status.APPROVED:
         # The replay, not only the verification: see the module doc.
-        request_id = request.pk
-        transaction.on_commit(lambda: approval_execution_publish(request_id=request_id))
+        publish_on_commit(approval_execution_publish, request_id=request.pk)
     return request
 
 

@@ -12,10 +12,12 @@ Executing twice is safe: the ledger and the provider are keyed by the request's 
 import logging
 from datetime import timedelta
 
-from django.db import DatabaseError, transaction
+from django.db import transaction
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
+
+from ledger.outbox import outbox_publish, publish_on_commit
 
 from .models import ApprovalRequest, PolicyReplay
 from .replay import DEFAULT_DAYS, policy_replay_create
@@ -28,34 +30,17 @@ def approval_execution_publish(*, request_id: int) -> bool:
     """Enqueue the execution of one approved request; True if the broker took it. Never raises:
     the instruction is already committed and the sweep re-sends what this could not."""
     now = timezone.now()
-    try:
-        approval_execute_task.delay(request_id)
-    except Exception as exc:  # noqa: BLE001 - any broker failure; the sweep recovers the instruction
-        logger.error(
-            "approval %s: enqueueing its execution failed (%s); the sweep will re-send it",
-            request_id,
-            exc,
-            extra={"approval": request_id},
-        )
-        _dispatch_record(
-            request_id,
-            dispatch_attempts=F("dispatch_attempts") + 1,
-            dispatch_error=f"{type(exc).__name__}: {exc}"[:2000],
-        )
-        return False
-    _dispatch_record(request_id, dispatched_at=now, dispatch_attempts=F("dispatch_attempts") + 1, dispatch_error="")
-    return True
-
-
-def _dispatch_record(request_id: int, **fields) -> None:
-    """Bookkeeping of a hand-off, after the decision committed: a database that is gone just
-    now costs the sweep's grace at most, never the decision's answer."""
-    try:
-        ApprovalRequest.objects.filter(pk=request_id).update(**fields)
-    except DatabaseError as exc:
-        logger.warning(
-            "approval %s: recording its hand-off failed (%s)", request_id, exc, extra={"approval": request_id}
-        )
+    return outbox_publish(
+        lambda: approval_execute_task.delay(request_id),
+        what=f"approval {request_id}: its execution",
+        extra={"approval": request_id},
+        handed_over=lambda: ApprovalRequest.objects.filter(pk=request_id).update(
+            dispatched_at=now, dispatch_attempts=F("dispatch_attempts") + 1, dispatch_error=""
+        ),
+        not_handed_over=lambda exc: ApprovalRequest.objects.filter(pk=request_id).update(
+            dispatch_attempts=F("dispatch_attempts") + 1, dispatch_error=f"{type(exc).__name__}: {exc}"[:2000]
+        ),
+    )
 
 
 def approval_executions_due(*, older_than: timedelta):
@@ -91,5 +76,5 @@ def policy_replay_start(*, tenant, draft_version: str, days: int = DEFAULT_DAYS,
     Should the broker lose it, the replay stays `queued` and is started again from the admin."""
     with transaction.atomic():
         replay = policy_replay_create(tenant=tenant, draft_version=draft_version, days=days, user=user)
-        transaction.on_commit(lambda: policy_replay_task.delay(replay.pk))
+        publish_on_commit(policy_replay_task.delay, replay_id=replay.pk)
     return replay

@@ -10,8 +10,8 @@ from approvals.selectors import approvals_for_tenant
 from ledger.pagination import LimitOffsetPage, SerializedQuerySet
 from ledger.tenancy import tenant_for_user, user_require_access
 
-from .emails import ticket_reply_send
 from .models import Ticket
+from .replies_send import ticket_reply_send
 from .schemas import (
     AssignIn,
     ProposalIn,

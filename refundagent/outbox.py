@@ -6,16 +6,23 @@ publish to Celery after commit (`ticket_run_publish`) is an optimisation: if the
 it is logged and the request still succeeds (201); the sweep (refundagent.sweep) enqueues again
 queued tickets not picked up within the grace period, and running tickets whose run's lease
 expired. Running twice is safe: the loop claims a ticket by compare-and-set (agent_run_claim).
+
+A customer reply's row is its own delivery instruction the same way: support's Send writes it,
+`ticket_reply_publish` hands it to a worker after commit, and the sweep hands over again what
+was lost.
 """
 
 import logging
 
-from django.db import DatabaseError, transaction
+from django.db import transaction
 from django.utils import timezone
 
+from ledger.outbox import outbox_publish, publish_on_commit
+
 from .agent.shadow import model_replay_create
+from .emails import ticket_reply_hand_over
 from .models import ModelReplay, Ticket
-from .tasks import agent_run_ticket_task, model_replay_task
+from .tasks import agent_run_ticket_task, model_replay_task, ticket_reply_deliver_task
 
 logger = logging.getLogger(__name__)
 
@@ -29,27 +36,24 @@ def ticket_run_publish(*, ticket_id: int, mark_dispatched: bool = True) -> bool:
     from the later of the two. Only the sweep's re-sends write the mark, which saves every
     ticket one UPDATE."""
     now = timezone.now()
-    try:
-        agent_run_ticket_task.delay(ticket_id)
-    except Exception as exc:  # noqa: BLE001 - any broker failure; the sweep recovers the instruction
-        logger.error(
-            "ticket %s: enqueueing its agent run failed (%s); the sweep will re-send it",
-            ticket_id,
-            exc,
-            extra={"ticket": ticket_id},
-        )
-        return False
-    if mark_dispatched:
-        try:
-            Ticket.objects.filter(pk=ticket_id).update(run_dispatched_at=now)
-        except DatabaseError as exc:  # the mark only spares a duplicate send; the broker has the task
-            logger.warning("ticket %s: recording its hand-off failed (%s)", ticket_id, exc, extra={"ticket": ticket_id})
-    return True
+    return outbox_publish(
+        lambda: agent_run_ticket_task.delay(ticket_id),
+        what=f"ticket {ticket_id}: its agent run",
+        extra={"ticket": ticket_id},
+        handed_over=(lambda: Ticket.objects.filter(pk=ticket_id).update(run_dispatched_at=now))
+        if mark_dispatched
+        else None,
+    )
+
+
+def ticket_reply_publish(*, reply_id: int) -> bool:
+    """Hand one customer reply to a worker; True if the broker took it. Never raises."""
+    return ticket_reply_hand_over(reply_id=reply_id, enqueue=lambda: ticket_reply_deliver_task.delay(reply_id))
 
 
 def model_replay_start(*, tenant, provider: str, model: str = "", days: int = 30, limit=None, user=None) -> ModelReplay:
     """A model replay queued on Celery once committed (the admin's form; its page shows the progress)."""
     with transaction.atomic():
         replay = model_replay_create(tenant=tenant, provider=provider, model=model, days=days, limit=limit, user=user)
-        transaction.on_commit(lambda: model_replay_task.delay(replay.pk))
+        publish_on_commit(model_replay_task.delay, replay_id=replay.pk)
     return replay

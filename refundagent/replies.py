@@ -11,6 +11,10 @@ request: the ticket then waits for finance again. Its reply keeps saying that th
 the request and is now looking at the new request's amount (not the neutral first-draft text,
 which would drop what finance changed); the approval, refund, denial or payment failure that
 follows speaks of that newest request.
+
+Which outcomes a reply may be sent for (`SENDABLE`) and the key of one outcome
+(`ticket_reply_key`) live here too: the ticket page reads them, support's Send
+(refundagent.replies_send) writes by them and the delivery (refundagent.emails) re-checks them.
 """
 
 from approvals.destinations import approval_request_entries
@@ -19,6 +23,41 @@ from approvals.selectors import approval_latest_for_ticket
 from ledger.models import PaymentMethod, RefundStatus
 
 from .models import Ticket
+
+# The outcomes a reply may speak of: true and final. `refunded` only once the ledger entry
+# succeeded (the ticket becomes refunded no earlier); `denied`, `closed`; a holding reply while a
+# person has the ticket (`escalated`, `failed`); and `payment_failed`, the truth after a refund
+# the provider refused (the correction of an earlier "we have refunded").
+SENDABLE = (
+    Ticket.Status.REFUNDED,
+    Ticket.Status.DENIED,
+    Ticket.Status.CLOSED,
+    Ticket.Status.ESCALATED,
+    Ticket.Status.FAILED,
+    Ticket.Status.PAYMENT_FAILED,
+)
+# The only outcome whose reply may say that money moved.
+MONEY_MOVED = (Ticket.Status.REFUNDED,)
+# Outcomes tied to one refund: the key names its approval request, so a refund paid again after a
+# correction is a new outcome with its own email.
+PER_REQUEST = (Ticket.Status.REFUNDED, Ticket.Status.PAYMENT_FAILED)
+
+
+def ticket_reply_key(*, ticket: Ticket) -> str:
+    """The key of the ticket's current outcome: its status, and for a refund's outcomes the
+    approval request it is about (`refunded:r17`)."""
+    if ticket.status in PER_REQUEST:
+        request = approval_latest_for_ticket(tenant=ticket.tenant_id, ticket_ref=ticket.pk)
+        if request is not None:
+            return f"{ticket.status}:r{request.pk}"
+    return str(ticket.status)
+
+
+def ticket_denied_by_a_person(ticket: Ticket) -> bool:
+    """Finance denied the ticket's newest request (the gate's own denials make none)."""
+    request = approval_latest_for_ticket(tenant=ticket.tenant_id, ticket_ref=ticket.pk)
+    return request is not None and request.status == "denied" and request.decided_by_id is not None
+
 
 REPLIES: dict[str, str] = {
     "approval_required": (

@@ -9,8 +9,8 @@ from ledger.exceptions import NotFound
 from ledger.models import Customer, Order, PaymentMethod
 from ledger.selectors import order_refund_position
 
-from .emails import SENDABLE, ticket_denied_by_a_person, ticket_reply_key
 from .models import QUEUE_STATUSES, RefundDraft, Ticket
+from .replies import SENDABLE, ticket_denied_by_a_person, ticket_reply_key
 
 
 def ticket_list(*, tenant, status: str | None = None) -> QuerySet:

@@ -9,7 +9,7 @@ admin; the app's ready() imports this module so every worker knows the task). Th
   failed on a provider outage (run again after a wait, a few times);
 - ledger: pending payouts polled at the provider, unprocessed webhook events (ledger.sweep);
 - replies: customer emails not delivered within the grace, or whose worker died
-  (refundagent.emails);
+  (refundagent.emails, refundagent.outbox);
 - Zendesk: tickets its webhook stored and no worker filed, notes owed to it (refundagent.zendesk).
 
 Each job is idempotent (every side effect is keyed), so a sweep that overlaps a slow worker
@@ -29,9 +29,9 @@ from approvals.followups import approval_followups_deliver
 from approvals.outbox import approval_executions_sweep
 from ledger.sweep import refund_entries_poll, webhook_events_republish
 
-from .emails import ticket_replies_sweep
-from .models import AgentRun, Ticket
-from .outbox import ticket_run_publish
+from .emails import reply_lease
+from .models import AgentRun, Ticket, TicketReply
+from .outbox import ticket_reply_publish, ticket_run_publish
 from .services import ticket_rerun
 from .zendesk.inbound import zendesk_inbound_sweep
 from .zendesk.writeback import zendesk_writes_sweep
@@ -133,3 +133,28 @@ def outbox_sweep() -> dict[str, int]:
 @shared_task(ignore_result=True)
 def outbox_sweep_task() -> dict[str, int]:
     return outbox_sweep()
+
+
+def ticket_replies_sweep(*, older_than: timedelta, limit: int = 200) -> int:
+    """Hand to a worker again the replies a lost message or a dead worker left behind: queued or
+    retrying and due, last handed over more than `older_than` ago; or `sending` past the lease."""
+    now = timezone.now()
+    cutoff = now - older_than
+    due = (
+        TicketReply.objects.filter(
+            Q(
+                status__in=(TicketReply.Status.QUEUED, TicketReply.Status.RETRYING),
+                next_attempt_at__lte=now,
+                created_at__lte=cutoff,
+            )
+            & (Q(dispatched_at=None) | Q(dispatched_at__lte=cutoff))
+            | Q(status=TicketReply.Status.SENDING, claimed_at__lte=now - reply_lease())
+        )
+        .order_by("next_attempt_at", "id")
+        .values_list("pk", flat=True)[:limit]
+    )
+    sent = 0
+    for reply_id in due:
+        logger.warning("reply %s: not delivered within the grace period; handed to a worker again", reply_id)
+        sent += ticket_reply_publish(reply_id=reply_id)
+    return sent

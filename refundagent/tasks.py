@@ -3,10 +3,9 @@
 from celery import shared_task
 from django.db import InterfaceError, OperationalError
 
-# Modules, not names: emails hands its rows to the task below (a cycle resolved at call time).
-from . import emails
 from .agent.loop import agent_run_ticket
 from .agent.shadow import model_replay_run
+from .emails import ticket_reply_deliver, ticket_reply_hand_over
 
 
 @shared_task(
@@ -41,4 +40,11 @@ def model_replay_task(replay_id: int) -> None:
 def ticket_reply_deliver_task(reply_id: int) -> None:
     """Deliver one customer reply (refundagent.emails). Safe to run twice: the row is claimed
     by compare-and-set, and the sweep re-sends what a dead worker left."""
-    emails.ticket_reply_deliver(reply_id=reply_id)
+    ticket_reply_deliver(reply_id=reply_id, deliver_later=_ticket_reply_deliver_later)
+
+
+def _ticket_reply_deliver_later(reply_id: int, countdown: int) -> bool:
+    """A failed attempt's retry: this task again, after the backoff."""
+    return ticket_reply_hand_over(
+        reply_id=reply_id, enqueue=lambda: ticket_reply_deliver_task.apply_async((reply_id,), countdown=countdown)
+    )

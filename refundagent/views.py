@@ -23,7 +23,6 @@ from ledger.selectors import order_refund_position
 from ledger.tenancy import tenant_for_user, user_require_access, user_roles
 
 from . import selectors
-from .emails import ticket_reply_send
 from .forms import (
     CUSTOMER_ID_MAX,
     CloseForm,
@@ -37,6 +36,7 @@ from .forms import (
 )
 from .labels import label
 from .models import QUEUE_STATUSES, Ticket
+from .replies_send import ticket_reply_send
 from .services import ticket_assign, ticket_close, ticket_create, ticket_escalate
 from .ticket_state import ticket_transition_allowed
 from .tracing import trace_export

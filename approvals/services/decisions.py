@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from ledger.exceptions import DomainError, InvalidInput, NotFound
 from ledger.money import money_check_currency, money_parse
+from ledger.outbox import publish_on_commit
 from ledger.selectors import order_refund_position
 from ledger.telemetry import traced
 from ledger.tenancy import tenant_for_user, user_require_role, user_roles
@@ -230,8 +231,7 @@ def _approval_vote_approve(*, request, user, args_hash, note, now) -> None:
             raise ApprovalConflict(f"Request #{request.pk} was decided by someone else.", code="already_decided")
         # The approved row is the execution instruction (approvals.outbox); the publish after
         # commit only saves the sweep's wait, and a broker outage never fails the decision.
-        request_id = request.pk
-        transaction.on_commit(lambda: approval_execution_publish(request_id=request_id))
+        publish_on_commit(approval_execution_publish, request_id=request.pk)
     request.refresh_from_db()
     event = approval_approved if request.status == ApprovalRequest.Status.APPROVED else approval_vote_recorded
     event.send(sender=ApprovalRequest, request=request, vote=vote, actor=user)

@@ -24,6 +24,8 @@ import pytest
 import requests
 from django.conf import settings
 
+from tests.helpers import wait_for as shared_wait_for
+
 ROOT = Path(__file__).resolve().parents[2]
 PG_BIN = Path(os.getenv("PG_BIN", "/usr/lib/postgresql/15/bin"))
 PYTHON_BIN = Path(sys.executable).parent
@@ -94,16 +96,8 @@ def manage(env: dict, *args) -> str:
 
 
 def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-        except (psycopg.OperationalError, requests.RequestException):
-            value = None
-        if value:
-            return value
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
+    # The database or the fake is down on purpose for a while: that is "not yet".
+    return shared_wait_for(predicate, timeout, what, tolerate=(psycopg.OperationalError, requests.RequestException))
 
 
 @pytest.fixture

@@ -14,20 +14,12 @@ from refundagent.models import Ticket
 from refundagent.sweep import outbox_sweep_task
 from refundagent.tests.test_receivers import decide, spans, ticket_with_request
 from tests.factories import manual_payout_record_when_written
+from tests.helpers import wait_for
 
 # The fault injection lives with the tests (refundagent/tests/faults/sitecustomize.py), loaded
 # into the worker through PYTHONPATH: the product has no fault hook.
 FAULTS = Path(__file__).parent / "faults"
 FOLLOW_VERIFIED_FAIL_ONCE_ENV = "TICKET_FOLLOW_VERIFIED_FAIL_ONCE_MARKER"
-
-
-def wait_for(predicate, timeout=90.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.5)
-    return False
 
 
 @pytest.mark.worker

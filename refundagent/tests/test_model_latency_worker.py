@@ -16,16 +16,7 @@ from approvals.services.decisions import approval_request_decide
 from ledger.models import RefundEntry
 from refundagent.models import Ticket, TraceEvent
 from refundagent.tests.fake_anthropic import FakeAnthropic, PlannedReplies
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
+from tests.helpers import wait_for
 
 
 def file(user, order="ORD-5001", message="Broken headphones, refund $120."):

@@ -25,6 +25,7 @@ from ledger.tests.fake_stripe import FakeStripe, payments_follow_ledger
 from refundagent.models import Ticket
 from refundagent.sweep import outbox_sweep_task
 from refundagent.tests.payments_support import ticket_awaiting_approval
+from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
 
@@ -127,15 +128,6 @@ def shop(policy, make_order, make_user):
         "support": make_user("support", "support"),
         "finance": make_user("finance", "finance"),
     }
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def request_status(request) -> str:

@@ -21,11 +21,6 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def people(make_user, policy):
-    return {"support": make_user("support", "support"), "finance": make_user("finance", "finance")}
-
-
-@pytest.fixture
 def make_ticket(people, customer, make_order):
     """make_ticket(status, filed_days_ago) -> a ticket of its own order, filed that long ago."""
 

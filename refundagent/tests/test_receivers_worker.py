@@ -2,7 +2,6 @@
 redelivered task finishes the job, and there is still one ledger entry."""
 
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -11,20 +10,12 @@ from ledger.models import RefundEntry
 from refundagent.models import Ticket
 from refundagent.tests.test_receivers import decide, spans, ticket_with_request
 from tests.factories import manual_payout_record_when_written
+from tests.helpers import wait_for
 
 # The fault injection lives with the tests (refundagent/tests/faults/sitecustomize.py), loaded
 # into the worker through PYTHONPATH: the product has no crash hook.
 FAULTS = Path(__file__).parent / "faults"
 CRASH_AFTER_LEDGER_WRITE_ENV = "APPROVALS_CRASH_AFTER_LEDGER_WRITE_MARKER"
-
-
-def wait_for(predicate, timeout=90.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.5)
-    return False
 
 
 @pytest.mark.worker

@@ -25,11 +25,6 @@ RATIONALE = "The order is in the window, so 150.00 USD is refundable in full."
 
 
 @pytest.fixture
-def people(make_user, policy):
-    return {"support": make_user("support", "support"), "finance": make_user("finance", "finance")}
-
-
-@pytest.fixture
 def waiting(people, customer, make_order, policy):
     """A ticket the agent stopped at approval_required: its draft for 150.00 and the request."""
     order = make_order("150.00", days_old=3)

@@ -15,18 +15,9 @@ from refundagent.models import Ticket, TicketReply
 from refundagent.sweep import outbox_sweep
 from refundagent.tasks import ticket_reply_deliver_task
 from refundagent.tests.payments_support import approve, ticket_awaiting_approval
+from tests.helpers import wait_for
 
 pytestmark = [pytest.mark.worker, pytest.mark.django_db(transaction=True)]
-
-
-def wait_for(check, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.3)
-    return check()
 
 
 @pytest.fixture

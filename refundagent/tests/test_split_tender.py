@@ -19,11 +19,6 @@ from refundagent.tests.payments_support import order_paid, ticket_gated
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def people(make_user, policy):
-    return {"support": make_user("support", "support"), "finance": make_user("finance", "finance")}
-
-
 def file_refund(order, filer, amount, *, refund_to=None, key="split-1"):
     """What the agent's decision does with a draft: the gate, then the request if it allows one."""
     return ticket_gated(order=order, filer=filer, amount=amount, key=key, refund_to=refund_to)

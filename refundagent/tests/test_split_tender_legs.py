@@ -26,13 +26,8 @@ from refundagent.tests.test_late_provider_failure import post_event, refund_even
 pytestmark = pytest.mark.django_db
 
 
-@pytest.fixture
-def people(make_user, policy):
-    return {
-        "support": make_user("support", "support"),
-        "finance": make_user("finance", "finance"),
-        "finance2": make_user("finance2", "finance"),
-    }
+# The shop's people this module works with (conftest.STAFF).
+PEOPLE = ("support", "finance", "finance2")
 
 
 def approve(request, finance, capture, *, execute=True):

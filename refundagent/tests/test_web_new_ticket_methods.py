@@ -18,15 +18,6 @@ METHODS = reverse("ticket_new_methods")
 FORM = {"order": "ORD-5005", "customer": "CUST-1001", "message": "Socks arrived torn.", "items": "ITEM-6"}
 
 
-@pytest.fixture
-def login(client, user):
-    def as_user(username):
-        client.force_login(user(username))
-        return client
-
-    return as_user
-
-
 def _options(html: str) -> list[str]:
     """The values of the refund_to select's options, in order."""
     select = html.split('<select name="refund_to"', 1)[1].split("</select>", 1)[0]

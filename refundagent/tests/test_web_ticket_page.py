@@ -30,15 +30,6 @@ def ticket(user, django_capture_on_commit_callbacks):
         )
 
 
-@pytest.fixture
-def login(client, user):
-    def as_user(username):
-        client.force_login(user(username))
-        return client
-
-    return as_user
-
-
 def _stopped_for_approval(ticket: Ticket) -> ApprovalRequest:
     """Given the agent drafted a refund and the gate asked finance for the allowed amount."""
     run = AgentRun.objects.create(ticket=ticket, provider="offline", status=AgentRun.Status.STOPPED)

@@ -14,15 +14,6 @@ def ticket_defaults():
     return {"order": "ORD-5001", "message": "My headphones broke, please refund.", "hold_agent": True}
 
 
-@pytest.fixture
-def login(client, user):
-    def as_user(username):
-        client.force_login(user(username))
-        return client
-
-    return as_user
-
-
 @pytest.mark.parametrize("name,args", [("tickets", []), ("ticket_new", []), ("ticket", [1]), ("ticket_status", [1])])
 def test_pages_require_login(client, demo, name, args):
     url = reverse(name, args=args)

@@ -8,6 +8,7 @@ import pytest
 from approvals.models import ApprovalRequest
 from ledger.models import RefundEntry
 from refundagent.models import AgentRun, RefundDraft, Ticket, TraceEvent
+from tests.helpers import wait_for
 
 # The offline planner pauses a second before each turn (a slow model), and unacknowledged
 # messages become visible again 3 s after delivery, so the restarted worker picks the killed
@@ -18,16 +19,6 @@ WORKER_ENV = {
     "CELERY_VISIBILITY_TIMEOUT": "3",
     "AGENT_LEASE_SECONDS": "2",
 }
-
-
-def wait_for(predicate, timeout: float, what: str):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 @pytest.mark.worker

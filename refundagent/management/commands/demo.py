@@ -24,8 +24,8 @@ from ledger.models import RefundEntry, RefundStatus
 from ledger.selectors import order_get
 from ledger.services import ledger_refund_record_paid
 from refundagent.demo import DEMO_USERS, demo_inbox_email, demo_seed
-from refundagent.emails import ticket_reply_send
 from refundagent.models import Ticket, TicketReply
+from refundagent.replies_send import ticket_reply_send
 from refundagent.services import ticket_create
 
 # What to open after the demo (docs/ui.md): the path and who it is for.
