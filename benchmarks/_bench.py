@@ -84,6 +84,23 @@ def django_setup(url: str, **env):
     call_command("migrate", verbosity=0, interactive=False)
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process and its children, live and reaped (psutil reads /proc)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        total = sum(root.cpu_times()[:4])  # user, system, children_user, children_system
+        for child in root.children(recursive=True):
+            try:
+                total += sum(child.cpu_times()[:2])
+            except psutil.NoSuchProcess:
+                pass
+        return total
+    except psutil.NoSuchProcess:
+        return 0.0
+
+
 def p90(values: list[float]) -> float:
     return statistics.quantiles(values, n=10, method="inclusive")[8] if len(values) > 1 else values[0]
 
