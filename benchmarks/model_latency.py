@@ -268,6 +268,13 @@ def main() -> int:
     parser.add_argument(
         "--agent-workers", type=int, default=1, help="agent worker processes, each --agent-concurrency and its own pool"
     )
+    parser.add_argument(
+        "--model-cap",
+        type=int,
+        default=0,
+        help="AGENT_MODEL_CONCURRENCY and its per-tenant cap for the workers (0: the settings' defaults); "
+        "every ticket here is one tenant's",
+    )
     parser.add_argument("--filers", type=int, default=2, help="client processes filing the --rate stream")
     parser.add_argument("--pool-size", type=int, default=10, help="the agent worker's connection pool (0: none)")
     parser.add_argument("--gunicorn-workers", type=int, default=3)
@@ -311,6 +318,8 @@ def main() -> int:
         "PYTHONUNBUFFERED": "1",
     }
     env.pop("AGENT_SCRIPT", None)
+    if args.model_cap > 0:
+        env["AGENT_MODEL_CONCURRENCY"] = env["AGENT_MODEL_CONCURRENCY_PER_TENANT"] = str(args.model_cap)
     agent_env = dict(env)
     if args.pool_size > 0 and args.agent_pool != "prefork":
         agent_env["DATABASE_POOL_MAX_SIZE"] = str(args.pool_size)
@@ -429,7 +438,7 @@ def main() -> int:
         f"{args.turn_seconds} s a turn (cache minimum {args.min_cacheable} tokens); gunicorn "
         f"{args.gunicorn_workers} workers; {args.agent_workers} agent worker(s) -Q agent --pool={args.agent_pool} "
         f"--concurrency={args.agent_concurrency} (connection pool {args.pool_size or 'off'}); money worker "
-        f"-Q money --pool=prefork --concurrency=2; PostgreSQL {db_name(url)}; broker {broker}"
+        f"-Q money --pool=prefork --concurrency=2; model-call caps {args.model_cap or 'the defaults'}; PostgreSQL {db_name(url)}; broker {broker}"
     )
     print(
         f"one ticket alone: {floor:.1f} s (warm-up ticket {floors[0]:.1f} s); filing took {filed_at - t0:.1f} s "
@@ -472,7 +481,7 @@ def main() -> int:
         f"model_latency tickets={args.tickets} ok={ok} tickets_per_s={ok / span if ok else 0:.2f} "
         f"in_flight_max={max(in_flight, default=0)} floor_s={floor:.1f} cache_read_share={share:.2f} "
         f"usd_per_ticket={usd:.4f} rate={args.rate:g} within_3x={within / args.tickets:.3f} errors={len(errors)} "
-        f"p50_s={p50:.1f} p95_s={p95:.1f} agent_workers={args.agent_workers} "
+        f"p50_s={p50:.1f} p95_s={p95:.1f} agent_workers={args.agent_workers} model_cap={args.model_cap} "
         f"cpu_ms_web={1000 * cpu_used['gunicorn'] / n:.1f} cpu_ms_worker={1000 * cpu_agent / n:.1f} "
         f"cpu_ms_money={1000 * cpu_used['money'] / n:.1f} cpu_ms_product={1000 * product / n:.1f} "
         f"load1={load_after[0]:.2f}"
