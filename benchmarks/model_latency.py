@@ -279,6 +279,9 @@ def main() -> int:
     parser.add_argument("--pool-size", type=int, default=10, help="the agent worker's connection pool (0: none)")
     parser.add_argument("--gunicorn-workers", type=int, default=3)
     parser.add_argument(
+        "--gunicorn-threads", type=int, default=1, help="threads per gunicorn worker (1: sync, as compose)"
+    )
+    parser.add_argument(
         "--rate", type=float, default=0, help="tickets a second, filed steadily (0: all at once, a burst)"
     )
     parser.add_argument(
@@ -344,6 +347,8 @@ def main() -> int:
                 f"127.0.0.1:{port}",
                 "--workers",
                 str(args.gunicorn_workers),
+                "--threads",
+                str(args.gunicorn_threads),
                 "--log-level",
                 "warning",
             ],
@@ -436,7 +441,7 @@ def main() -> int:
     print(
         f"\nmodel latency: {args.tickets} tickets filed {arrival} over HTTP; fake Messages API at "
         f"{args.turn_seconds} s a turn (cache minimum {args.min_cacheable} tokens); gunicorn "
-        f"{args.gunicorn_workers} workers; {args.agent_workers} agent worker(s) -Q agent --pool={args.agent_pool} "
+        f"{args.gunicorn_workers} workers x {args.gunicorn_threads} threads; {args.agent_workers} agent worker(s) -Q agent --pool={args.agent_pool} "
         f"--concurrency={args.agent_concurrency} (connection pool {args.pool_size or 'off'}); money worker "
         f"-Q money --pool=prefork --concurrency=2; model-call caps {args.model_cap or 'the defaults'}; PostgreSQL {db_name(url)}; broker {broker}"
     )
