@@ -22,8 +22,15 @@ prices (agent.providers.pricing), and last:
 
     model_latency tickets=N ok=K tickets_per_s=R in_flight_max=M floor_s=F cache_read_share=S usd_per_ticket=U
 
+With --rate R the tickets are a steady stream instead: ticket i is due at t0 + i/R, filed by
+--filers client processes of their own (the fake model runs in another), so neither the fake
+nor the watcher here slows the arrival; it prints how late the POSTs left, the CPU of each of
+the product's processes a ticket, and the share within 3x one ticket alone.
+
 --agent-pool/--agent-concurrency/--pool-size run the agent's worker another way (e.g. prefork 2,
-as before, for the comparison in docs/performance.md). Everything it starts is stopped at the
+as before, for the comparison in docs/performance.md); --agent-workers starts several;
+--model-cap sets the workers' model-call caps (installation and tenant); --gunicorn-threads
+gives the web threads. Everything it starts is stopped at the
 end, and every wait is bounded. It asserts nothing.
 """
 

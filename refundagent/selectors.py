@@ -86,9 +86,7 @@ def ticket_provider_waiting_since(ticket: Ticket) -> datetime | None:
     """Since when the ticket's run waits on the model provider, or None (no query unless it runs)."""
     if ticket.status != Ticket.Status.RUNNING:
         return None
-    return (
-        runs_waiting_on_provider().filter(ticket=ticket).values_list("provider_waiting_since", flat=True).first()
-    )
+    return runs_waiting_on_provider().filter(ticket=ticket).values_list("provider_waiting_since", flat=True).first()
 
 
 def ticket_draft_latest(ticket: Ticket) -> RefundDraft | None:

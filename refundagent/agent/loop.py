@@ -362,7 +362,9 @@ class _Loop:
                         "attempt": attempt,
                         "wait_seconds": None if give_up else round(wait, 3),
                         "outage_seconds": round(outage, 3),
-                        "waiting_since": self.provider_waiting_since.isoformat() if self.provider_waiting_since else None,
+                        "waiting_since": self.provider_waiting_since.isoformat()
+                        if self.provider_waiting_since
+                        else None,
                     },
                 )
                 if not exc.transient:
