@@ -160,7 +160,8 @@ def agent_run_claim(*, ticket_id: int, task_id: str, provider: Provider) -> tupl
             ticket_id=ticket_id, status=AgentRun.Status.RUNNING, ticket__status=Ticket.Status.RUNNING
         )
         .filter(Q(claimed_by=task_id) | Q(lease_expires_at__lt=now))
-        .update(claimed_by=task_id, claimed_at=now, lease_expires_at=now + _lease())
+        # The task that takes the run over is not waiting on the provider (yet): a dead one's mark goes.
+        .update(claimed_by=task_id, claimed_at=now, lease_expires_at=now + _lease(), provider_waiting_since=None)
     )
     if taken == 1:
         return AgentRun.objects.get(ticket_id=ticket_id, status=AgentRun.Status.RUNNING), "resumed"

@@ -117,3 +117,17 @@ def test_a_dead_workers_waiting_mark_is_not_shown(ticket, watch, lease_left, wai
 
     assert WAITING not in seen["page"] and seen["poll"]["provider_waiting"] == ""
     assert seen["waiting"] == 0
+
+
+def test_a_task_that_takes_over_a_dead_workers_waiting_run_clears_its_mark(ticket, fake_anthropic):  # noqa: F811
+    # given a run whose worker died while it waited on the provider
+    dead = run_waiting(ticket, lease_left=timedelta(seconds=-1), waited=timedelta(seconds=5))
+
+    # when another task takes it over (the sweep's redelivery)
+    claimed = loop.agent_run_claim(ticket_id=ticket.pk, task_id="the-sweeps-task", provider=fake_anthropic.provider())
+
+    # then it is that run, and it is not waiting until its own model call says so
+    run, how = claimed
+    assert (run.pk, how) == (dead.pk, "resumed")
+    assert run.provider_waiting_since is None
+    assert not runs_waiting_on_provider().exists()
