@@ -1,11 +1,13 @@
 """What every provider fake shares: its own HTTP server on a free local port, served from a
-thread, and a handler that logs nothing (FakeStripe, FakeShopify, refundagent's FakeZendesk).
+thread, a handler that logs nothing, and one that answers JSON (FakeStripe, FakeShopify,
+refundagent's FakeZendesk).
 
 Each fake keeps its own faults: which calls take one, and what each does, is the provider's
 (Stripe's 402 card_declined on a refund, Zendesk's 429 with Retry-After on any call, Shopify's
 throttled or slow GraphQL).
 """
 
+import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -15,6 +17,22 @@ class QuietHandler(BaseHTTPRequestHandler):
 
     def log_message(self, *args):
         pass
+
+
+class JSONHandler(QuietHandler):
+    """Answers a JSON body, with the provider's Content-Type and any headers it adds."""
+
+    content_type = "application/json"
+
+    def _send(self, status: int, body: dict, headers: dict | None = None):
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", self.content_type)
+        self.send_header("Content-Length", str(len(data)))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
 
 
 class FakeServer:

@@ -16,12 +16,11 @@ Every call is recorded in `calls`.
 import hashlib
 import hmac
 import itertools
-import json
 import threading
 import time
 from urllib.parse import parse_qsl, urlsplit
 
-from ledger.tests.fake_server import FakeServer, QuietHandler
+from ledger.tests.fake_server import FakeServer, JSONHandler
 
 
 def sign_webhook(payload: bytes, secret: str, timestamp: int | None = None) -> str:
@@ -201,17 +200,9 @@ class FakeStripe(FakeServer):
     def _handler(self):
         fake = self
 
-        class Handler(QuietHandler):
+        class Handler(JSONHandler):
             def _send(self, status: int, body: dict, headers: dict | None = None):
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.send_header("Request-Id", f"req_{next(fake._ids)}")
-                for k, v in (headers or {}).items():
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(data)
+                super()._send(status, body, {"Request-Id": f"req_{next(fake._ids)}", **(headers or {})})
 
             def _error(self, status: int, type_: str, message: str, code: str = "", extra: dict | None = None):
                 self._send(

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 import requests
 
-from ledger.tests.fake_server import FakeServer, QuietHandler
+from ledger.tests.fake_server import FakeServer, JSONHandler
 
 
 def sign(body: bytes, secret: str, timestamp: str) -> str:
@@ -166,16 +166,8 @@ class FakeZendesk(FakeServer):
     def _handler(self):
         fake = self
 
-        class Handler(QuietHandler):
-            def _send(self, status: int, body: dict, headers: dict | None = None):
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json; charset=utf-8")
-                self.send_header("Content-Length", str(len(data)))
-                for name, value in (headers or {}).items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(data)
+        class Handler(JSONHandler):
+            content_type = "application/json; charset=utf-8"
 
             def _agent(self):
                 header = self.headers.get("Authorization", "")
