@@ -41,7 +41,6 @@ import uuid
 from collections import defaultdict
 from datetime import UTC, datetime
 from decimal import Decimal
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
@@ -57,6 +56,8 @@ from graphql import (
     validate,
 )
 from graphql.execution.values import get_variable_values
+
+from ledger.tests.fake_server import FakeServer, QuietHandler
 
 from . import cost as query_costs
 from .connections import orders_connection
@@ -169,7 +170,7 @@ class _Root:
         return self.fake._refund_create(self.shop_, info, input)
 
 
-class FakeShopify:
+class FakeShopify(FakeServer):
     def __init__(
         self,
         *,
@@ -200,15 +201,9 @@ class FakeShopify:
         self._documents: dict[str, tuple] = {}
         self._counters = defaultdict(lambda: itertools.count(1))
         self._counters["Order"] = itertools.count(1001)
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        super().__init__()
 
-    # -- lifecycle and URLs ------------------------------------------------------------------
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+    # -- URLs (started and stopped as every fake: FakeServer) ------------------------------
 
     @property
     def api_base(self) -> str:
@@ -223,14 +218,6 @@ class FakeShopify:
 
     def token_url(self, domain: str) -> str:
         return f"{self.base_for(domain)}/admin/oauth/access_token"
-
-    def start(self):
-        self.thread.start()
-        return self
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
 
     def now(self) -> datetime:
         return now_seconds()
@@ -713,12 +700,7 @@ class FakeShopify:
     def _handler(self):
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
+        class Handler(QuietHandler):
             def _send(self, status: int, body, content_type="application/json"):
                 data = body if isinstance(body, bytes) else json.dumps(body).encode()
                 self.send_response(status)
