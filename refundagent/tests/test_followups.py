@@ -27,6 +27,7 @@ from refundagent.sweep import outbox_sweep, outbox_sweep_task
 from refundagent.tests.payments_support import approve, ticket_awaiting_approval
 from refundagent.tests.test_receivers import decide, spans, ticket_with_request
 from tests.factories import manual_payout_record
+from tests.helpers import signed_in
 
 pytestmark = pytest.mark.django_db
 
@@ -80,12 +81,6 @@ def health(client: Client) -> tuple[int, dict]:
     return response.status_code, response.json()
 
 
-def staff(user) -> Client:
-    client = Client()
-    client.force_login(user("ops"))
-    return client
-
-
 def test_the_verified_follow_up_fails_once_and_the_sweep_makes_the_ticket_refunded(
     user, api_client, monkeypatch, django_capture_on_commit_callbacks, caplog
 ):
@@ -116,7 +111,7 @@ def test_the_verified_follow_up_fails_once_and_the_sweep_makes_the_ticket_refund
     assert kept.last_error == "RuntimeError: refund_verified follow-up broke (call 1)"
     assert kept.arguments["values"]["verdict"]["ok"] is True
     # and staff see it counted in health (the threshold not reached yet: still ok)
-    status, body = health(staff(user))
+    status, body = health(signed_in(user("ops")))
     assert (status, body["ticket_followups"]) == (200, "ok")
     assert body["details"]["ticket_followups"] | {"oldest_age_seconds": 0} == {
         "count": 1,
@@ -147,7 +142,7 @@ def test_the_verified_follow_up_fails_once_and_the_sweep_makes_the_ticket_refund
     with at(timezone.now() + timedelta(hours=2)):
         assert outbox_sweep()["approval_followups"] == 0
     assert fault.calls == 2
-    status, body = health(staff(user))
+    status, body = health(signed_in(user("ops")))
     assert status == 200 and body["details"]["ticket_followups"]["count"] == 0
 
 
@@ -314,7 +309,7 @@ def test_a_follow_up_that_keeps_failing_stays_visible_and_is_tried_once_per_back
 
     # and health fails, naming the check; the numbers are for staff only
     with at(start + timedelta(hours=6)):
-        status, body = health(staff(user))
+        status, body = health(signed_in(user("ops")))
         anonymous_status, anonymous = health(Client())
     assert status == anonymous_status == 503
     assert body["ticket_followups"].startswith("error: an approval event has waited 21")
@@ -327,7 +322,7 @@ def test_a_follow_up_that_keeps_failing_stays_visible_and_is_tried_once_per_back
         "threshold_seconds": 300,
     }
     # and the operator dashboard lists it with its ticket, attempts and error
-    page = staff(user).get("/evals/operations/").content.decode()
+    page = signed_in(user("ops")).get("/evals/operations/").content.decode()
     assert f'data-followup="{kept.pk}"' in page and f"#{ticket.pk}</a>" in page
     assert "refund_verified" in page and "refund_verified follow-up broke" in page
 
@@ -335,11 +330,11 @@ def test_a_follow_up_that_keeps_failing_stays_visible_and_is_tried_once_per_back
     fault.times = 0
     with at(start + timedelta(hours=7, minutes=1)):
         assert outbox_sweep()["approval_followups"] == 1
-        status, body = health(staff(user))
+        status, body = health(signed_in(user("ops")))
     ticket.refresh_from_db()
     assert ticket.status == Ticket.Status.REFUNDED
     assert status == 200 and body["ticket_followups"] == "ok"
-    assert "Every ticket has taken every event" in staff(user).get("/evals/operations/").content.decode()
+    assert "Every ticket has taken every event" in signed_in(user("ops")).get("/evals/operations/").content.decode()
 
 
 def test_a_kept_event_waits_only_for_its_own_ticket(user, monkeypatch, django_capture_on_commit_callbacks):
