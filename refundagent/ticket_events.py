@@ -125,9 +125,10 @@ def _with_note(text: str, note: str) -> str:
 @dataclass(frozen=True)
 class FollowUp:
     """What a ticket does for one approval event: moves to `to` (None: it stays) with the status
-    detail `detail`, then records one trace event (`trace_reason` defaults to the detail). `hook` is the
-    event's own logic where a table row is not enough: it gets the row and the announcement and
-    returns the row to apply (itself or a variant), or None once it has done all the event needs."""
+    detail `detail`, then records one trace event (`trace_reason` defaults to the detail). `hook`
+    is the event's own logic where a table row is not enough: it gets the row and the
+    announcement and returns the row to apply (itself or a variant), or None once it has done all
+    the event needs."""
 
     span: str
     trace_status: str
