@@ -289,6 +289,19 @@ def _payment_failed_detail(a: Announcement) -> str:
     return detail
 
 
+def _finance_said(*, to: str, verb: str, decision: str) -> FollowUp:
+    """Finance denied or escalated: the ticket and its trace say who, and the decision's note."""
+    return FollowUp(
+        to=to,
+        detail=lambda a: _with_note(f"Finance ({a.who}) {verb} the refund of {a.money}", a.note),
+        span="approval",
+        trace_status=verb,
+        decision=decision,
+        trace_reason=lambda a: _with_note(f"Request #{a.request.pk} {verb} by {a.who}", a.note),
+        data=_decision_data(decision),
+    )
+
+
 VERIFICATION_FAILED = FollowUp(
     to=Ticket.Status.FAILED,
     detail=_verification_failed_detail,
@@ -324,24 +337,8 @@ TICKET_FOLLOW_UPS: dict[signals.ApprovalEvent, FollowUp] = {
         ),
         data=_decision_data("approve"),
     ),
-    signals.approval_denied: FollowUp(
-        to=Ticket.Status.DENIED,
-        detail=lambda a: _with_note(f"Finance ({a.who}) denied the refund of {a.money}", a.note),
-        span="approval",
-        trace_status="denied",
-        decision="deny",
-        trace_reason=lambda a: _with_note(f"Request #{a.request.pk} denied by {a.who}", a.note),
-        data=_decision_data("deny"),
-    ),
-    signals.approval_escalated: FollowUp(
-        to=Ticket.Status.ESCALATED,
-        detail=lambda a: _with_note(f"Finance ({a.who}) escalated the refund of {a.money}", a.note),
-        span="approval",
-        trace_status="escalated",
-        decision="escalate",
-        trace_reason=lambda a: _with_note(f"Request #{a.request.pk} escalated by {a.who}", a.note),
-        data=_decision_data("escalate"),
-    ),
+    signals.approval_denied: _finance_said(to=Ticket.Status.DENIED, verb="denied", decision="deny"),
+    signals.approval_escalated: _finance_said(to=Ticket.Status.ESCALATED, verb="escalated", decision="escalate"),
     signals.approval_changes_requested: FollowUp(
         to=Ticket.Status.QUEUED,
         detail=_changes_requested_detail,
