@@ -216,6 +216,9 @@ class ShopifyClient:
         if available >= need and not at_least_one:
             return
         seconds = max(need - available, 0) / self.bucket.restore_rate + 0.05
+        # Never longer than an empty bucket takes to refill (a stale or odd status cannot hang a run).
+        if self.bucket.maximum:
+            seconds = min(seconds, self.bucket.maximum / self.bucket.restore_rate + 0.05)
         self.stats.waits += 1
         self.stats.waited_seconds += seconds
         self._sleep(seconds)
