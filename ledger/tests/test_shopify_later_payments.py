@@ -112,3 +112,43 @@ def test_an_order_of_the_same_name_imported_another_way_gets_no_payments_from_sh
 
     # then the order keeps the one payment it was imported with
     assert payments(Order.objects.get(tenant=tenant, external_id="#1001")) == [("pi_1", "card", Decimal("100.00"))]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_webhook_and_a_sync_adding_the_same_capture_at_once_add_it_once(fake_shopify, tenant):
+    import threading
+
+    from django.db import connection as db
+
+    # given an authorised order, synced, then captured in Shopify
+    conn = connect(fake_shopify, tenant)
+    placed = fake_shopify.add_order(
+        DOMAIN, email="ada@example.com", line_items=LINES, transactions=[{"kind": "AUTHORIZATION", "amount": "100.00"}]
+    )
+    shopify_sync(connection_id=conn.pk)
+    capture = fake_shopify.add_transaction(placed, kind="CAPTURE", amount="100.00", parent=placed.txns[0])
+    barrier = threading.Barrier(4)
+    errors = []
+
+    def run(work):
+        try:
+            barrier.wait()
+            work()
+        except Exception as exc:  # reported below: a thread's failure must fail the test
+            errors.append(exc)
+        finally:
+            db.close()
+
+    # when two webhooks' work and two syncs apply it at the same moment
+    works = [lambda: shopify_order_refresh(connection_id=conn.pk, order_gid=placed.id)] * 2
+    works += [lambda: shopify_sync(connection_id=conn.pk, since=None)] * 2
+    threads = [threading.Thread(target=run, args=(w,)) for w in works]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+
+    # then the capture is one payment
+    assert errors == []
+    order = Order.objects.get(tenant=tenant, external_id=placed.name)
+    assert payments(order) == [(capture.id, "card", Decimal("100.00"))]
