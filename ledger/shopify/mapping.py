@@ -269,7 +269,7 @@ def _refusal_reason(exc: Exception) -> str:
     if isinstance(exc, DomainError):
         errors = (exc.details or {}).get("errors")
         return "; ".join(str(e) for e in errors) if errors else exc.message
-    # Shop data of the wrong shape: name the failure, not a traceback (it is logged below).
+    # Shop data of the wrong shape: the warning names the failure; the traceback goes to the log.
     logger.info("shopify: order data refused", exc_info=True)
     return f"malformed order data ({type(exc).__name__}: {str(exc)[:200]})"
 
