@@ -21,8 +21,9 @@ the same key and input answer the first result again, the same key with another 
 Shopify's IDEMPOTENCY_KEY_PARAMETER_MISMATCH error. refunds.py has the checks and userErrors.
 
 Test controls: `add_shop`, `add_order`, `add_transaction`, `refund_in_admin`, `cancel_order`,
-`void_transaction`, `update_order`, `expire_tokens`, `fail_next` (500/502/503, "drop": do the work
-then close the connection unanswered, "slow": answer after `seconds`), `delay` on every call;
+`void_transaction`, `update_order`, `expire_tokens`, `drain_bucket`, `fail_next` (500/502/503,
+"drop": do the work then close the connection unanswered, "slow": answer after `seconds`,
+"drain": empty the shop's bucket first), `delay` on every call;
 records in `calls`, `refund_creates`, `webhooks`, `tokens_issued`, `throttled`. `send_webhook`
 signs and posts a webhook as Shopify does, with REST-shaped payloads from `order_webhook_payload`
 and `refund_webhook_payload`.
@@ -439,13 +440,21 @@ class FakeShopify(FakeServer):
             order.shop.touch(order)
             return order
 
+    def drain_bucket(self, domain: str, *, left: float = 0.0):
+        """Another app on the shop spent the bucket: `left` points remain, refilling as usual."""
+        with self.lock:
+            bucket = self.shops[domain].bucket
+            bucket.refill()
+            bucket.available = float(left)
+
     def expire_tokens(self):
         with self.lock:
             self.tokens.clear()
 
     def fail_next(self, n: int = 1, status=500, *, seconds: float = 5.0, on: str = "graphql"):
         """The next `n` calls to `on` fail: with HTTP `status` (500, 502, 503, ...), "drop" (the
-        work is done, the connection closed unanswered) or "slow" (answered after `seconds`).
+        work is done, the connection closed unanswered), "slow" (answered after `seconds`) or
+        "drain" (another app empties the shop's bucket just before the call: it is THROTTLED).
         `on`: "graphql" (any GraphQL call), "mutation" or "query" (GraphQL calls of that kind),
         "token" (the token endpoint) or "any"."""
         if on not in ("graphql", "mutation", "query", "token", "any"):
@@ -752,6 +761,8 @@ class FakeShopify(FakeServer):
                 if fake.delay:
                     time.sleep(fake.delay)
                 status = fault["status"] if fault else None
+                if status == "drain" and domain in fake.shops:
+                    fake.drain_bucket(domain)
                 if status == "slow":
                     time.sleep(fault["seconds"])
                 elif isinstance(status, int):
