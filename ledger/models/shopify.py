@@ -25,6 +25,8 @@ class ShopifyConnection(models.Model):
     sync_cursor = models.TextField(blank=True, default="")
     sync_started_at = models.DateTimeField(null=True, blank=True)
     last_synced_at = models.DateTimeField(null=True, blank=True, help_text="Start of the last complete sync.")
+    # Orders the sync or a webhook skipped ({gid: {"order", "reason", "at"}}), until applied again.
+    refused_orders = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -36,7 +36,7 @@ class Command(BaseCommand):
         for warning in result.warnings:
             self.stderr.write(self.style.WARNING(warning))
         self.stdout.write(
-            f"pages={result.pages} waits={result.waits} external_refunds={result.external_refunds}"
-            + (" resumed" if result.resumed else "")
+            f"pages={result.pages} waits={result.waits} external_refunds={result.external_refunds} "
+            f"payments_added={result.payments_added} skipped={result.skipped}" + (" resumed" if result.resumed else "")
         )
         self.stdout.write(f"shopify_sync orders={result.orders} created={result.created} updated={result.updated}")
