@@ -84,10 +84,6 @@ def django_setup(url: str, **env):
     call_command("migrate", verbosity=0, interactive=False)
 
 
-def p90(values: list[float]) -> float:
-    return statistics.quantiles(values, n=10, method="inclusive")[8] if len(values) > 1 else values[0]
-
-
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process and its children, live and reaped (psutil reads /proc)."""
     import psutil
@@ -103,6 +99,10 @@ def cpu_seconds(pid: int) -> float:
         return total
     except psutil.NoSuchProcess:
         return 0.0
+
+
+def p90(values: list[float]) -> float:
+    return statistics.quantiles(values, n=10, method="inclusive")[8] if len(values) > 1 else values[0]
 
 
 def demo_orders_create(external_ids: list[str], *, total: str, days_old: int, batch_size: int | None = None) -> list:

@@ -22,8 +22,15 @@ prices (agent.providers.pricing), and last:
 
     model_latency tickets=N ok=K tickets_per_s=R in_flight_max=M floor_s=F cache_read_share=S usd_per_ticket=U
 
+With --rate R the tickets are a steady stream instead: ticket i is due at t0 + i/R, filed by
+--filers client processes of their own (the fake model runs in another), so neither the fake
+nor the watcher here slows the arrival; it prints how late the POSTs left, the CPU of each of
+the product's processes a ticket, and the share within 3x one ticket alone.
+
 --agent-pool/--agent-concurrency/--pool-size run the agent's worker another way (e.g. prefork 2,
-as before, for the comparison in docs/performance.md). Everything it starts is stopped at the
+as before, for the comparison in docs/performance.md); --agent-workers starts several;
+--model-cap sets the workers' model-call caps (installation and tenant); --gunicorn-threads
+gives the web threads. Everything it starts is stopped at the
 end, and every wait is bounded. It asserts nothing.
 """
 
@@ -95,19 +102,19 @@ def watch(ids: list[int], deadline: float, in_flight: list[int]) -> dict[int, tu
 
 
 def file_at_rate(
-    base: str, token: str, orders: list[tuple[str, str]], rate: float, deadline: float
-) -> tuple[list, list]:
-    """POST one ticket every 1/rate seconds (a steady stream, not a burst): ticket i leaves at
-    t0 + i/rate from a pool of client threads, so a slow answer does not delay the next ticket."""
+    base: str, token: str, todo: list[tuple[int, tuple[str, str]]], rate: float, t0: float, deadline: float
+) -> tuple[list, list, list]:
+    """POST ticket i at t0 + i/rate (time.time()) for each (i, order) of `todo`: a steady stream,
+    not a burst, from a pool of client threads, so a slow answer does not delay the next ticket.
+    Returns (ticket id, sent at), errors, and how late each POST left (seconds)."""
     import threading
 
     import requests
     from load import MESSAGE
 
-    filed, errors, lock = [], [], threading.Lock()
-    todo = list(enumerate(orders))
+    filed, errors, late, lock = [], [], [], threading.Lock()
+    todo = list(todo)
     headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json", "X-Forwarded-Proto": "https"}
-    t0 = time.monotonic()
 
     def client():
         session = requests.Session()
@@ -116,11 +123,14 @@ def file_at_rate(
                 if not todo:
                     return
                 i, (order, customer) = todo.pop(0)
-            time.sleep(max(0.0, t0 + i / rate - time.monotonic()))
-            if time.monotonic() > deadline:
+            due = t0 + i / rate
+            time.sleep(max(0.0, due - time.time()))
+            if time.time() > deadline:
                 return
             body = {"order": order, "customer": customer, "message": MESSAGE, "requested_amount": "120.00"}
             sent = time.time()
+            with lock:
+                late.append(sent - due)
             try:
                 response = session.post(f"{base}/api/tickets", data=json.dumps(body), headers=headers, timeout=30)
             except requests.RequestException as exc:
@@ -138,8 +148,103 @@ def file_at_rate(
     for t in threads:
         t.start()
     for t in threads:
-        t.join(max(0.1, deadline - time.monotonic()))
-    return filed, errors
+        t.join(max(0.1, deadline - time.time()))
+    return filed, errors, late
+
+
+def filer_process(base, token, todo, rate, t0, deadline, conn):
+    """A client process of its own: files its share of the stream and sends back what it got.
+    Apart from the fake model and the watcher, so neither slows the arrival down."""
+    conn.send(file_at_rate(base, token, todo, rate, t0, deadline))
+    conn.close()
+
+
+def file_in_processes(base, token, orders, rate, filers, deadline) -> tuple[list, list, list]:
+    """The stream filed by `filers` processes, ticket i by process i % filers, all on one clock."""
+    import multiprocessing
+
+    spawn = multiprocessing.get_context("spawn")
+    t0 = time.time() + 1.0 + 0.3 * filers  # the processes start (an interpreter each) before the first is due
+    wall_deadline = time.time() + (deadline - time.monotonic())
+    children = []
+    for k in range(filers):
+        todo = [(i, order) for i, order in enumerate(orders) if i % filers == k]
+        mine, theirs = spawn.Pipe(duplex=False)
+        proc = spawn.Process(target=filer_process, args=(base, token, todo, rate, t0, wall_deadline, theirs))
+        proc.start()
+        children.append((proc, mine))
+    filed, errors, late = [], [], []
+    for proc, mine in children:
+        if mine.poll(max(0.1, deadline - time.monotonic())):
+            got = mine.recv()
+            filed += got[0]
+            errors += got[1]
+            late += got[2]
+        else:
+            errors.append(f"filer {proc.pid} sent nothing in time")
+        proc.join(10)
+        if proc.is_alive():
+            proc.kill()
+    return filed, errors, late
+
+
+def fake_process(turn_seconds, check_seconds, min_cacheable, conn):
+    """The fake Messages API in a process of its own (its CPU is neither the product's nor the
+    client's): answers "url", "reset" (counts from here) and "stats"; "stop" ends it."""
+    import django
+
+    django.setup()  # the planned model reads the product's tool definitions (the parent's environment)
+    from refundagent.tests.fake_anthropic import FakeAnthropic, PlannedReplies
+
+    replies = PlannedReplies(turn_seconds=turn_seconds, check_seconds=check_seconds, min_cacheable_tokens=min_cacheable)
+    fake = FakeAnthropic(responder=replies).start()
+    while True:
+        command = conn.recv()
+        if command == "url":
+            conn.send(fake.url)
+        elif command == "reset":
+            with replies.lock:
+                replies.in_flight_max = 0
+            fake.requests.clear()  # the recorded bodies are not needed here; keep the memory flat
+            conn.send(replies.answered)
+        elif command == "stats":
+            fake.requests.clear()
+            conn.send(
+                {"answered": replies.answered, "in_flight_max": replies.in_flight_max, "refused": replies.refused}
+            )
+        elif command == "stop":
+            fake.stop()
+            conn.send("stopped")
+            return
+
+
+class FakeModel:
+    """The parent's handle on fake_process."""
+
+    def __init__(self, turn_seconds, check_seconds, min_cacheable):
+        import multiprocessing
+
+        spawn = multiprocessing.get_context("spawn")
+        self.conn, theirs = spawn.Pipe()
+        self.proc = spawn.Process(target=fake_process, args=(turn_seconds, check_seconds, min_cacheable, theirs))
+        self.proc.start()
+        self.url = self.ask("url")
+
+    def ask(self, command):
+        self.conn.send(command)
+        if not self.conn.poll(60):
+            raise SystemExit(f"the fake model did not answer {command!r}")
+        return self.conn.recv()
+
+    def stop(self):
+        if self.proc.is_alive():
+            try:
+                self.ask("stop")
+            except (OSError, EOFError, SystemExit):
+                pass
+        self.proc.join(10)
+        if self.proc.is_alive():
+            self.proc.kill()
 
 
 def usage_of(ids: list[int]) -> dict:
@@ -167,8 +272,22 @@ def main() -> int:
     parser.add_argument("--min-cacheable", type=int, default=1024, help="the fake's minimum cacheable prefix")
     parser.add_argument("--agent-pool", default="threads", choices=["threads", "prefork", "gevent"])
     parser.add_argument("--agent-concurrency", type=int, default=100)
+    parser.add_argument(
+        "--agent-workers", type=int, default=1, help="agent worker processes, each --agent-concurrency and its own pool"
+    )
+    parser.add_argument(
+        "--model-cap",
+        type=int,
+        default=0,
+        help="AGENT_MODEL_CONCURRENCY and its per-tenant cap for the workers (0: the settings' defaults); "
+        "every ticket here is one tenant's",
+    )
+    parser.add_argument("--filers", type=int, default=2, help="client processes filing the --rate stream")
     parser.add_argument("--pool-size", type=int, default=10, help="the agent worker's connection pool (0: none)")
     parser.add_argument("--gunicorn-workers", type=int, default=3)
+    parser.add_argument(
+        "--gunicorn-threads", type=int, default=1, help="threads per gunicorn worker (1: sync, as compose)"
+    )
     parser.add_argument(
         "--rate", type=float, default=0, help="tickets a second, filed steadily (0: all at once, a burst)"
     )
@@ -186,8 +305,6 @@ def main() -> int:
     django_setup(url, AGENT_PROVIDER="offline")
     from django.core.management import call_command
 
-    from refundagent.tests.fake_anthropic import FakeAnthropic, PlannedReplies
-
     call_command("migrate", verbosity=0)
     call_command("seed_demo")
     run = f"LAT{uuid.uuid4().hex[:8].upper()}"
@@ -197,10 +314,7 @@ def main() -> int:
 
     connection.close()
 
-    replies = PlannedReplies(
-        turn_seconds=args.turn_seconds, check_seconds=args.check_seconds, min_cacheable_tokens=args.min_cacheable
-    )
-    fake = FakeAnthropic(responder=replies).start()
+    fake = FakeModel(args.turn_seconds, args.check_seconds, args.min_cacheable)
     env = {
         **os.environ,
         **BENCH_ENV,
@@ -214,6 +328,8 @@ def main() -> int:
         "PYTHONUNBUFFERED": "1",
     }
     env.pop("AGENT_SCRIPT", None)
+    if args.model_cap > 0:
+        env["AGENT_MODEL_CONCURRENCY"] = env["AGENT_MODEL_CONCURRENCY_PER_TENANT"] = str(args.model_cap)
     agent_env = dict(env)
     if args.pool_size > 0 and args.agent_pool != "prefork":
         agent_env["DATABASE_POOL_MAX_SIZE"] = str(args.pool_size)
@@ -238,18 +354,22 @@ def main() -> int:
                 f"127.0.0.1:{port}",
                 "--workers",
                 str(args.gunicorn_workers),
+                "--threads",
+                str(args.gunicorn_threads),
                 "--log-level",
                 "warning",
             ],
             env,
             logs / "gunicorn.log",
         )
-        procs.start(
-            "agent",
-            celery("agent", "agent", args.agent_pool, args.agent_concurrency, run),
-            agent_env,
-            logs / "agent.log",
-        )
+        for k in range(args.agent_workers):
+            name = "agent" if k == 0 else f"agent{k + 1}"
+            procs.start(
+                name,
+                celery(name, "agent", args.agent_pool, args.agent_concurrency, run),
+                agent_env,
+                logs / f"{name}.log",
+            )
         procs.start("money", celery("money", "money", "prefork", 2, run), env, logs / "money.log")
         if not http_wait(f"{base}/api/health", min(deadline, time.monotonic() + 90)):
             raise SystemExit(f"the stack did not come up on {base} (logs in {logs})")
@@ -267,8 +387,7 @@ def main() -> int:
                 raise SystemExit(f"a single ticket ended {status}; logs in {logs}")
             floors.append(at - sent)
         floor = floors[-1]
-        calls_before = replies.answered
-        replies.in_flight_max = 0
+        calls_before = fake.ask("reset")
 
         roots = {name: proc.pid for name, proc in procs.procs}
         cpu_before = {name: cpu_seconds(pid) for name, pid in roots.items()}
@@ -285,12 +404,16 @@ def main() -> int:
             )
         t0 = time.time()
         if args.rate > 0:
-            filed, errors = file_at_rate(base, token, orders[2:], args.rate, deadline)
+            filed, errors, late = file_in_processes(base, token, orders[2:], args.rate, args.filers, deadline)
+            t0 = min((at for _, at in filed), default=t0)
         else:
             filed, errors = file_tickets(base, token, orders[2:], args.tickets, deadline)
+            late = []
         filed_at = time.time()
+        filed_at = max((at for _, at in filed), default=filed_at)
         state = watch([pk for pk, _ in filed], deadline, in_flight)
         cpu_used = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in roots.items()}
+        model_stats = fake.ask("stats")
         load_after = os.getloadavg()
         if spy is not None:
             spy.send_signal(signal.SIGINT)
@@ -319,15 +442,22 @@ def main() -> int:
     share = read / (read + write + plain) if read + write + plain else 0.0
     usd = (usage["cost"] or 0) / n
     within = sum(1 for x in latencies if x <= 3 * floor)
-    arrival = f"at {args.rate:g} a second" if args.rate > 0 else "at once"
+    arrival = f"at {args.rate:g} a second by {args.filers} client processes" if args.rate > 0 else "at once"
+    agents = [name for name in cpu_used if name.startswith("agent")]
+    cpu_agent = sum(cpu_used[name] for name in agents)
     print(
         f"\nmodel latency: {args.tickets} tickets filed {arrival} over HTTP; fake Messages API at "
         f"{args.turn_seconds} s a turn (cache minimum {args.min_cacheable} tokens); gunicorn "
-        f"{args.gunicorn_workers} workers; agent worker -Q agent --pool={args.agent_pool} "
+        f"{args.gunicorn_workers} workers x {args.gunicorn_threads} threads; {args.agent_workers} agent worker(s) -Q agent --pool={args.agent_pool} "
         f"--concurrency={args.agent_concurrency} (connection pool {args.pool_size or 'off'}); money worker "
-        f"-Q money --pool=prefork --concurrency=2; PostgreSQL {db_name(url)}; broker {broker}"
+        f"-Q money --pool=prefork --concurrency=2; model-call caps {args.model_cap or 'the defaults'}; PostgreSQL {db_name(url)}; broker {broker}"
     )
-    print(f"one ticket alone: {floor:.1f} s (warm-up ticket {floors[0]:.1f} s); filing took {filed_at - t0:.1f} s")
+    print(
+        f"one ticket alone: {floor:.1f} s (warm-up ticket {floors[0]:.1f} s); filing took {filed_at - t0:.1f} s "
+        f"({len(filed) / max(0.001, filed_at - t0):.1f} a second)"
+        + (f"; POSTs left late by p50 {statistics.median(late):.3f} s, at most {max(late):.3f} s" if late else "")
+    )
+    p50 = p95 = float("nan")
     if ok:
         p50 = statistics.median(latencies)
         p95 = latencies[min(len(latencies) - 1, int(round(0.95 * len(latencies))) - 1)]
@@ -336,15 +466,15 @@ def main() -> int:
             f"last {max(latencies):.1f} s ({max(latencies) / floor:.1f}x one ticket alone)"
         )
     print(
-        f"runs in flight at most {max(in_flight, default=0)}; model calls in flight at most {replies.in_flight_max}; "
-        f"model calls {replies.answered - calls_before} ({(replies.answered - calls_before) / n:.1f} per ticket, "
-        f"{(usage['calls'] or 0) / n:.1f} of them turns, the rest the reply check), 429s {replies.refused}"
+        f"runs in flight at most {max(in_flight, default=0)}; model calls in flight at most {model_stats['in_flight_max']}; "
+        f"model calls {model_stats['answered'] - calls_before} ({(model_stats['answered'] - calls_before) / n:.1f} per ticket, "
+        f"{(usage['calls'] or 0) / n:.1f} of them turns, the rest the reply check), 429s {model_stats['refused']}"
     )
     print(
         f"tokens per ticket: input {plain / n:.0f}, cache write {write / n:.0f}, cache read {read / n:.0f}, "
         f"output {output / n:.0f}; cache-read share {share:.2f}; USD per ticket {usd:.4f} at {MODEL} list prices"
     )
-    product = cpu_used["gunicorn"] + cpu_used["agent"] + cpu_used["money"]
+    product = cpu_used["gunicorn"] + cpu_agent + cpu_used["money"]
     print(
         "CPU seconds: "
         + ", ".join(
@@ -363,7 +493,8 @@ def main() -> int:
         f"model_latency tickets={args.tickets} ok={ok} tickets_per_s={ok / span if ok else 0:.2f} "
         f"in_flight_max={max(in_flight, default=0)} floor_s={floor:.1f} cache_read_share={share:.2f} "
         f"usd_per_ticket={usd:.4f} rate={args.rate:g} within_3x={within / args.tickets:.3f} errors={len(errors)} "
-        f"cpu_ms_web={1000 * cpu_used['gunicorn'] / n:.1f} cpu_ms_worker={1000 * cpu_used['agent'] / n:.1f} "
+        f"p50_s={p50:.1f} p95_s={p95:.1f} agent_workers={args.agent_workers} model_cap={args.model_cap} "
+        f"cpu_ms_web={1000 * cpu_used['gunicorn'] / n:.1f} cpu_ms_worker={1000 * cpu_agent / n:.1f} "
         f"cpu_ms_money={1000 * cpu_used['money'] / n:.1f} cpu_ms_product={1000 * product / n:.1f} "
         f"load1={load_after[0]:.2f}"
     )

@@ -20,6 +20,7 @@ from approvals.followups import approval_followups_undelivered
 from approvals.models import ApprovalRequest, Capability, TenantCapability
 from ledger.models import RefundEntry, RefundEntryEvent
 from refundagent.models import AgentRun, Ticket, TicketReply
+from refundagent.selectors import runs_waiting_on_provider
 
 from .selectors import eval_runs_recent
 
@@ -54,6 +55,12 @@ def operations_overview(*, tenant, now: datetime | None = None) -> dict:
     )
     escalated = Ticket.objects.filter(tenant=tenant, status=Ticket.Status.ESCALATED).aggregate(
         count=Count("pk"), oldest=Min("awaiting_person_since")
+    )
+    # Runs waiting out the model provider's 429/529 answers (a dead worker's stale mark excluded).
+    provider_waits = (
+        runs_waiting_on_provider(now=now)
+        .filter(ticket__tenant=tenant)
+        .aggregate(count=Count("pk"), oldest=Min("provider_waiting_since"))
     )
     refunds = (
         # Written by this product (approved or by an operator) and paid or being paid: imported history
@@ -180,6 +187,7 @@ def operations_overview(*, tenant, now: datetime | None = None) -> dict:
         "tickets_today": sum(statuses.values()),
         "pending": Queue(pending["count"], pending["oldest"]),
         "escalated": Queue(escalated["count"], escalated["oldest"]),
+        "provider_waits": Queue(provider_waits["count"], provider_waits["oldest"]),
         "refunds": refunds,
         "refund_chart": bar_chart([(day, Decimal(count_per_day[day])) for day in days], unit=""),
         "payout_failures": payout_failures,

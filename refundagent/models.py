@@ -179,6 +179,12 @@ class AgentRun(models.Model):
     claimed_by = models.CharField(max_length=200, blank=True, help_text="Worker that holds the run.")
     claimed_at = models.DateTimeField(null=True, blank=True)
     lease_expires_at = models.DateTimeField(null=True, blank=True)
+    provider_waiting_since = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="Since when the run waits out the model provider's 429/529 answers; cleared when it answers "
+        "or the run stops (read through selectors.runs_waiting_on_provider, which ignores a dead worker's).",
+    )
     iterations = models.PositiveIntegerField(default=0)
     invalid_args_retries = models.PositiveIntegerField(default=0)
     input_tokens = models.PositiveIntegerField(default=0)

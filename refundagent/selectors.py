@@ -1,6 +1,10 @@
 """Tenant-scoped reads of tickets, their drafts and approvals."""
 
+from datetime import datetime, timedelta
+
+from django.conf import settings
 from django.db.models import F, Func, IntegerField, OuterRef, QuerySet, Subquery, Sum, Value
+from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 from approvals.schemas import approval_serialize
@@ -9,7 +13,7 @@ from ledger.exceptions import NotFound
 from ledger.models import Customer, Order, PaymentMethod
 from ledger.selectors import order_refund_position
 
-from .models import QUEUE_STATUSES, RefundDraft, Ticket
+from .models import QUEUE_STATUSES, AgentRun, RefundDraft, Ticket
 from .replies import SENDABLE, ticket_denied_by_a_person, ticket_reply_key
 
 
@@ -64,6 +68,25 @@ def ticket_queue(*, tenant, reason: str | None = None, owner=None, unowned: bool
     elif unowned:
         queryset = queryset.filter(owner__isnull=True)
     return queryset
+
+
+def runs_waiting_on_provider(*, now: datetime | None = None) -> QuerySet:
+    """The runs waiting out the model provider's 429/529 answers now. A worker renews its run's
+    lease while it waits and a run gives up past AGENT_PROVIDER_OUTAGE_SECONDS, so a timestamp
+    left by a worker that died mid-wait (lease lapsed) or older than the window is not a wait."""
+    now = now or timezone.now()
+    return AgentRun.objects.filter(
+        status=AgentRun.Status.RUNNING,
+        lease_expires_at__gt=now,
+        provider_waiting_since__gt=now - timedelta(seconds=settings.AGENT_PROVIDER_OUTAGE_SECONDS),
+    )
+
+
+def ticket_provider_waiting_since(ticket: Ticket) -> datetime | None:
+    """Since when the ticket's run waits on the model provider, or None (no query unless it runs)."""
+    if ticket.status != Ticket.Status.RUNNING:
+        return None
+    return runs_waiting_on_provider().filter(ticket=ticket).values_list("provider_waiting_since", flat=True).first()
 
 
 def ticket_draft_latest(ticket: Ticket) -> RefundDraft | None:

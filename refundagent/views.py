@@ -14,6 +14,7 @@ from django.db.models import Q
 from django.http import Http404, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.utils import timezone
 from django.views.decorators.http import require_GET, require_POST
 
 from approvals.schemas import approval_serialize
@@ -91,9 +92,17 @@ def _status_payload(ticket: Ticket, since: int = 0) -> dict:
         "stop_reason": ticket.stop_reason,
         "stop_detail": ticket.stop_detail,
         "active": ticket.status in ACTIVE,
+        "provider_waiting": _provider_waiting_text(selectors.ticket_provider_waiting_since(ticket)),
         "updated_at": ticket.updated_at.isoformat(),
         "events": [{k: v for k, v in e.items() if k != "data"} for e in events],
     }
+
+
+def _provider_waiting_text(since) -> str:
+    """The ticket page's line while its run waits out the model provider's 429/529 answers."""
+    if since is None:
+        return ""
+    return f"Waiting on the model provider since {timezone.localtime(since):%Y-%m-%d %H:%M:%S %Z} (it answers busy; the run retries)."
 
 
 def _filters_read(filters) -> tuple[dict, bool]:
@@ -248,6 +257,7 @@ def _ticket_page(
             "trace": trace,
             "last_seq": trace["events"][-1]["seq"] if trace["events"] else 0,
             "active": ticket.status in ACTIVE,
+            "provider_waiting": _provider_waiting_text(selectors.ticket_provider_waiting_since(ticket)),
             # The buttons the transition table allows; the services decide again on submit.
             "can_escalate": ticket_transition_allowed(ticket=ticket, to=Ticket.Status.ESCALATED),
             "can_close": ticket_transition_allowed(ticket=ticket, to=Ticket.Status.CLOSED),

@@ -161,7 +161,8 @@ def agent_run_claim(*, ticket_id: int, task_id: str, provider: Provider) -> tupl
             ticket_id=ticket_id, status=AgentRun.Status.RUNNING, ticket__status=Ticket.Status.RUNNING
         )
         .filter(Q(claimed_by=task_id) | Q(lease_expires_at__lt=now))
-        .update(claimed_by=task_id, claimed_at=now, lease_expires_at=now + _lease())
+        # The task that takes the run over is not waiting on the provider (yet): a dead one's mark goes.
+        .update(claimed_by=task_id, claimed_at=now, lease_expires_at=now + _lease(), provider_waiting_since=None)
     )
     if taken == 1:
         return AgentRun.objects.get(ticket_id=ticket_id, status=AgentRun.Status.RUNNING), "resumed"
@@ -203,6 +204,9 @@ class _Loop:
         self.offered: set[str] = set()
         # The trace events recorded since the last persist: it writes them with the step.
         self.pending: list[TraceEvent] = []
+        # Set while the provider answers 429/529 (written with each wait, so the ticket page shows
+        # it); every persist writes it, so the first one after an answer or a stop clears it.
+        self.provider_waiting_since = None
         # The run's row while this task holds it: every persist is a compare-and-set on it.
         self.held = AgentRun.objects.filter(pk=run.pk, claimed_by=task_id, status=AgentRun.Status.RUNNING)
 
@@ -332,6 +336,7 @@ class _Loop:
                         messages=self.messages,
                         max_tokens=max_tokens,
                     )
+                self.provider_waiting_since = None
                 return turn, int((time.monotonic() - started) * 1000)
             except ProviderError as exc:
                 duration_ms = int((time.monotonic() - started) * 1000)
@@ -344,6 +349,10 @@ class _Loop:
                     wait = backoff * random.uniform(0.5, 1.0)
                 outage = now - outage_started
                 give_up = not exc.transient or outage + wait > settings.AGENT_PROVIDER_OUTAGE_SECONDS
+                if give_up:
+                    self.provider_waiting_since = None
+                elif self.provider_waiting_since is None:
+                    self.provider_waiting_since = timezone.now()
                 self.trace(
                     span="model",
                     status="error",
@@ -356,6 +365,9 @@ class _Loop:
                         "attempt": attempt,
                         "wait_seconds": None if give_up else round(wait, 3),
                         "outage_seconds": round(outage, 3),
+                        "waiting_since": self.provider_waiting_since.isoformat()
+                        if self.provider_waiting_since
+                        else None,
                     },
                 )
                 if not exc.transient:
@@ -370,6 +382,8 @@ class _Loop:
                         "Nothing was decided; the ticket runs again when the provider is back, or a person re-runs it.",
                         provider_outage=True,
                     ) from None
+                # Written now, not with the next step: the ticket shows the wait while it lasts.
+                self.persist()
                 self.pause(wait)
 
     def pause(self, seconds: float):
@@ -678,6 +692,7 @@ class _Loop:
             "cost_usd": run.cost_usd,
             "model": run.model,
             "lease_expires_at": timezone.now() + _lease(),
+            "provider_waiting_since": self.provider_waiting_since,
             **extra,
         }
         with transaction.atomic(savepoint=False):

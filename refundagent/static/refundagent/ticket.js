@@ -44,6 +44,8 @@
     if (reason) { reason.textContent = data.stop_reason_label ? "stop reason: " + data.stop_reason_label : ""; }
     var detail = root.querySelector("#stop-detail");
     if (detail) { detail.textContent = data.stop_detail || ""; detail.hidden = !data.stop_detail; }
+    var waiting = root.querySelector("#provider-waiting");
+    if (waiting) { waiting.textContent = data.provider_waiting || ""; waiting.hidden = !data.provider_waiting; }
   }
 
   function startPolling(root) {
