@@ -140,6 +140,86 @@ query OrderRefunds($id: ID!) {
 }
 """
 
+# The backfill's bulk query (ledger/shopify/bulk.py): what ORDER_FIELDS reads, with no `first` (a
+# bulk operation reads every row). Shopify refuses a connection inside a list in a bulk query, so
+# the refunds come without `transactions`; the refund transactions are among the order's own
+# `transactions` (kind REFUND) and bulk.py puts them back under their refund.
+BULK_ORDERS = """
+{
+  orders(sortKey: UPDATED_AT) {
+    edges {
+      node {
+        id
+        name
+        createdAt
+        updatedAt
+        processedAt
+        cancelledAt
+        note
+        email
+        currencyCode
+        displayFulfillmentStatus
+        customer { id email displayName }
+        totalPriceSet { shopMoney { amount currencyCode } }
+        totalRefundedSet { shopMoney { amount currencyCode } }
+        lineItems {
+          edges {
+            node {
+              id
+              name
+              sku
+              quantity
+              refundableQuantity
+              originalUnitPriceSet { shopMoney { amount } }
+            }
+          }
+        }
+        transactions {
+          id
+          kind
+          status
+          gateway
+          amountSet { shopMoney { amount currencyCode } }
+          maximumRefundableV2 { amount }
+          parentTransaction { id }
+        }
+        refunds {
+          id
+          createdAt
+          note
+          totalRefundedSet { shopMoney { amount currencyCode } }
+        }
+      }
+    }
+  }
+}
+"""
+
+BULK_OPERATION_FIELDS = "id status errorCode objectCount rootObjectCount url partialDataUrl createdAt completedAt"
+
+# groupObjects: a parent's line items follow it directly, so an order is complete when the next
+# order starts, and the file can be applied while it streams.
+BULK_RUN = (
+    """
+mutation BulkRun($query: String!) {
+  bulkOperationRunQuery(query: $query, groupObjects: true) {
+    bulkOperation { %s }
+    userErrors { code field message }
+  }
+}
+"""
+    % BULK_OPERATION_FIELDS
+)
+
+BULK_OPERATION = (
+    """
+query BulkOperation($id: ID!) {
+  bulkOperation(id: $id) { %s }
+}
+"""
+    % BULK_OPERATION_FIELDS
+)
+
 ALL = {
     "SHOP": SHOP,
     "ORDERS_PAGE": ORDERS_PAGE,
@@ -147,4 +227,7 @@ ALL = {
     "SUGGESTED_REFUND": SUGGESTED_REFUND,
     "REFUND_CREATE": REFUND_CREATE,
     "ORDER_REFUNDS": ORDER_REFUNDS,
+    "BULK_ORDERS": BULK_ORDERS,
+    "BULK_RUN": BULK_RUN,
+    "BULK_OPERATION": BULK_OPERATION,
 }
