@@ -195,7 +195,11 @@ BULK_ORDERS = """
 }
 """
 
-BULK_OPERATION_FIELDS = "id status errorCode objectCount rootObjectCount url partialDataUrl createdAt completedAt"
+BULK_OPERATION_FIELDS = """
+fragment BulkOperationFields on BulkOperation {
+  id status errorCode objectCount rootObjectCount url partialDataUrl createdAt completedAt
+}
+"""
 
 # groupObjects: a parent's line items follow it directly, so an order is complete when the next
 # order starts, and the file can be applied while it streams.
@@ -203,21 +207,21 @@ BULK_RUN = (
     """
 mutation BulkRun($query: String!) {
   bulkOperationRunQuery(query: $query, groupObjects: true) {
-    bulkOperation { %s }
+    bulkOperation { ...BulkOperationFields }
     userErrors { code field message }
   }
 }
 """
-    % BULK_OPERATION_FIELDS
+    + BULK_OPERATION_FIELDS
 )
 
 BULK_OPERATION = (
     """
 query BulkOperation($id: ID!) {
-  bulkOperation(id: $id) { %s }
+  bulkOperation(id: $id) { ...BulkOperationFields }
 }
 """
-    % BULK_OPERATION_FIELDS
+    + BULK_OPERATION_FIELDS
 )
 
 ALL = {

@@ -15,7 +15,8 @@ GraphQL Admin API"):
 - bulk queries do not draw on the query-cost bucket: only the mutation and the polls are costed.
 
 Test controls: `fail_next(error_code, partial=)` makes the next operation FAILED (with a
-`partialDataUrl` holding its first half when `partial`); downloads fail through the server's
+`partialDataUrl` holding its first half when `partial`); `tamper(body) -> body` rewrites the next
+files (hostile data); `polls_to_finish`; downloads fail through the server's
 `fail_next(on="download")` (a 5xx, or "cut": the body stops halfway and the connection closes).
 """
 
@@ -80,6 +81,7 @@ class BulkOperations:
     files: dict = field(default_factory=dict)
     failures: list = field(default_factory=list)
     runs: list = field(default_factory=list)
+    tamper: object = None
     _ids: object = field(default_factory=lambda: itertools.count(1))
 
     def fail_next(self, error_code: str = "INTERNAL_SERVER_ERROR", *, partial: bool = False) -> None:
@@ -151,6 +153,8 @@ class BulkOperations:
         data = self.execute(operation.shop_domain, operation.document)
         lines, roots = jsonl_lines(data)
         body = b"".join(json.dumps(line, separators=(",", ":")).encode() + b"\n" for line in lines)
+        if self.tamper is not None:
+            body = self.tamper(body)
         operation.completed = now_seconds()
         operation.object_count, operation.root_object_count = len(lines), roots
         if operation.fail_with is not None:
