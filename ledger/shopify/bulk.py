@@ -279,11 +279,7 @@ def _apply_batch(client, connection, orders: list[dict], reread: list[str], last
             counts = _apply_one_by_one(connection, orders)
         ShopifyConnection.objects.filter(pk=connection.pk).update(bulk_lines_applied=last_line)
     result.pages += 1
-    result.orders += counts.orders
-    result.created += counts.created
-    result.updated += counts.updated
-    result.external_refunds += counts.external_refunds
-    result.warnings.extend(counts.warnings)
+    _add(result, counts)
 
 
 def _apply_one_by_one(connection, orders: list[dict]) -> SyncCounts:
@@ -300,9 +296,13 @@ def _apply_one_by_one(connection, orders: list[dict]) -> SyncCounts:
                 f"({type(exc).__name__}: {getattr(exc, 'message', exc)})"
             )
             continue
-        total.orders += counts.orders
-        total.created += counts.created
-        total.updated += counts.updated
-        total.external_refunds += counts.external_refunds
-        total.warnings.extend(counts.warnings)
+        _add(total, counts)
     return total
+
+
+def _add(total: SyncCounts, counts: SyncCounts) -> None:
+    total.orders += counts.orders
+    total.created += counts.created
+    total.updated += counts.updated
+    total.external_refunds += counts.external_refunds
+    total.warnings.extend(counts.warnings)

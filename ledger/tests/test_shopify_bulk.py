@@ -3,6 +3,7 @@ HTTP: the file re-assembled into orders, a killed run resumed with the same oper
 surfaced with a consistent checkpoint, hostile lines as warnings."""
 
 import json
+from contextlib import contextmanager
 from decimal import Decimal
 from io import StringIO
 
@@ -50,6 +51,23 @@ def add_orders(fake, domain, count, prefix="c"):
         )
         for n in range(count)
     ]
+
+
+@contextmanager
+def dies_on_batch(number: int, monkeypatch):
+    """The process dies applying its `number`th batch (the batches before it stored)."""
+    real = bulk.shopify_orders_apply
+    batches = []
+
+    def apply(*, connection, nodes):
+        batches.append(len(nodes))
+        if len(batches) == number:
+            raise Killed()
+        return real(connection=connection, nodes=nodes)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(bulk, "shopify_orders_apply", apply)
+        yield
 
 
 def bulk_runs(fake, domain=DOMAIN):
@@ -129,19 +147,8 @@ def test_a_backfill_killed_mid_apply_resumes_with_the_same_operation_and_doubles
     # given 30 orders, and a run that dies applying its third batch of 5
     conn = connect(fake, tenant)
     add_orders(fake, DOMAIN, 30)
-    real = bulk.shopify_orders_apply
-    batches = []
-
-    def dies_on_batch_three(*, connection, nodes):
-        batches.append(len(nodes))
-        if len(batches) == 3:
-            raise Killed()
-        return real(connection=connection, nodes=nodes)
-
-    monkeypatch.setattr(bulk, "shopify_orders_apply", dies_on_batch_three)
-    with pytest.raises(Killed):
+    with dies_on_batch(3, monkeypatch), pytest.raises(Killed):
         shopify_backfill(connection_id=conn.pk, sleep=no_sleep, batch=5)
-    monkeypatch.setattr(bulk, "shopify_orders_apply", real)
     conn.refresh_from_db()
     assert Order.objects.count() == 10 and conn.bulk_operation_id and conn.bulk_lines_applied == 20
     assert conn.last_synced_at is None
@@ -240,19 +247,8 @@ def test_two_shops_backfilling_at_once_never_mix(fake, tenant, monkeypatch):
     for n in range(10):
         fake.add_order(DOMAIN, email=f"m{n}@example.com", transactions=[{"kind": "SALE", "amount": "10.00"}])
         fake.add_order(OTHER, email=f"t{n}@example.com", transactions=[{"kind": "SALE", "amount": "99.00"}])
-    real = bulk.shopify_orders_apply
-    seen = []
-
-    def dies_on_batch_two(*, connection, nodes):
-        seen.append(1)
-        if len(seen) == 2:
-            raise Killed()
-        return real(connection=connection, nodes=nodes)
-
-    monkeypatch.setattr(bulk, "shopify_orders_apply", dies_on_batch_two)
-    with pytest.raises(Killed):
+    with dies_on_batch(2, monkeypatch), pytest.raises(Killed):
         shopify_backfill(connection_id=mine.pk, sleep=no_sleep, batch=4)
-    monkeypatch.setattr(bulk, "shopify_orders_apply", real)
 
     # when the second store backfills, then the first resumes
     shopify_backfill(connection_id=theirs.pk, sleep=no_sleep, batch=4)

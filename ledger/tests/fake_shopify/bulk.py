@@ -39,6 +39,7 @@ from graphql import (
     validate,
 )
 
+from .cost import SelectionWalker
 from .models import gid, iso, now_seconds
 
 MAX_CONCURRENT = 5
@@ -185,42 +186,39 @@ def bulk_rule_errors(schema, document) -> list[str]:
         return ["Bulk queries must contain exactly one query operation."]
     errors: list[str] = []
     connections = []
+    # The cost walker's traversal: fragments and inline fragments are followed like fields.
+    walker = SelectionWalker(schema, document, {})
 
     def walk(selection_set, parent_type, depth, in_list):
-        selections = [s for s in selection_set.selections if isinstance(s, FieldNode)] if selection_set else []
-        for node in selections:
+        selections = list(walker.fields(selection_set, parent_type))
+        for node, owner in selections:
             name = node.name.value
             if name.startswith("__"):
                 continue
-            field_ = parent_type.fields[name]
+            field_ = owner.fields[name]
             named = get_named_type(field_.type)
             if is_leaf_type(named):
                 continue
-            if named.name.endswith("Connection"):
-                connections.append(name)
-                if in_list:
-                    errors.append(
-                        f"Queries that contain a connection field within a list field are not supported ({name})."
-                    )
-                if depth + 1 > MAX_NESTING:
-                    errors.append(f"Bulk queries cannot nest connections more than {MAX_NESTING} levels deep ({name}).")
-                if depth >= 1 and not any(s.name.value == "id" for s in selections):
-                    errors.append(f"The parent of the nested connection {name} must select `id`.")
-                for sub in node.selection_set.selections:
-                    if isinstance(sub, FieldNode) and sub.name.value == "nodes":
-                        walk(sub.selection_set, get_named_type(named.fields["nodes"].type), depth + 1, in_list)
-                    elif isinstance(sub, FieldNode) and sub.name.value == "edges":
-                        edge_type = get_named_type(named.fields["edges"].type)
-                        for inner in sub.selection_set.selections:
-                            if isinstance(inner, FieldNode) and inner.name.value == "node":
-                                walk(
-                                    inner.selection_set,
-                                    get_named_type(edge_type.fields["node"].type),
-                                    depth + 1,
-                                    in_list,
-                                )
-            else:
+            if not named.name.endswith("Connection"):
                 walk(node.selection_set, named, depth, in_list or is_list_type(get_nullable_type(field_.type)))
+                continue
+            connections.append(name)
+            if in_list:
+                errors.append(
+                    f"Queries that contain a connection field within a list field are not supported ({name})."
+                )
+            if depth + 1 > MAX_NESTING:
+                errors.append(f"Bulk queries cannot nest connections more than {MAX_NESTING} levels deep ({name}).")
+            if depth >= 1 and not any(s.name.value == "id" for s, _ in selections):
+                errors.append(f"The parent of the nested connection {name} must select `id`.")
+            edge_type = get_named_type(named.fields["edges"].type)
+            for sub, _ in walker.fields(node.selection_set, named):
+                if sub.name.value == "nodes":
+                    walk(sub.selection_set, get_named_type(named.fields["nodes"].type), depth + 1, in_list)
+                elif sub.name.value == "edges":
+                    for inner, _ in walker.fields(sub.selection_set, edge_type):
+                        if inner.name.value == "node":
+                            walk(inner.selection_set, get_named_type(edge_type.fields["node"].type), depth + 1, in_list)
 
     walk(operations[0].selection_set, schema.query_type, 0, False)
     top = [s.name.value for s in operations[0].selection_set.selections if isinstance(s, FieldNode)]

@@ -30,7 +30,7 @@ MUTATION_COST = 10
 _MISSING = object()
 
 
-class _Walker:
+class SelectionWalker:
     def __init__(self, schema: GraphQLSchema, document: DocumentNode, variables: dict):
         self.schema = schema
         self.variables = variables
@@ -112,7 +112,7 @@ def _root(schema: GraphQLSchema, operation: OperationDefinitionNode):
 
 
 def requested_cost(schema, document, operation, variables) -> int:
-    walker = _Walker(schema, document, variables)
+    walker = SelectionWalker(schema, document, variables)
     if operation.operation == OperationType.MUTATION:
         return sum(
             MUTATION_COST + walker.cost(node.selection_set, get_named_type(owner.fields[node.name.value].type))
@@ -123,7 +123,7 @@ def requested_cost(schema, document, operation, variables) -> int:
 
 
 def actual_cost(schema, document, operation, variables, data) -> int:
-    walker = _Walker(schema, document, variables)
+    walker = SelectionWalker(schema, document, variables)
     if data is None:
         return 0
     if operation.operation == OperationType.MUTATION:
