@@ -89,7 +89,11 @@ def shopify_backfill(*, connection_id: int, client=None, sleep=time.sleep, batch
     result.operation_id = operation["id"]
     operation = _wait(client, connection, operation, sleep, result)
     if operation.get("url"):
-        _apply_file(client, connection, operation["url"], skip, batch, sleep, result)
+        try:
+            _apply_file(client, connection, operation["url"], skip, batch, sleep, result)
+        except BulkOperationFailed:
+            _checkpoint_clear(connection)  # the file is gone: only a new operation can go on
+            raise
     ShopifyConnection.objects.filter(pk=connection.pk).update(
         last_synced_at=started,
         bulk_operation_id="",
@@ -155,11 +159,7 @@ def _wait(client, connection, operation: dict, sleep, result: BackfillResult) ->
         found = client.graphql(queries.BULK_OPERATION, {"id": operation["id"]}).get("bulkOperation")
         operation = found or {"id": operation["id"], "status": "GONE"}
     if operation["status"] != "COMPLETED":
-        # Nothing to resume from: the next run starts a new operation. What earlier batches
-        # applied stays (it is the shop's data, and applying it again changes nothing).
-        ShopifyConnection.objects.filter(pk=connection.pk).update(
-            bulk_operation_id="", bulk_started_at=None, bulk_lines_applied=0
-        )
+        _checkpoint_clear(connection)
         code = operation.get("errorCode")
         raise BulkOperationFailed(
             f"Shopify ({client.shop_domain}) bulk operation {operation['id']} ended {operation['status']}"
@@ -171,6 +171,14 @@ def _wait(client, connection, operation: dict, sleep, result: BackfillResult) ->
             )
         )
     return operation
+
+
+def _checkpoint_clear(connection: ShopifyConnection) -> None:
+    """Nothing to resume from: the next run starts a new operation. What earlier batches applied
+    stays (it is the shop's data, and applying it again changes nothing)."""
+    ShopifyConnection.objects.filter(pk=connection.pk).update(
+        bulk_operation_id="", bulk_started_at=None, bulk_lines_applied=0
+    )
 
 
 def _apply_file(client, connection, url: str, skip: int, batch: int, sleep, result: BackfillResult) -> None:

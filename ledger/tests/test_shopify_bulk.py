@@ -322,3 +322,23 @@ def test_full_and_since_together_are_refused(fake, tenant):
     connect(fake, tenant)
     with pytest.raises(CommandError, match="--full or --since"):
         sync(tenant, full=True, since="2026-01-01")
+
+
+def test_a_file_gone_from_storage_clears_the_checkpoint_and_the_next_run_starts_again(fake, tenant):
+    # given a completed operation whose file storage no longer has
+    conn = connect(fake, tenant)
+    add_orders(fake, DOMAIN, 4)
+    first = fake.bulk.run(fake.schema, DOMAIN, "{ orders { nodes { id } } }")["bulkOperation"]["id"]
+    fake.bulk.by_id(DOMAIN, first)
+    fake.bulk.files.clear()
+    ShopifyConnection.objects.filter(pk=conn.pk).update(bulk_operation_id=first, bulk_lines_applied=2)
+
+    # when the backfill resumes it: exit 1 with the reason, the checkpoint cleared
+    with pytest.raises(CommandError, match="HTTP 404"):
+        sync(tenant)
+    conn.refresh_from_db()
+    assert conn.bulk_operation_id == "" and conn.last_synced_at is None
+
+    # and the next run starts a new operation and reads everything
+    lines, _ = sync(tenant)
+    assert lines[-1] == "shopify_sync orders=4 created=4 updated=0"

@@ -33,7 +33,6 @@ from graphql import (
     OperationType,
     get_named_type,
     get_nullable_type,
-    is_leaf_type,
     is_list_type,
     parse,
     validate,
@@ -190,15 +189,9 @@ def bulk_rule_errors(schema, document) -> list[str]:
     walker = SelectionWalker(schema, document, {})
 
     def walk(selection_set, parent_type, depth, in_list):
-        selections = list(walker.fields(selection_set, parent_type))
-        for node, owner in selections:
+        selects_id = any(s.name.value == "id" for s, _ in walker.fields(selection_set, parent_type))
+        for node, field_, named in walker.object_fields(selection_set, parent_type):
             name = node.name.value
-            if name.startswith("__"):
-                continue
-            field_ = owner.fields[name]
-            named = get_named_type(field_.type)
-            if is_leaf_type(named):
-                continue
             if not named.name.endswith("Connection"):
                 walk(node.selection_set, named, depth, in_list or is_list_type(get_nullable_type(field_.type)))
                 continue
@@ -209,7 +202,7 @@ def bulk_rule_errors(schema, document) -> list[str]:
                 )
             if depth + 1 > MAX_NESTING:
                 errors.append(f"Bulk queries cannot nest connections more than {MAX_NESTING} levels deep ({name}).")
-            if depth >= 1 and not any(s.name.value == "id" for s, _ in selections):
+            if depth >= 1 and not selects_id:
                 errors.append(f"The parent of the nested connection {name} must select `id`.")
             edge_type = get_named_type(named.fields["edges"].type)
             for sub, _ in walker.fields(node.selection_set, named):
