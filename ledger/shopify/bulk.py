@@ -82,7 +82,10 @@ def shopify_backfill(*, connection_id: int, client=None, sleep=time.sleep, batch
         result.resumed = True
         started = connection.bulk_started_at or timezone.now()
     else:
-        operation, skip, started = _start(client), 0, timezone.now()
+        # Taken before Shopify starts: whatever changes while the operation runs is at or after it,
+        # so the next (paged) sync from this bound reads it.
+        started = timezone.now()
+        operation, skip = _start(client), 0
         ShopifyConnection.objects.filter(pk=connection.pk).update(
             bulk_operation_id=operation["id"], bulk_started_at=started, bulk_lines_applied=0
         )
