@@ -452,6 +452,9 @@ class ShopifyConnectionAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.M
         "token_expires_at",
         "last_synced_at",
         "sync_started_at",
+        "bulk_operation_id",
+        "bulk_started_at",
+        "bulk_lines_applied",
     )
     readonly_fields = fields
 
