@@ -8,6 +8,7 @@ from django.db import connection, connections
 
 from ledger.tests.fake_shopify import FakeShopify
 from ledger.tests.fake_stripe import FakeStripe, payments_follow_ledger
+from tests.helpers import signed_in
 
 
 def pytest_collection_modifyitems(config, items):
@@ -255,8 +256,7 @@ def login(client, user):
     """login("finance") -> the test client, signed in as that user of the demo shop."""
 
     def as_user(username):
-        client.force_login(user(username))
-        return client
+        return signed_in(user(username), client)
 
     return as_user
 

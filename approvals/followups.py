@@ -36,6 +36,8 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models, transaction
 from django.utils import timezone
 
+from ledger.retry import retry_delay
+
 from .models import ApprovalFollowUp, ApprovalRequest
 
 logger = logging.getLogger(__name__)
@@ -60,8 +62,13 @@ def approval_followup_receiver_unregister(*, signal, key: str) -> None:
 
 def approval_followup_retry_delay(*, attempts: int) -> timedelta:
     """How long after its `attempts`-th failure a follow-up is tried again (doubling, capped)."""
-    base = settings.APPROVAL_FOLLOWUP_RETRY_SECONDS * 2 ** min(max(attempts - 1, 0), 20)
-    return timedelta(seconds=min(base, settings.APPROVAL_FOLLOWUP_RETRY_MAX_SECONDS))
+    return timedelta(
+        seconds=retry_delay(
+            attempts=attempts,
+            first=settings.APPROVAL_FOLLOWUP_RETRY_SECONDS,
+            cap=settings.APPROVAL_FOLLOWUP_RETRY_MAX_SECONDS,
+        )
+    )
 
 
 def _ticket_queue(*, tenant_id: int, ticket_ref: int | None, request_id: int):

@@ -16,13 +16,13 @@ in order per ticket, until it works. Nothing is dropped.
   entry no longer counts, so the amount is refundable again. Finance files it again with
   approvals.services.refile.
 - `succeeded` (a webhook, the reconciliation or a person's record of a payout by hand learned it
-  after the payout said `pending`): the execution is published again after commit
-  (approvals.outbox); the provider is never called inside the ledger's transaction. Its replay is
-  more than the verification, which is why it is not a verification task: it announces the
-  entries again (`refund_executed`, replayed: the ticket's trace records each payout made by hand
-  and who recorded it, refundagent.ticket_events), pays a leg still pending under its own key,
-  and verifies once every leg succeeded. Should the broker lose it, the request is still
-  `approved` and the outbox sweep publishes it again.
+  after the payout said `pending`): the request's settlement is published after commit
+  (`approval_settle_task`, approvals.outbox); the provider is never called inside the ledger's
+  transaction. Settling runs the execution again, which is more than the verification: its replay
+  announces the entries again (`refund_executed`, replayed: the ticket's trace records each
+  payout made by hand and who recorded it, refundagent.ticket_events), pays a leg still pending
+  under its own key, and verifies once every leg succeeded. Should the broker lose it, the
+  request is still `approved` and the outbox sweep publishes its execution again.
 - a dispute opened on the order: each of its requests waiting for a decision, or approved but not
   yet written to the ledger, is held (approval_request_hold_for_dispute, approvals.services.invalidation).
 """
@@ -37,7 +37,7 @@ from ledger.signals import order_dispute_changed, refund_entry_status_changed
 from .destinations import approval_request_entries, approval_request_of_entry
 from .locks import order_lock
 from .models import ApprovalRequest
-from .outbox import approval_execution_publish
+from .outbox import approval_settlement_publish
 from .services.execution import approval_payment_failed
 from .services.invalidation import approval_request_hold_for_dispute
 from .signals import ApprovalEvent
@@ -80,7 +80,7 @@ def approval_follow_refund_status(*, entry: RefundEntry, to_status: str, reason:
         return approval_payment_failed(request=request, entry=entry, reason=reason)
     if to_status == RefundStatus.SUCCEEDED and request.status == ApprovalRequest.Status.APPROVED:
         # The replay, not only the verification: see the module doc.
-        publish_on_commit(approval_execution_publish, request_id=request.pk)
+        publish_on_commit(approval_settlement_publish, request_id=request.pk)
     return request
 
 

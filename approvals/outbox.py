@@ -21,7 +21,7 @@ from ledger.outbox import outbox_publish, publish_on_commit
 
 from .models import ApprovalRequest, PolicyReplay
 from .replay import DEFAULT_DAYS, policy_replay_create
-from .tasks import approval_execute_task, policy_replay_task
+from .tasks import approval_execute_task, approval_settle_task, policy_replay_task
 
 logger = logging.getLogger(__name__)
 
@@ -29,10 +29,22 @@ logger = logging.getLogger(__name__)
 def approval_execution_publish(*, request_id: int) -> bool:
     """Enqueue the execution of one approved request; True if the broker took it. Never raises:
     the instruction is already committed and the sweep re-sends what this could not."""
+    return _approval_publish(approval_execute_task, request_id=request_id, what="its execution")
+
+
+def approval_settlement_publish(*, request_id: int) -> bool:
+    """Enqueue the settlement of an approved request whose payout succeeded since it was written
+    (approvals.tasks.approval_settle_task). Never raises: the request is still `approved`, so should
+    this fail the sweep enqueues its execution again, which settles it the same way."""
+    return _approval_publish(approval_settle_task, request_id=request_id, what="its settlement")
+
+
+def _approval_publish(task, *, request_id: int, what: str) -> bool:
+    # The hand-off is recorded on the row either way: the sweep's grace counts from it.
     now = timezone.now()
     return outbox_publish(
-        lambda: approval_execute_task.delay(request_id),
-        what=f"approval {request_id}: its execution",
+        lambda: task.delay(request_id),
+        what=f"approval {request_id}: {what}",
         extra={"approval": request_id},
         handed_over=lambda: ApprovalRequest.objects.filter(pk=request_id).update(
             dispatched_at=now, dispatch_attempts=F("dispatch_attempts") + 1, dispatch_error=""

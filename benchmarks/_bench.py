@@ -88,6 +88,23 @@ def p90(values: list[float]) -> float:
     return statistics.quantiles(values, n=10, method="inclusive")[8] if len(values) > 1 else values[0]
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process and its children, live and reaped (psutil reads /proc)."""
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        total = sum(root.cpu_times()[:4])  # user, system, children_user, children_system
+        for child in root.children(recursive=True):
+            try:
+                total += sum(child.cpu_times()[:2])
+            except psutil.NoSuchProcess:
+                pass
+        return total
+    except psutil.NoSuchProcess:
+        return 0.0
+
+
 def demo_orders_create(external_ids: list[str], *, total: str, days_old: int, batch_size: int | None = None) -> list:
     """Delivered USD orders of the demo customer (acme's CUST-1001), one per external id: the
     benchmarks give each ticket or refund an order of its own, so none queues on another's lock."""

@@ -40,7 +40,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _bench import BENCH_ENV, database_ensure, database_url, db_name, django_setup, settings_module, url_with_db  # noqa: E402
+from _bench import (  # noqa: E402
+    BENCH_ENV,
+    cpu_seconds,
+    database_ensure,
+    database_url,
+    db_name,
+    django_setup,
+    settings_module,
+    url_with_db,
+)
 from load import PYTHON_BIN, Processes, api_token, file_tickets, free_port, http_wait, load_orders, wsgi_module  # noqa: E402
 
 MODEL = "claude-sonnet-5-5"
@@ -83,23 +92,6 @@ def watch(ids: list[int], deadline: float, in_flight: list[int]) -> dict[int, tu
         if not open_ or time.monotonic() > deadline:
             return rows
         time.sleep(0.1)
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process and its children, live and reaped (psutil reads /proc)."""
-    import psutil
-
-    try:
-        root = psutil.Process(pid)
-        total = sum(root.cpu_times()[:4])  # user, system, children_user, children_system
-        for child in root.children(recursive=True):
-            try:
-                total += sum(child.cpu_times()[:2])
-            except psutil.NoSuchProcess:
-                pass
-        return total
-    except psutil.NoSuchProcess:
-        return 0.0
 
 
 def file_at_rate(

@@ -18,6 +18,8 @@ from django.core.exceptions import BadRequest, ValidationError
 from django.db import DataError, transaction
 from django.db.models import Q
 from django.db.models.constants import LOOKUP_SEP
+from django.utils.html import format_html_join
+from django.utils.safestring import mark_safe
 
 from .models import (
     ApiToken,
@@ -440,7 +442,7 @@ class ShopifyConnectionAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.M
     """Read-only: connecting is `manage.py shopify_connect`, which checks the credentials first.
     The secret and the token are never shown, only whether they are set."""
 
-    list_display = ("shop_domain", "tenant", "shop_name", "secret", "token", "last_synced_at")
+    list_display = ("shop_domain", "tenant", "shop_name", "secret", "token", "last_synced_at", "refused_count")
     fields = (
         "tenant",
         "shop_domain",
@@ -452,11 +454,25 @@ class ShopifyConnectionAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.M
         "token_expires_at",
         "last_synced_at",
         "sync_started_at",
+        "refused",
         "bulk_operation_id",
         "bulk_started_at",
         "bulk_lines_applied",
     )
     readonly_fields = fields
+
+    @admin.display(description="orders refused")
+    def refused_count(self, obj):
+        return len(obj.refused_orders or {})
+
+    @admin.display(description="orders refused (skipped by the sync or a webhook, until applied again)")
+    def refused(self, obj):
+        refusals = sorted((obj.refused_orders or {}).values(), key=lambda r: r.get("at") or "", reverse=True)
+        if not refusals:
+            return "none"
+        return format_html_join(
+            mark_safe("<br>"), "{} ({}): {}", ((r.get("order"), r.get("at"), r.get("reason")) for r in refusals)
+        )
 
     @admin.display(description="client secret")
     def secret(self, obj):

@@ -75,3 +75,10 @@ class ShopifyRefused(InvalidInput):
     """Shopify refused the connection's credentials or a request (its own message kept)."""
 
     code = "shopify_refused"
+
+
+class ShopifyOrderRefused(InvalidInput):
+    """One order from Shopify the product cannot take as it is (hostile or inconsistent data, more
+    than it can read): the sync skips it, names it for the operator, and goes on."""
+
+    code = "shopify_order_refused"

@@ -80,6 +80,50 @@ def reconciliation_finding_record(
     )
 
 
+def _finding_missing_in_ledger(
+    *,
+    run: ReconciliationRun | None,
+    tenant: Tenant | None,
+    entry: RefundEntry | None,
+    provider_ref: str,
+    amount: Decimal,
+    currency: str,
+    status: str,
+    detail: str,
+) -> ReconciliationFinding:
+    """A refund the provider made and the ledger did not: `entry` is the external entry it was
+    recorded as (None when it could not be)."""
+    return reconciliation_finding_record(
+        kind=Kind.MISSING_IN_LEDGER,
+        tenant=tenant,
+        run=run,
+        entry=entry,
+        provider_ref=provider_ref,
+        provider_amount=amount,
+        currency=currency,
+        provider_status=status,
+        ledger_status=entry.status if entry else "",
+        detail=detail,
+    )
+
+
+def _finding_missing_at_provider(
+    *, run: ReconciliationRun, entry: RefundEntry, ledger_amount: Decimal, detail: str
+) -> ReconciliationFinding:
+    """A refund the ledger counts and the provider does not list."""
+    return reconciliation_finding_record(
+        kind=Kind.MISSING_AT_PROVIDER,
+        tenant=entry.tenant,
+        run=run,
+        entry=entry,
+        provider_ref=entry.provider_ref,
+        ledger_amount=ledger_amount,
+        currency=entry.currency,
+        ledger_status=entry.status,
+        detail=detail,
+    )
+
+
 def reconciliation_findings_resolve(*, queryset, user, note: str = "") -> int:
     """Finance marks findings resolved (who and when are kept); returns how many changed."""
     return queryset.filter(resolved_at__isnull=True).update(
@@ -194,16 +238,14 @@ def provider_refund_reconcile(
         if entry is not None
         else "; it could not be recorded (no order with that payment, or above what is refundable while refunds are pending)."
     )
-    reconciliation_finding_record(
-        kind=Kind.MISSING_IN_LEDGER,
-        tenant=payment.order.tenant if payment else None,
+    _finding_missing_in_ledger(
         run=run,
+        tenant=payment.order.tenant if payment else None,
         entry=entry,
         provider_ref=refund.provider_ref,
-        provider_amount=refund.amount,
+        amount=refund.amount,
         currency=refund.currency,
-        provider_status=refund.status,
-        ledger_status=entry.status if entry else "",
+        status=refund.status,
         detail=detail,
     )
     return entry, "external" if entry is not None else "unrecorded"
@@ -362,15 +404,10 @@ def _missing_at_provider(*, run, tenants, since, seen_refs, gateway) -> set[int]
         if entry.provider_ref and entry.provider_ref in seen_refs:
             continue
         found.add(
-            reconciliation_finding_record(
-                kind=Kind.MISSING_AT_PROVIDER,
-                tenant=entry.tenant,
+            _finding_missing_at_provider(
                 run=run,
                 entry=entry,
-                provider_ref=entry.provider_ref,
                 ledger_amount=entry.effective_amount,
-                currency=entry.currency,
-                ledger_status=entry.status,
                 detail="The ledger counts this refund, but the provider lists no such refund for the period.",
             ).pk
         )
@@ -438,16 +475,14 @@ def shopify_orders_reconcile(*, run: ReconciliationRun, listed: list[tuple[Shopi
             nodes=[{**node, "name": order.external_id}], orders={order.external_id: order}
         ):
             found.add(
-                reconciliation_finding_record(
-                    kind=Kind.MISSING_IN_LEDGER,
-                    tenant=order.tenant,
+                _finding_missing_in_ledger(
                     run=run,
+                    tenant=order.tenant,
                     entry=entry,
                     provider_ref=entry.provider_ref,
-                    provider_amount=entry.amount,
+                    amount=entry.amount,
                     currency=entry.currency,
-                    provider_status=RefundStatus.SUCCEEDED,
-                    ledger_status=entry.status,
+                    status=RefundStatus.SUCCEEDED,
                     detail=f"A refund made in Shopify's admin: recorded as external entry #{entry.pk}, flagged for review.",
                 ).pk
             )
@@ -462,15 +497,10 @@ def shopify_orders_reconcile(*, run: ReconciliationRun, listed: list[tuple[Shopi
             if refund is None:
                 if entry.created_at <= timezone.now() - IN_FLIGHT_GRACE:
                     found.add(
-                        reconciliation_finding_record(
-                            kind=Kind.MISSING_AT_PROVIDER,
-                            tenant=entry.tenant,
+                        _finding_missing_at_provider(
                             run=run,
                             entry=entry,
-                            provider_ref=entry.provider_ref,
                             ledger_amount=entry.amount,
-                            currency=entry.currency,
-                            ledger_status=entry.status,
                             detail=f"The ledger counts this refund, but Shopify's order {order.external_id} has no such refund.",
                         ).pk
                     )

@@ -10,9 +10,11 @@
 
 import logging
 from datetime import timedelta
+from functools import partial
 
 from .exceptions import DomainError, PaymentProviderUnavailable
 from .models import RefundEntryEvent
+from .outbox import outbox_publish
 from .payouts import refund_entries_pending, refund_entry_provider_record
 from .services import ledger_refund_record_outcome
 from .tasks import webhook_event_process_task
@@ -51,10 +53,9 @@ def webhook_events_republish(*, older_than: timedelta, limit: int = 500) -> int:
     """Enqueue again the stored webhook events nobody processed; returns how many were sent."""
     sent = 0
     for event_id in webhook_events_unprocessed(older_than=older_than).values_list("pk", flat=True)[:limit]:
-        try:
-            webhook_event_process_task.delay(event_id)
-        except Exception as exc:  # noqa: BLE001 - the broker is down: the next sweep tries again
-            logger.error("webhook event %s: enqueueing failed (%s)", event_id, exc)
-            break
+        if not outbox_publish(
+            partial(webhook_event_process_task.delay, event_id), what=f"webhook event {event_id}: its processing"
+        ):
+            break  # the broker is down: the next sweep tries again
         sent += 1
     return sent

@@ -1,28 +1,24 @@
 """POST /webhooks/stripe and /webhooks/shopify: provider events, verified, each event id once."""
 
-import logging
-
 from django.conf import settings
-from django.db import transaction
 from django.http import JsonResponse
 from django.views.decorators.csrf import csrf_exempt
 from django.views.decorators.http import require_POST
 
 from .exceptions import DomainError, InvalidInput
+from .outbox import outbox_publish, publish_on_commit
 from .shopify.webhooks import shopify_webhook_receive
 from .tasks import webhook_event_process_task
 from .webhooks import stripe_event_parse, stripe_signature_valid, webhook_event_store
 
-logger = logging.getLogger(__name__)
 
-
-def _publish(webhook_event_id: int) -> None:
-    # After commit, best effort: a lost publish leaves the event unprocessed, and Stripe's own
-    # redelivery (or a sweep of webhook_events_unprocessed) enqueues it again.
-    try:
-        webhook_event_process_task.delay(webhook_event_id)
-    except Exception:  # noqa: BLE001 - the event is stored; the broker being down must not answer 500
-        logger.exception("webhook event %s stored but not enqueued", webhook_event_id)
+def _publish(*, webhook_event_id: int) -> bool:
+    # After commit, best effort: a lost publish leaves the event unprocessed, and the provider's
+    # own redelivery (or the sweep, ledger.sweep.webhook_events_republish) enqueues it again.
+    return outbox_publish(
+        lambda: webhook_event_process_task.delay(webhook_event_id),
+        what=f"webhook event {webhook_event_id}: its processing",
+    )
 
 
 @csrf_exempt
@@ -46,7 +42,7 @@ def stripe_webhook(request):
     if created or event.processed_at is None:
         # A redelivery of an event never processed (its publish was lost) is enqueued again:
         # processing is idempotent, so this is still at most one effect.
-        transaction.on_commit(lambda: _publish(event.pk))
+        publish_on_commit(_publish, webhook_event_id=event.pk)
     return JsonResponse({"received": True, "duplicate": not created})
 
 
@@ -63,5 +59,5 @@ def shopify_webhook(request):
     if event is None:
         return JsonResponse({"received": True, "ignored": True})
     if created or event.processed_at is None:
-        transaction.on_commit(lambda: _publish(event.pk))
+        publish_on_commit(_publish, webhook_event_id=event.pk)
     return JsonResponse({"received": True, "duplicate": not created})

@@ -26,6 +26,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from ledger.outbox import outbox_publish
+from ledger.retry import retry_delay
 
 from .inbox.threads import inbox_reply_to
 from .models import TicketReply
@@ -45,10 +46,6 @@ def ticket_reply_hand_over(*, reply_id: int, enqueue: Callable[[], object]) -> b
         what=f"reply {reply_id}: its delivery",
         handed_over=lambda: TicketReply.objects.filter(pk=reply_id).update(dispatched_at=timezone.now()),
     )
-
-
-def _backoff(attempts: int) -> int:
-    return min(settings.EMAIL_RETRY_SECONDS * 2 ** max(attempts - 1, 0), settings.EMAIL_RETRY_MAX_SECONDS)
 
 
 def reply_lease() -> timedelta:
@@ -104,7 +101,10 @@ def ticket_reply_deliver(*, reply_id: int, deliver_later: Callable[[int, int], b
         if reply.attempts >= settings.EMAIL_MAX_ATTEMPTS:
             return _reply_record(reply, status=TicketReply.Status.FAILED, error=error, decision="reply_failed")
         # Zendesk's 429 says how long to wait (Retry-After).
-        wait = max(_backoff(reply.attempts), getattr(exc, "retry_after", 0))
+        backoff = retry_delay(
+            attempts=reply.attempts, first=settings.EMAIL_RETRY_SECONDS, cap=settings.EMAIL_RETRY_MAX_SECONDS
+        )
+        wait = max(backoff, getattr(exc, "retry_after", 0))
         recorded = _reply_record(
             reply,
             status=TicketReply.Status.RETRYING,

@@ -2,6 +2,8 @@
 
 import time
 
+from django.test import Client
+
 
 def wait_for(predicate, timeout: float = 90.0, what: str | None = None, *, pause: float = 0.3, tolerate=()):
     """The first truthy value of `predicate()` within `timeout` seconds, polled every `pause`.
@@ -21,3 +23,15 @@ def wait_for(predicate, timeout: float = 90.0, what: str | None = None, *, pause
     if what is not None:
         raise AssertionError(f"timed out waiting for {what}")
     return predicate()
+
+
+def signed_in(account, client: Client | None = None, **attrs) -> Client:
+    """A test client signed in as `account` (a new one unless `client` is given), with `attrs` set
+    and saved on the account first (`signed_in(people["support"], is_staff=True)`)."""
+    if attrs:
+        for name, value in attrs.items():
+            setattr(account, name, value)
+        account.save()
+    client = client if client is not None else Client()
+    client.force_login(account)
+    return client

@@ -5,7 +5,6 @@ from decimal import Decimal
 
 import pytest
 from django.db import connection
-from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
@@ -13,6 +12,7 @@ from django.utils import timezone
 from approvals.models import ApprovalRequest, Capability, RefundPolicy
 from ledger.models import Order, RefundEntry, Tenant
 from tests.factories import manual_payout_record
+from tests.helpers import signed_in
 
 pytestmark = pytest.mark.django_db
 
@@ -27,24 +27,10 @@ def decide_url(request, decision):
     return reverse("admin:approvals_approvalrequest_decide", args=[request.pk, decision])
 
 
-@pytest.fixture
-def login(people):
-    def make(username, **attrs):
-        account = people[username]
-        for name, value in attrs.items():
-            setattr(account, name, value)
-        account.save()
-        client = Client()
-        client.force_login(account)
-        return client
-
-    return make
-
-
-def test_finance_sees_the_queue_and_approves_from_the_admin(file_request, login, django_capture_on_commit_callbacks):
+def test_finance_sees_the_queue_and_approves_from_the_admin(file_request, people, django_capture_on_commit_callbacks):
     # given a pending request for a 120.00 USD order and a finance user in the admin
     request = file_request("120.00")
-    finance = login("finance")
+    finance = signed_in(people["finance"])
     # when they open the queue and the request
     queue = finance.get(CHANGELIST)
     assert queue.status_code == 200
@@ -86,23 +72,23 @@ def test_finance_sees_the_queue_and_approves_from_the_admin(file_request, login,
     assert 'id="ra-approve"' not in after and 'id="ra-verification"' in after
 
 
-def test_a_support_user_cannot_see_or_decide(file_request, login):
+def test_a_support_user_cannot_see_or_decide(file_request, people):
     request = file_request("120.00")
     # not staff: the admin sends them to log in
-    support = login("support")
+    support = signed_in(people["support"])
     assert support.get(CHANGELIST).status_code == 302
     assert support.post(decide_url(request, "approve"), {"args_hash": request.args_hash}).status_code == 302
     # even made staff: no view permission, no decision
-    support = login("support", is_staff=True)
+    support = signed_in(people["support"], is_staff=True)
     assert support.get(CHANGELIST).status_code == 403
     assert support.get(change_url(request)).status_code in (302, 403)
     assert support.post(decide_url(request, "approve"), {"args_hash": request.args_hash}).status_code == 403
     assert ApprovalRequest.objects.get(pk=request.pk).status == "pending"
 
 
-def test_the_filer_gets_no_buttons_and_cannot_approve(file_request, login):
+def test_the_filer_gets_no_buttons_and_cannot_approve(file_request, people):
     request = file_request("120.00", filer="lead")
-    lead = login("lead")
+    lead = signed_in(people["lead"])
     html = lead.get(change_url(request)).content.decode()
     assert 'id="ra-approve"' not in html and "maker-checker" in html
     response = lead.post(decide_url(request, "approve"), {"args_hash": request.args_hash}, follow=True)
@@ -110,25 +96,25 @@ def test_the_filer_gets_no_buttons_and_cannot_approve(file_request, login):
     assert ApprovalRequest.objects.get(pk=request.pk).status == "pending"
 
 
-def test_another_tenants_request_does_not_exist_for_them(file_request, login):
+def test_another_tenants_request_does_not_exist_for_them(file_request, people):
     request = file_request("120.00")
-    other = login("other-finance")
+    other = signed_in(people["other-finance"])
     assert change_url(request) not in other.get(CHANGELIST).content.decode()
     assert other.get(change_url(request)).status_code == 302  # the admin's "does not exist" redirect
     assert other.post(decide_url(request, "approve"), {"args_hash": request.args_hash}).status_code == 404
     assert ApprovalRequest.objects.get(pk=request.pk).status == "pending"
 
 
-def test_a_stale_hash_is_refused(file_request, login):
+def test_a_stale_hash_is_refused(file_request, people):
     request = file_request("120.00")
-    response = login("finance").post(decide_url(request, "approve"), {"args_hash": "f" * 64}, follow=True)
+    response = signed_in(people["finance"]).post(decide_url(request, "approve"), {"args_hash": "f" * 64}, follow=True)
     assert "Not decided" in response.content.decode()
     assert ApprovalRequest.objects.get(pk=request.pk).status == "pending"
 
 
-def test_deny_needs_a_note_and_request_changes_takes_an_amount(file_request, login):
+def test_deny_needs_a_note_and_request_changes_takes_an_amount(file_request, people):
     request = file_request("120.00")
-    finance = login("finance")
+    finance = signed_in(people["finance"])
     missing = finance.post(decide_url(request, "deny"), {"args_hash": request.args_hash, "note": ""})
     assert missing.status_code == 422 and "This field is required" in missing.content.decode()
     assert ApprovalRequest.objects.get(pk=request.pk).status == "pending"
@@ -146,12 +132,12 @@ def test_deny_needs_a_note_and_request_changes_takes_an_amount(file_request, log
 
 
 def test_a_wanted_amount_finer_than_the_requests_currency_is_refused_and_nothing_is_decided(
-    approval_request_make, make_order, people, login
+    approval_request_make, make_order, people
 ):
     # given a pending request on a 1000 JPY order (yen have no minor unit)
     request = approval_request_make(order=make_order("1000", currency="JPY", days_old=3), filer=people["support"])
     # when finance requests changes for 250.50 yen in the admin
-    response = login("finance").post(
+    response = signed_in(people["finance"]).post(
         decide_url(request, "request_changes"),
         {"args_hash": request.args_hash, "note": "Less, please.", "wanted_amount": "250.50"},
         follow=True,
@@ -163,7 +149,7 @@ def test_a_wanted_amount_finer_than_the_requests_currency_is_refused_and_nothing
     assert not request.votes.exists()
 
 
-def test_the_queue_lists_pending_first_then_oldest_and_filters(file_request, login, people):
+def test_the_queue_lists_pending_first_then_oldest_and_filters(file_request, people):
     from approvals.services.decisions import approval_request_decide
 
     old_denied = file_request("120.00")
@@ -173,7 +159,7 @@ def test_the_queue_lists_pending_first_then_oldest_and_filters(file_request, log
     pending = file_request("50.00")
     expired = file_request("750.00")
     ApprovalRequest.objects.filter(pk=expired.pk).update(expires_at=timezone.now() - timedelta(hours=1))
-    finance = login("finance")
+    finance = signed_in(people["finance"])
     response = finance.get(CHANGELIST)
     ids = [r.pk for r in response.context["cl"].result_list]
     assert ids == [pending.pk, expired.pk, old_denied.pk]
@@ -184,7 +170,7 @@ def test_the_queue_lists_pending_first_then_oldest_and_filters(file_request, log
     assert [r.pk for r in finance.get(CHANGELIST + "?q=ORD-2").context["cl"].result_list] == [pending.pk]
 
 
-def test_failed_requests_show_a_red_badge(file_request, login):
+def test_failed_requests_show_a_red_badge(file_request, people):
     request = file_request("120.00")
     ApprovalRequest.objects.filter(pk=request.pk).update(
         status="failed",
@@ -193,7 +179,7 @@ def test_failed_requests_show_a_red_badge(file_request, login):
             "checks": [{"name": "amount_exact", "ok": False, "expected": "120.00", "actual": "10.00"}],
         },
     )
-    finance = login("finance")
+    finance = signed_in(people["finance"])
     assert "ra-badge-failed" in finance.get(CHANGELIST + "?status__exact=failed").content.decode()
     html = finance.get(change_url(request)).content.decode()
     assert 'id="ra-failed"' in html and "amount_exact" in html
@@ -231,8 +217,8 @@ def _changelist_queries(client) -> int:
     return len(queries)
 
 
-def test_the_queue_costs_the_same_queries_at_10_and_1000_requests(orders, login):
-    finance = login("finance")
+def test_the_queue_costs_the_same_queries_at_10_and_1000_requests(orders, people):
+    finance = signed_in(people["finance"])
     _bulk_requests(10, orders["120.00"])
     at_10 = _changelist_queries(finance)
     _bulk_requests(990, orders["120.00"])
@@ -241,16 +227,16 @@ def test_the_queue_costs_the_same_queries_at_10_and_1000_requests(orders, login)
     assert at_10 <= 12, at_10
 
 
-def test_operators_switch_a_capability_off_in_the_list(login):
-    ops = login("ops")
+def test_operators_switch_a_capability_off_in_the_list(people):
+    ops = signed_in(people["ops"])
     capability = Capability.objects.get(name="orders.lookup_order")
     page = ops.get("/admin/approvals/capability/")
     assert page.status_code == 200 and 'name="form-0-enabled"' in page.content.decode()
     assert ops.get(f"/admin/approvals/capability/{capability.pk}/change/").status_code == 200
 
 
-def test_publish_new_version_copies_into_a_draft_then_publishes(policy, login):
-    ops = login("ops")
+def test_publish_new_version_copies_into_a_draft_then_publishes(policy, people):
+    ops = signed_in(people["ops"])
     v4 = policy
     ops.post("/admin/approvals/refundpolicy/", {"action": "copy_to_draft", "_selected_action": [v4.pk]})
     draft = RefundPolicy.objects.get(tenant=v4.tenant, status="draft")
@@ -269,9 +255,9 @@ def test_publish_new_version_copies_into_a_draft_then_publishes(policy, login):
     assert 'name="window_days"' not in ops.get(f"/admin/approvals/refundpolicy/{draft.pk}/change/").content.decode()
 
 
-def test_a_policy_version_cannot_be_deleted_from_the_admin(policy, login):
+def test_a_policy_version_cannot_be_deleted_from_the_admin(policy, people):
     # given the operator (superuser) on the policy admin
-    client = login("ops")
+    client = signed_in(people["ops"])
     # when they try the delete page or the bulk delete action
     delete_page = client.get(reverse("admin:approvals_refundpolicy_delete", args=[policy.pk]))
     changelist = client.get(reverse("admin:approvals_refundpolicy_changelist"))
@@ -286,13 +272,13 @@ def test_a_policy_version_cannot_be_deleted_from_the_admin(policy, login):
     assert RefundPolicy.objects.filter(pk=policy.pk).exists()
 
 
-def test_the_queue_counts_at_most_the_cap_and_still_pages(orders, login, monkeypatch):
+def test_the_queue_counts_at_most_the_cap_and_still_pages(orders, people, monkeypatch):
     # given more requests than the paginator counts
     from approvals.admin import review_queue as approvals_admin
 
     monkeypatch.setattr(approvals_admin, "QUEUE_COUNT_CAP", 60)
     _bulk_requests(120, orders["120.00"])
-    finance = login("finance")
+    finance = signed_in(people["finance"])
 
     # when the reviewer opens the queue
     response = finance.get(CHANGELIST)
@@ -303,12 +289,12 @@ def test_the_queue_counts_at_most_the_cap_and_still_pages(orders, login, monkeyp
     assert finance.get(CHANGELIST + "?p=2").status_code == 200
 
 
-def test_the_policy_version_filter_offers_the_tenants_versions_and_filters(orders, login):
+def test_the_policy_version_filter_offers_the_tenants_versions_and_filters(orders, people):
     # given requests under the tenant's current policy
     _bulk_requests(3, orders["120.00"])
     version = ApprovalRequest.objects.values_list("policy_version", flat=True).first()
     other = RefundPolicy.objects.exclude(tenant=orders["120.00"].tenant).values_list("version", flat=True)
-    finance = login("finance")
+    finance = signed_in(people["finance"])
 
     # when the reviewer opens the queue, and then filters by another version
     page = finance.get(CHANGELIST)
@@ -338,10 +324,10 @@ def test_the_policy_version_filter_offers_the_tenants_versions_and_filters(order
         ("id__range=0", 400),  # IndexError: a range of one bound
     ],
 )
-def test_a_lookup_that_cannot_run_is_a_4xx_not_a_500(file_request, login, query, status):
+def test_a_lookup_that_cannot_run_is_a_4xx_not_a_500(file_request, people, query, status):
     # given a pending request and finance on the queue
     file_request("120.00")
-    finance = login("finance")
+    finance = signed_in(people["finance"])
     finance.raise_request_exception = False
 
     # when the querystring carries a lookup value the database or Python cannot take
@@ -354,11 +340,11 @@ def test_a_lookup_that_cannot_run_is_a_4xx_not_a_500(file_request, login, query,
     assert finance.get(CHANGELIST).status_code == 200
 
 
-def test_an_action_on_a_selected_id_that_is_not_a_number_is_a_400_and_does_nothing(file_request, login):
+def test_an_action_on_a_selected_id_that_is_not_a_number_is_a_400_and_does_nothing(file_request, people):
     # given a request whose payment the provider refused
     request = file_request("120.00")
     ApprovalRequest.objects.filter(pk=request.pk).update(status=ApprovalRequest.Status.PAYMENT_FAILED)
-    finance = login("finance")
+    finance = signed_in(people["finance"])
     finance.raise_request_exception = False
 
     # when finance posts "file again" with a selected id that is not a number, beside a real one
@@ -372,11 +358,11 @@ def test_an_action_on_a_selected_id_that_is_not_a_number_is_a_400_and_does_nothi
     assert ApprovalRequest.objects.get().status == ApprovalRequest.Status.PAYMENT_FAILED
 
 
-def test_the_policy_list_names_no_other_tenant_but_to_a_superuser(policy, login):
+def test_the_policy_list_names_no_other_tenant_but_to_a_superuser(policy, people):
     # given two shops (`people` made "other", with no policy of its own)
     # when finance of the shop and an operator (superuser) open the policy list
-    finance = login("finance", is_staff=True).get("/admin/approvals/refundpolicy/")
-    ops = login("ops").get("/admin/approvals/refundpolicy/")
+    finance = signed_in(people["finance"], is_staff=True).get("/admin/approvals/refundpolicy/")
+    ops = signed_in(people["ops"]).get("/admin/approvals/refundpolicy/")
 
     # then finance gets no "By tenant" filter, which listed every tenant; the superuser keeps it
     other = f"?tenant__id__exact={Tenant.objects.get(slug='other').pk}"

@@ -3,11 +3,11 @@
 approver, nothing for the filer. A post is still put to the service."""
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 
 from approvals.services.decisions import approval_decisions_open, approval_request_decide
 from tests.factories import manual_payout_record
+from tests.helpers import signed_in
 
 pytestmark = pytest.mark.django_db
 
@@ -18,12 +18,6 @@ def change_url(request):
 
 def decide_url(request, decision):
     return reverse("admin:approvals_approvalrequest_decide", args=[request.pk, decision])
-
-
-def as_user(account):
-    client = Client()
-    client.force_login(account)
-    return client
 
 
 def test_an_executed_request_offers_no_confirmation(file_request, people, django_capture_on_commit_callbacks):
@@ -37,12 +31,12 @@ def test_an_executed_request_offers_no_confirmation(file_request, people, django
     assert request.status == "executed"
     # when another finance user opens its approve or deny confirmation
     for decision in ("approve", "deny"):
-        page = as_user(people["finance2"]).get(decide_url(request, decision)).content.decode()
+        page = signed_in(people["finance2"]).get(decide_url(request, decision)).content.decode()
         # then there is no confirm button, and the page says why
         assert 'id="ra-confirm"' not in page and "Confirm approval" not in page, decision
         assert 'id="ra-cannot"' in page and "can no longer be decided" in page, decision
     # and the review page shows no decision button but the reason
-    review = as_user(people["finance2"]).get(change_url(request)).content.decode()
+    review = signed_in(people["finance2"]).get(change_url(request)).content.decode()
     assert 'id="ra-approve"' not in review and 'id="ra-deny"' not in review and 'id="ra-closed"' in review
 
 
@@ -53,7 +47,7 @@ def test_the_first_approver_is_not_offered_approve_again(file_request, people):
     approval_request_decide(
         request_id=request.pk, user=people["finance"], decision="approve", args_hash=request.args_hash
     )
-    first = as_user(people["finance"])
+    first = signed_in(people["finance"])
     # when the first approver opens it again
     review = first.get(change_url(request)).content.decode()
     # then there is no Approve, the other decisions remain, and the page says a second approver is needed
@@ -63,7 +57,7 @@ def test_the_first_approver_is_not_offered_approve_again(file_request, people):
     assert 'id="ra-confirm"' not in confirm and "already approved" in confirm
     assert 'id="ra-confirm"' in first.get(decide_url(request, "deny")).content.decode()
     # while the second approver is offered Approve
-    second = as_user(people["finance2"])
+    second = signed_in(people["finance2"])
     assert 'id="ra-approve"' in second.get(change_url(request)).content.decode()
     assert 'id="ra-confirm"' in second.get(decide_url(request, "approve")).content.decode()
 

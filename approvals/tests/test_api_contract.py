@@ -7,22 +7,12 @@ import threading
 import pytest
 from django.contrib import admin
 from django.db import connection
-from django.test import Client, RequestFactory
+from django.test import RequestFactory
 
 from approvals.models import ApprovalRequest, ApprovalVote, RefundPolicy
 from ledger.models import IdempotencyKey, RefundEntry
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def login(user):
-    def make(username):
-        client = Client()
-        client.force_login(user(username))
-        return client
-
-    return make
 
 
 def decide(client, request, *, headers=None, **body):

@@ -9,6 +9,7 @@ from django_otp.oath import totp
 from django_otp.plugins.otp_totp.models import TOTPDevice
 
 from approvals.models import ApprovalVote
+from tests.helpers import signed_in
 
 pytestmark = pytest.mark.django_db
 
@@ -20,12 +21,6 @@ def _second_factor_on(settings):
 
 def decide_url(request, decision="approve"):
     return reverse("admin:approvals_approvalrequest_decide", args=[request.pk, decision])
-
-
-def signed_in(account):
-    client = Client()
-    client.force_login(account)
-    return client
 
 
 def code(device):

@@ -18,6 +18,7 @@ from ledger.models import Order, RefundEntry
 from ledger.services import ledger_refund_issue
 from refundagent.models import AgentRun, Ticket
 from refundagent.tests.payments_support import approve, ticket_awaiting_approval
+from tests.helpers import signed_in
 
 URL = "/evals/operations/"
 
@@ -43,12 +44,6 @@ def declined(demo, user, fake_stripe, django_capture_on_commit_callbacks):
         return made[-1]
 
     return make
-
-
-def _signed_in(user):
-    client = Client()
-    client.force_login(user)
-    return client
 
 
 def _tickets(tenant, user, n):
@@ -82,7 +77,7 @@ def test_the_dashboard_costs_the_same_queries_for_2_and_40_tickets_and_1_and_8_f
     ops = user("ops")
     _tickets(demo["acme"], user("acme-support"), 2)
     declined(1)
-    client = _signed_in(ops)
+    client = signed_in(ops)
     client.get(URL)  # the session and the user, loaded once
     small = _queries(client)
     # when it has 40 tickets and 8 declined refunds (each with its ticket and approval)
@@ -104,7 +99,7 @@ def test_the_payout_failures_panel_lists_the_ledgers_refused_refunds_with_reason
         order=order, amount="5.00", currency="USD", idempotency_key="ops-manual", source="manual", reason="goodwill"
     )
     # when the operator opens the page
-    response = _signed_in(user("ops")).get(URL)
+    response = signed_in(user("ops")).get(URL)
     # then the failed payout is listed from the ledger: order, amount, gateway, status, Stripe's reason
     entry = RefundEntry.objects.get(approval_ref=str(request.pk))
     [failure] = response.context["payout_failures"]
@@ -127,13 +122,13 @@ def test_the_payout_failures_panel_lists_the_ledgers_refused_refunds_with_reason
 def test_a_failed_payout_of_another_tenant_or_older_than_the_window_is_not_listed(demo, user, declined):
     # given a refund Stripe declined today: acme's operator sees it, globex's staff does not
     declined(1)
-    assert len(_signed_in(user("ops")).get(URL).context["payout_failures"]) == 1
-    assert _signed_in(user("globex-finance")).get(URL).context["payout_failures"] == []
+    assert len(signed_in(user("ops")).get(URL).context["payout_failures"]) == 1
+    assert signed_in(user("globex-finance")).get(URL).context["payout_failures"] == []
     # when another was declined 20 days ago (the window is 14 days)
     with mock.patch("django.utils.timezone.now", return_value=timezone.now() - timedelta(days=20)):
         declined(1)
     # then only today's is listed
-    assert len(_signed_in(user("ops")).get(URL).context["payout_failures"]) == 1
+    assert len(signed_in(user("ops")).get(URL).context["payout_failures"]) == 1
     assert RefundEntry.objects.filter(status="failed").count() == 2
 
 
@@ -152,7 +147,7 @@ def test_the_dashboard_shows_the_tenants_numbers_only(demo, user):
     )
     Capability.objects.filter(name="orders.lookup_order").update(enabled=False)
     # when the operator opens the page
-    response = _signed_in(user("ops")).get(URL)
+    response = signed_in(user("ops")).get(URL)
     # then acme's numbers: 3 tickets today (2 queued, 1 escalated), the refund, the costs, the switch
     assert response.status_code == 200
     context = response.context
@@ -182,7 +177,7 @@ def test_the_eval_trend_marks_the_runs_that_failed_the_gate_and_says_how_the_las
             finished_at=timezone.now(),
         )
     # when the operator opens the page
-    body = _signed_in(user("ops")).get(URL).content.decode()
+    body = signed_in(user("ops")).get(URL).content.decode()
     # then the failed run's dot is red and the page says the last run failed the gate
     assert body.count('class="dot failed"') == 1 and body.count('class="dot"') == 1
     assert "release gate FAILED</title>" in body and "pass rate 81.0%" in body
@@ -191,8 +186,8 @@ def test_the_eval_trend_marks_the_runs_that_failed_the_gate_and_says_how_the_las
 
 def test_people_who_are_not_staff_or_operators_are_refused(demo, user):
     # support is neither staff nor operator; finance works in the admin, so is staff
-    assert _signed_in(user("acme-support")).get(URL).status_code == 403
-    assert _signed_in(user("acme-finance")).get(URL).status_code == 200
+    assert signed_in(user("acme-support")).get(URL).status_code == 403
+    assert signed_in(user("acme-finance")).get(URL).status_code == 200
 
 
 def test_signed_out_goes_to_the_login(db):
@@ -205,7 +200,7 @@ def test_an_operator_who_is_not_staff_may_see_it(demo, user):
 
     support = user("acme-support")
     support.groups.add(Group.objects.get(name="operator"))
-    assert _signed_in(support).get(URL).status_code == 200
+    assert signed_in(support).get(URL).status_code == 200
 
 
 def test_an_execution_the_ledger_refused_is_listed_apart_with_its_stage_and_reason(demo, user):
@@ -216,7 +211,7 @@ def test_an_execution_the_ledger_refused_is_listed_apart_with_its_stage_and_reas
     ApprovalRequest.objects.filter(pk=request.pk).update(args={**request.args, "amount": "1.00"})
     approval_execute(request_id=request.pk)
     # when the operator opens the page
-    response = _signed_in(user("ops")).get(URL)
+    response = signed_in(user("ops")).get(URL)
     # then it is an execution failure, not a payout failure
     [failure] = response.context["execution_failures"]
     assert (failure["pk"], failure["ticket_ref"], failure["stage"]) == (request.pk, ticket.pk, "execute")

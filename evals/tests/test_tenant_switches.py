@@ -2,7 +2,6 @@
 changes only its own tenant, through its own switches (TenantCapability)."""
 
 import pytest
-from django.test import Client
 
 from approvals.models import Capability, TenantCapability
 from evals.models import EvalCase
@@ -10,6 +9,7 @@ from refundagent.agent.loop import agent_run_ticket
 from refundagent.agent.providers.scripted import ScriptedProvider
 from refundagent.models import RefundDraft, Ticket
 from tests.factories import user_build
+from tests.helpers import signed_in
 
 pytestmark = pytest.mark.django_db
 
@@ -24,12 +24,6 @@ def operator(demo):
         return user_build(username=f"{slug}-operator", tenant=demo[slug], roles=("operator",), is_staff=True)
 
     return make
-
-
-def signed_in(account):
-    client = Client()
-    client.force_login(account)
-    return client
 
 
 def run(ticket):

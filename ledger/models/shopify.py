@@ -30,6 +30,8 @@ class ShopifyConnection(models.Model):
     bulk_started_at = models.DateTimeField(null=True, blank=True)
     bulk_lines_applied = models.PositiveIntegerField(default=0)
     last_synced_at = models.DateTimeField(null=True, blank=True, help_text="Start of the last complete sync.")
+    # Orders the sync or a webhook skipped ({gid: {"order", "reason", "at"}}), until applied again.
+    refused_orders = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -33,12 +33,13 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from ..exceptions import DomainError, ShopifyRefused
+from ..exceptions import ShopifyRefused
 from ..models import ShopifyConnection
 from . import queries
 from .client import ShopifyUnavailable
 from .connection import shopify_client_for
 from .mapping import SyncCounts, shopify_orders_apply
+from .nested import shopify_orders_read_whole
 
 logger = logging.getLogger(__name__)
 
@@ -48,8 +49,6 @@ MAX_POLL_SECONDS = 10.0
 WAITING = ("CREATED", "RUNNING")
 # What a stored operation may still be resumed from; any other status starts a new operation.
 RESUMABLE = ("CREATED", "RUNNING", "COMPLETED")
-# What an order the import refuses raises (a bad amount, a missing field in the shop's data).
-REFUSED = (DomainError, ArithmeticError, ValueError, KeyError, TypeError)
 
 
 class BulkOperationFailed(ShopifyRefused):
@@ -277,43 +276,18 @@ def _refunds_assembled(order: dict) -> bool:
 
 
 def _apply_batch(client, connection, orders: list[dict], reread: list[str], last_line: int, result) -> None:
+    refused = []
     if reread:
-        # Through the bucket, one order at a time: rare (orders refunded more than once).
-        fresh = {gid: client.graphql(queries.ORDER, {"id": gid}).get("order") for gid in reread}
-        orders = [fresh.get(o["id"]) or o for o in orders]
+        # Through the bucket, one order at a time: rare (orders refunded more than once). Read
+        # whole as a page's orders are; one that cannot be is skipped with a warning.
+        found = [client.graphql(queries.ORDER, {"id": gid}).get("order") for gid in reread]
+        whole, refused = shopify_orders_read_whole(client=client, nodes=[n for n in found if n])
+        fresh = {n["id"]: n for n in whole} | {n["id"]: None for n, _ in refused}
+        orders = [fresh.get(o["id"], o) for o in orders if fresh.get(o["id"], o) is not None]
         result.reread += len(reread)
     with transaction.atomic():
-        try:
-            with transaction.atomic():
-                counts = shopify_orders_apply(connection=connection, nodes=orders)
-        except REFUSED:
-            counts = _apply_one_by_one(connection, orders)
+        # An order the mapping refuses is skipped with a warning (the mapping's), not the batch.
+        counts = shopify_orders_apply(connection=connection, nodes=orders, refused=refused)
         ShopifyConnection.objects.filter(pk=connection.pk).update(bulk_lines_applied=last_line)
     result.pages += 1
-    _add(result, counts)
-
-
-def _apply_one_by_one(connection, orders: list[dict]) -> SyncCounts:
-    """The batch again, an order at a time: one the import refuses is a warning, the rest go in."""
-    total = SyncCounts()
-    for order in orders:
-        try:
-            with transaction.atomic():
-                counts = shopify_orders_apply(connection=connection, nodes=[order])
-        except REFUSED as exc:
-            total.orders += 1
-            total.warnings.append(
-                f"order {order.get('name') or order.get('id')}: not imported, Shopify's data was refused "
-                f"({type(exc).__name__}: {getattr(exc, 'message', exc)})"
-            )
-            continue
-        _add(total, counts)
-    return total
-
-
-def _add(total: SyncCounts, counts: SyncCounts) -> None:
-    total.orders += counts.orders
-    total.created += counts.created
-    total.updated += counts.updated
-    total.external_refunds += counts.external_refunds
-    total.warnings.extend(counts.warnings)
+    result.add(counts)

@@ -94,6 +94,7 @@ class ShopifyClient:
         self._lock = threading.Lock()
         self.bucket = Bucket()
         self.stats = Stats()
+        self._costed_first: dict[str, int | None] = {}
         self.session = requests.Session()
         self.base = shop_base(shop_domain)
 
@@ -150,7 +151,7 @@ class ShopifyClient:
         attempt = 0
         while attempt < settings.SHOPIFY_MAX_ATTEMPTS:
             attempt += 1
-            self._wait_for_bucket(query)
+            self._wait_for_bucket(query, variables)
             headers = {"X-Shopify-Access-Token": self.token(), "Content-Type": "application/json"}
             try:
                 response = self._post(url, json=payload, headers=headers)
@@ -175,12 +176,12 @@ class ShopifyClient:
                 raise ShopifyRefused(
                     f"Shopify ({self.shop_domain}) answered HTTP {response.status_code}: {body.get('errors') or ''}"
                 )
-            self._remember_cost(query, body.get("extensions") or {})
+            self._remember_cost(query, variables, body.get("extensions") or {})
             errors = body.get("errors") or []
             if any((e.get("extensions") or {}).get("code") == "THROTTLED" for e in errors):
                 self.stats.throttled += 1
                 problem = "THROTTLED"
-                self._wait_for_bucket(query, at_least_one=True)
+                self._wait_for_bucket(query, variables, at_least_one=True)
                 continue
             if errors:
                 messages = "; ".join(str(e.get("message")) for e in errors)
@@ -192,11 +193,12 @@ class ShopifyClient:
         self.stats.retries += 1
         self._sleep(min(seconds, 30.0))
 
-    def _remember_cost(self, query: str, extensions: dict) -> None:
+    def _remember_cost(self, query: str, variables: dict | None, extensions: dict) -> None:
         cost = extensions.get("cost") or {}
         status = cost.get("throttleStatus") or {}
         if cost.get("requestedQueryCost") is not None:
             self.stats.costs[query] = float(cost["requestedQueryCost"])
+            self._costed_first[query] = (variables or {}).get("first")
         if status:
             self.bucket = Bucket(
                 available=float(status.get("currentlyAvailable") or 0),
@@ -205,9 +207,18 @@ class ShopifyClient:
                 at=time.monotonic(),
             )
 
-    def _wait_for_bucket(self, query: str, *, at_least_one: bool = False) -> None:
-        """Sleep until the bucket holds what this document cost last time (nothing known: go)."""
-        need = self.stats.costs.get(query)
+    def _cost_expected(self, query: str, variables: dict | None) -> float | None:
+        """What this document cost last time, scaled to this call's `first` (a page that grows
+        costs more: waiting for the last, smaller page's cost would be answered THROTTLED)."""
+        cost = self.stats.costs.get(query)
+        first, then = (variables or {}).get("first"), self._costed_first.get(query)
+        if cost is not None and isinstance(first, int) and isinstance(then, int) and then > 0:
+            return cost * first / then
+        return cost
+
+    def _wait_for_bucket(self, query: str, variables: dict | None, *, at_least_one: bool = False) -> None:
+        """Sleep until the bucket holds what this call is expected to cost (nothing known: go)."""
+        need = self._cost_expected(query, variables)
         if need is None or not self.bucket.restore_rate:
             if at_least_one:
                 self._retry_pause(FIRST_BACKOFF_SECONDS)
@@ -216,6 +227,9 @@ class ShopifyClient:
         if available >= need and not at_least_one:
             return
         seconds = max(need - available, 0) / self.bucket.restore_rate + 0.05
+        # Never longer than an empty bucket takes to refill (a stale or odd status cannot hang a run).
+        if self.bucket.maximum:
+            seconds = min(seconds, self.bucket.maximum / self.bucket.restore_rate + 0.05)
         self.stats.waits += 1
         self.stats.waited_seconds += seconds
         self._sleep(seconds)

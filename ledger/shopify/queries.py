@@ -8,9 +8,61 @@ query Shop {
 }
 """
 
-# Everything the mapping reads of an order (ledger/shopify/mapping.py).
-ORDER_FIELDS = """
-fragment OrderFields on Order {
+# The nested lists of an order a page reads at most (a page's cost grows with them). An order with
+# more is read again whole (ledger/shopify/nested.py): line items page on their own connection,
+# the plain lists (transactions, refunds) are asked again with a larger `first`.
+LINE_ITEMS_FIRST = 10
+TRANSACTIONS_FIRST = 5
+REFUNDS_FIRST = 3
+REFUND_TRANSACTIONS_FIRST = 3
+
+# What the mapping reads of a line item, a transaction and a refund.
+LINE_ITEM_FIELDS = """
+fragment LineItemFields on LineItem {
+  id
+  name
+  sku
+  quantity
+  refundableQuantity
+  originalUnitPriceSet { shopMoney { amount currencyCode } }
+}
+"""
+
+TRANSACTION_FIELDS = """
+fragment TransactionFields on OrderTransaction {
+  id
+  kind
+  status
+  gateway
+  amountSet { shopMoney { amount currencyCode } }
+  maximumRefundableV2 { amount }
+  parentTransaction { id }
+}
+"""
+
+REFUND_FIELDS = """
+fragment RefundFields on Refund {
+  id
+  createdAt
+  note
+  totalRefundedSet { shopMoney { amount currencyCode } }
+  transactions(first: {transactions}) {
+    nodes {
+      id
+      kind
+      status
+      gateway
+      amountSet { shopMoney { amount currencyCode } }
+      parentTransaction { id }
+    }
+    pageInfo { hasNextPage }
+  }
+}
+""".replace("{transactions}", str(REFUND_TRANSACTIONS_FIRST))
+
+# What the mapping reads of the order itself (the paged read and the bulk one share it).
+ORDER_OWN_FIELDS = """
+fragment OrderOwnFields on Order {
   id
   name
   createdAt
@@ -24,43 +76,29 @@ fragment OrderFields on Order {
   customer { id email displayName }
   totalPriceSet { shopMoney { amount currencyCode } }
   totalRefundedSet { shopMoney { amount currencyCode } }
-  lineItems(first: 10) {
-    nodes {
-      id
-      name
-      sku
-      quantity
-      refundableQuantity
-      originalUnitPriceSet { shopMoney { amount } }
-    }
-  }
-  transactions(first: 5) {
-    id
-    kind
-    status
-    gateway
-    amountSet { shopMoney { amount currencyCode } }
-    maximumRefundableV2 { amount }
-    parentTransaction { id }
-  }
-  refunds(first: 3) {
-    id
-    createdAt
-    note
-    totalRefundedSet { shopMoney { amount currencyCode } }
-    transactions(first: 3) {
-      nodes {
-        id
-        kind
-        status
-        gateway
-        amountSet { shopMoney { amount currencyCode } }
-        parentTransaction { id }
-      }
-    }
-  }
 }
 """
+
+# Everything the mapping reads of an order (ledger/shopify/mapping.py).
+ORDER_FIELDS = (
+    """
+fragment OrderFields on Order {
+  ...OrderOwnFields
+  lineItems(first: {line_items}) {
+    nodes { ...LineItemFields }
+    pageInfo { hasNextPage endCursor }
+  }
+  transactions(first: {transactions}) { ...TransactionFields }
+  refunds(first: {refunds}) { ...RefundFields }
+}
+""".replace("{line_items}", str(LINE_ITEMS_FIRST))
+    .replace("{transactions}", str(TRANSACTIONS_FIRST))
+    .replace("{refunds}", str(REFUNDS_FIRST))
+    + ORDER_OWN_FIELDS
+    + LINE_ITEM_FIELDS
+    + TRANSACTION_FIELDS
+    + REFUND_FIELDS
+)
 
 ORDERS_PAGE = (
     """
@@ -81,6 +119,51 @@ query Order($id: ID!) {
 }
 """
     + ORDER_FIELDS
+)
+
+# An order's nested lists read whole when a page's first ones were not all of them
+# (ledger/shopify/nested.py). Line items page; a plain list cannot, so it is asked for up to
+# its `first` at once, within Shopify's 1,000-point cap for one query.
+ORDER_LINE_ITEMS_FIRST = 100
+ORDER_LINE_ITEMS = (
+    """
+query OrderLineItems($id: ID!, $after: String) {
+  order(id: $id) {
+    id
+    lineItems(first: {first}, after: $after) {
+      nodes { ...LineItemFields }
+      pageInfo { hasNextPage endCursor }
+    }
+  }
+}
+""".replace("{first}", str(ORDER_LINE_ITEMS_FIRST))
+    + LINE_ITEM_FIELDS
+)
+
+ORDER_TRANSACTIONS_FIRST = 100
+ORDER_TRANSACTIONS = (
+    """
+query OrderTransactions($id: ID!) {
+  order(id: $id) {
+    id
+    transactions(first: {first}) { ...TransactionFields }
+  }
+}
+""".replace("{first}", str(ORDER_TRANSACTIONS_FIRST))
+    + TRANSACTION_FIELDS
+)
+
+ORDER_REFUND_LIST_FIRST = 30
+ORDER_REFUND_LIST = (
+    """
+query OrderRefundList($id: ID!) {
+  order(id: $id) {
+    id
+    refunds(first: {first}) { ...RefundFields }
+  }
+}
+""".replace("{first}", str(ORDER_REFUND_LIST_FIRST))
+    + REFUND_FIELDS
 )
 
 # Every transaction that can still return money, with its gateway and how much: a leg is refunded
@@ -144,56 +227,25 @@ query OrderRefunds($id: ID!) {
 # bulk operation reads every row). Shopify refuses a connection inside a list in a bulk query, so
 # the refunds come without `transactions`; the refund transactions are among the order's own
 # `transactions` (kind REFUND) and bulk.py puts them back under their refund.
-BULK_ORDERS = """
+BULK_ORDERS = (
+    """
 {
   orders(sortKey: UPDATED_AT) {
     edges {
       node {
-        id
-        name
-        createdAt
-        updatedAt
-        processedAt
-        cancelledAt
-        note
-        email
-        currencyCode
-        displayFulfillmentStatus
-        customer { id email displayName }
-        totalPriceSet { shopMoney { amount currencyCode } }
-        totalRefundedSet { shopMoney { amount currencyCode } }
-        lineItems {
-          edges {
-            node {
-              id
-              name
-              sku
-              quantity
-              refundableQuantity
-              originalUnitPriceSet { shopMoney { amount } }
-            }
-          }
-        }
-        transactions {
-          id
-          kind
-          status
-          gateway
-          amountSet { shopMoney { amount currencyCode } }
-          maximumRefundableV2 { amount }
-          parentTransaction { id }
-        }
-        refunds {
-          id
-          createdAt
-          note
-          totalRefundedSet { shopMoney { amount currencyCode } }
-        }
+        ...OrderOwnFields
+        lineItems { edges { node { ...LineItemFields } } }
+        transactions { ...TransactionFields }
+        refunds { id createdAt note totalRefundedSet { shopMoney { amount currencyCode } } }
       }
     }
   }
 }
 """
+    + ORDER_OWN_FIELDS
+    + LINE_ITEM_FIELDS
+    + TRANSACTION_FIELDS
+)
 
 BULK_OPERATION_FIELDS = """
 fragment BulkOperationFields on BulkOperation {
@@ -228,6 +280,9 @@ ALL = {
     "SHOP": SHOP,
     "ORDERS_PAGE": ORDERS_PAGE,
     "ORDER": ORDER,
+    "ORDER_LINE_ITEMS": ORDER_LINE_ITEMS,
+    "ORDER_TRANSACTIONS": ORDER_TRANSACTIONS,
+    "ORDER_REFUND_LIST": ORDER_REFUND_LIST,
     "SUGGESTED_REFUND": SUGGESTED_REFUND,
     "REFUND_CREATE": REFUND_CREATE,
     "ORDER_REFUNDS": ORDER_REFUNDS,

@@ -19,6 +19,7 @@ from . import queries
 from .bulk import BackfillResult, shopify_backfill
 from .connection import shopify_client_for
 from .mapping import SyncCounts, shopify_orders_apply
+from .nested import shopify_orders_read_whole
 
 logger = logging.getLogger(__name__)
 
@@ -79,16 +80,15 @@ def shopify_sync(
         page = data.get("orders") or {}
         nodes = page.get("nodes") or []
         info = page.get("pageInfo") or {}
+        # An order refused (here or by the mapping) is skipped with a warning, never the page:
+        # the cursor moves past it, and the next run meets it again without looping on it.
+        nodes, refused = shopify_orders_read_whole(client=client, nodes=nodes)
         with transaction.atomic():
-            counts = shopify_orders_apply(connection=connection, nodes=nodes)
+            counts = shopify_orders_apply(connection=connection, nodes=nodes, refused=refused)
             cursor = info.get("endCursor") or cursor
             ShopifyConnection.objects.filter(pk=connection.pk).update(sync_cursor=cursor)
         result.pages += 1
-        result.orders += counts.orders
-        result.created += counts.created
-        result.updated += counts.updated
-        result.external_refunds += counts.external_refunds
-        result.warnings.extend(counts.warnings)
+        result.add(counts)
         if not info.get("hasNextPage"):
             break
         size = _page_size(client, size)
@@ -97,11 +97,12 @@ def shopify_sync(
     )
     result.waits, result.calls = client.stats.waits, client.stats.calls
     logger.info(
-        "shopify_sync %s: orders=%s created=%s updated=%s pages=%s waits=%s",
+        "shopify_sync %s: orders=%s created=%s updated=%s skipped=%s pages=%s waits=%s",
         connection.shop_domain,
         result.orders,
         result.created,
         result.updated,
+        result.skipped,
         result.pages,
         result.waits,
     )
@@ -120,4 +121,5 @@ def shopify_order_refresh(*, connection_id: int, order_gid: str, client=None) ->
     node = client.graphql(queries.ORDER, {"id": order_gid}).get("order")
     if not node:
         return SyncCounts()
-    return shopify_orders_apply(connection=connection, nodes=[node])
+    nodes, refused = shopify_orders_read_whole(client=client, nodes=[node])
+    return shopify_orders_apply(connection=connection, nodes=nodes, refused=refused)

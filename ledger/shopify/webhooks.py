@@ -112,6 +112,8 @@ def shopify_webhook_event_process(*, webhook_event_id: int) -> WebhookEvent:
     if connection is not None and gid is not None and connection.tenant_id == event.tenant_id:
         counts = shopify_order_refresh(connection_id=connection.pk, order_gid=gid)
         result = f"{gid}: created={counts.created} updated={counts.updated} external={counts.external_refunds}"
+        if counts.skipped:
+            result += " skipped (see the connection's refused orders)"
     WebhookEvent.objects.filter(pk=event.pk, processed_at=None).update(processed_at=timezone.now(), result=result[:200])
     event.refresh_from_db()
     return event

@@ -16,11 +16,11 @@ Every call is recorded in `calls`.
 import hashlib
 import hmac
 import itertools
-import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl, urlsplit
+
+from ledger.tests.fake_server import FakeServer, JSONHandler
 
 
 def sign_webhook(payload: bytes, secret: str, timestamp: int | None = None) -> str:
@@ -30,7 +30,7 @@ def sign_webhook(payload: bytes, secret: str, timestamp: int | None = None) -> s
     return f"t={timestamp},v1={hmac.new(secret.encode(), signed, hashlib.sha256).hexdigest()}"
 
 
-class FakeStripe:
+class FakeStripe(FakeServer):
     def __init__(self):
         self.refunds: dict[str, dict] = {}
         # (account, pi_…/ch_…) -> the payment: amount and currency as paid, metadata, Connect destination.
@@ -46,21 +46,7 @@ class FakeStripe:
         self.lock = threading.Lock()
         self._ids = itertools.count(1)
         self._clock = itertools.count(int(time.time()))
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def start(self):
-        self.thread.start()
-        return self
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__()
 
     def fail_next(self, *faults: str):
         self.faults.extend(faults)
@@ -214,22 +200,9 @@ class FakeStripe:
     def _handler(self):
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
+        class Handler(JSONHandler):
             def _send(self, status: int, body: dict, headers: dict | None = None):
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.send_header("Request-Id", f"req_{next(fake._ids)}")
-                for k, v in (headers or {}).items():
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(data)
+                super()._send(status, body, {"Request-Id": f"req_{next(fake._ids)}", **(headers or {})})
 
             def _error(self, status: int, type_: str, message: str, code: str = "", extra: dict | None = None):
                 self._send(

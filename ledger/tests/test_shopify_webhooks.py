@@ -218,3 +218,24 @@ def test_concurrent_duplicate_deliveries_over_http_are_processed_once(fake_shopi
     [event] = WebhookEvent.objects.filter(provider="shopify")
     assert event.processed_at is not None
     assert Order.objects.filter(tenant=tenant).count() == 1
+
+
+def test_a_capture_after_the_authorisation_arrives_by_orders_updated_as_a_payment(fake_shopify, store, tenant, deliver):
+    # given an order only authorised when it was synced
+    lines = [{"title": "Tent", "sku": "TENT-1", "quantity": 1, "price": "80.00"}]
+    placed = fake_shopify.add_order(
+        DOMAIN, email="ada@example.com", line_items=lines, transactions=[{"kind": "AUTHORIZATION", "amount": "80.00"}]
+    )
+    shopify_sync(connection_id=store.pk)
+    order = Order.objects.get(tenant=tenant, external_id=placed.name)
+    assert not order.payments.exists()
+
+    # when it is captured in Shopify and its orders/updated webhook delivered (twice, two event ids)
+    capture = fake_shopify.add_transaction(placed, kind="CAPTURE", amount="80.00", parent=placed.txns[0])
+    for event_id in ("evt-cap-1", "evt-cap-2"):
+        assert (
+            deliver("orders/updated", fake_shopify.order_webhook_payload(placed), event_id=event_id).status_code == 200
+        )
+
+    # then the capture is the order's one payment
+    assert [(p.payment_ref, p.amount) for p in order.payments.all()] == [(capture.id, Decimal("80.00"))]

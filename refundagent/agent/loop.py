@@ -45,6 +45,7 @@ from django.db.models import OuterRef, Q, Subquery
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
+from ledger.retry import retry_delay
 
 from ..exceptions import TicketStateConflict
 from ..models import AgentRun, Ticket, TraceEvent
@@ -339,7 +340,8 @@ class _Loop:
                 attempt += 1
                 wait = exc.retry_after
                 if wait is None:
-                    wait = min(settings.AGENT_PROVIDER_BACKOFF_MAX_SECONDS, 2**attempt) * random.uniform(0.5, 1.0)
+                    backoff = retry_delay(attempts=attempt, first=2, cap=settings.AGENT_PROVIDER_BACKOFF_MAX_SECONDS)
+                    wait = backoff * random.uniform(0.5, 1.0)
                 outage = now - outage_started
                 give_up = not exc.transient or outage + wait > settings.AGENT_PROVIDER_OUTAGE_SECONDS
                 self.trace(

@@ -143,9 +143,9 @@ def inbound_message_receive(
         in_reply_to=(_message_ids(in_reply_to) or [""])[0],
         attachments=_attachments_listed(attachments),
     )
-    stored = _stored(tenant=tenant, source=source, message_id=message_id, external_ref=external_ref)
-    if stored is not None:
-        return stored
+    # No look for a stored copy first: the unique constraints (Message-ID per tenant,
+    # external_ref per source) find a repeat at the insert, so a new message (nearly every one)
+    # costs one query less, and a repeat rolls its savepoint back and answers below.
     try:
         with transaction.atomic():
             parent = None if external_ref else _thread_of(tenant, _message_ids(in_reply_to) + _message_ids(references))
@@ -187,8 +187,8 @@ def inbound_message_receive(
             message = TicketMessage.objects.create(ticket=ticket, **fields)
             return InboundResult(ticket, message, created=True, duplicate=False)
     except IntegrityError:
-        # Another delivery of the same message won the race (its commit released the unique
-        # index this insert waited on): answer with its ticket.
+        # A repeat, or another delivery of the same message that won the race (its commit
+        # released the unique index this insert waited on): answer with the stored ticket.
         stored = _stored(tenant=tenant, source=source, message_id=message_id, external_ref=external_ref)
         if stored is None:
             raise

@@ -22,10 +22,11 @@ import json
 import threading
 import time
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 import requests
+
+from ledger.tests.fake_server import FakeServer, JSONHandler
 
 
 def sign(body: bytes, secret: str, timestamp: str) -> str:
@@ -99,7 +100,7 @@ def ticket_created_event(*, account_id: int, ticket_id: int, requester_id: int, 
     }
 
 
-class FakeZendesk:
+class FakeZendesk(FakeServer):
     def __init__(self):
         self.agents: dict[tuple[str, str], dict] = {}  # (email, token) -> the agent user
         self.users: dict[int, dict] = {}
@@ -112,21 +113,7 @@ class FakeZendesk:
         self.down = False
         self.lock = threading.Lock()
         self._ids = itertools.count(1000)
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-    def start(self):
-        self.thread.start()
-        return self
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__()
 
     def fail_next(self, *faults: str):
         with self.lock:
@@ -179,21 +166,8 @@ class FakeZendesk:
     def _handler(self):
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
-            def _send(self, status: int, body: dict, headers: dict | None = None):
-                data = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json; charset=utf-8")
-                self.send_header("Content-Length", str(len(data)))
-                for name, value in (headers or {}).items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(data)
+        class Handler(JSONHandler):
+            content_type = "application/json; charset=utf-8"
 
             def _agent(self):
                 header = self.headers.get("Authorization", "")

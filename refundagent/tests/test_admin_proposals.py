@@ -15,6 +15,7 @@ from ledger.models import Customer, PaymentMethod, RefundEntry, Tenant
 from refundagent.forms import ProposalForm
 from refundagent.models import Ticket, TraceEvent
 from tests.factories import manual_payout_record
+from tests.helpers import signed_in
 
 pytestmark = pytest.mark.django_db
 
@@ -56,13 +57,8 @@ def rows() -> tuple[int, int, int, int]:
     )
 
 
-def signed_in(client, user):
-    client.force_login(user)
-    return client
-
-
 def test_the_queue_links_to_the_proposal_page_which_shows_what_a_proposal_needs(people, escalated, client):
-    client = signed_in(client, people["lead"])
+    client = signed_in(people["lead"], client)
     # when the lead opens the admin's escalation queue
     queue = client.get(reverse("admin:refundagent_escalatedticket_changelist")).content.decode()
     # then each row offers the proposal in the admin
@@ -88,7 +84,7 @@ def test_the_queue_links_to_the_proposal_page_which_shows_what_a_proposal_needs(
 def test_an_exception_proposed_in_the_admin_needs_two_finance_approvers_never_the_proposer(
     people, escalated, client, django_capture_on_commit_callbacks
 ):
-    client = signed_in(client, people["lead"])
+    client = signed_in(people["lead"], client)
     # when the lead proposes an 80.00 policy exception with a reason from the admin
     response = client.post(
         propose_url(escalated),
@@ -125,7 +121,7 @@ def test_an_exception_proposed_in_the_admin_needs_two_finance_approvers_never_th
     # when one finance user approves, then a second, distinct one
     for approver in ("finance", "finance2"):
         with django_capture_on_commit_callbacks(execute=True):
-            signed_in(client, people[approver]).post(decide, {"args_hash": request.args_hash, "note": "ok"})
+            signed_in(people[approver], client).post(decide, {"args_hash": request.args_hash, "note": "ok"})
         request.refresh_from_db()
         if approver == "finance":
             # then one approval leaves it pending
@@ -174,7 +170,7 @@ def test_an_exception_proposed_in_the_admin_needs_two_finance_approvers_never_th
     ],
 )
 def test_bad_input_is_a_form_error_and_writes_nothing(body, field, message, people, escalated, client):
-    client = signed_in(client, people["lead"])
+    client = signed_in(people["lead"], client)
     before = rows()
     # when the lead proposes something the form or the service refuses
     data = {"amount": "50.00", "reason": "Goodwill.", "exception": "on", **body}
@@ -192,7 +188,7 @@ def test_bad_input_is_a_form_error_and_writes_nothing(body, field, message, peop
 
 
 def test_nul_bytes_are_refused_before_the_form_and_by_the_form_itself(people, escalated, client):
-    client = signed_in(client, people["lead"])
+    client = signed_in(people["lead"], client)
     before = rows()
     # when a post carries a NUL byte in the reason
     response = client.post(propose_url(escalated), {"amount": "50.00", "reason": "Good\x00will", "exception": "on"})
@@ -207,7 +203,7 @@ def test_nul_bytes_are_refused_before_the_form_and_by_the_form_itself(people, es
 def test_a_ticket_that_left_the_queue_answers_409_and_writes_nothing(people, escalated, client):
     # given the ticket is already waiting for finance
     Ticket.objects.filter(pk=escalated.pk).update(status=Ticket.Status.APPROVAL_REQUIRED)
-    client = signed_in(client, people["lead"])
+    client = signed_in(people["lead"], client)
     before = rows()
     # when the lead opens and posts the proposal page
     page = client.get(propose_url(escalated)).content.decode()
@@ -224,15 +220,15 @@ def test_only_people_who_may_propose_can_and_only_on_their_own_tenants_tickets(
     before = rows()
     body = {"amount": "50.00", "reason": "x", "exception": "on"}
     # when an operator (staff, neither support nor finance) posts a proposal
-    response = signed_in(client, people["operator"]).post(propose_url(escalated), body)
+    response = signed_in(people["operator"], client).post(propose_url(escalated), body)
     # then 403 with the reason, nothing written
     assert response.status_code == 403 and "support" in response.content.decode()
     # when support without admin access opens the page, the admin sends them to its login
-    assert signed_in(client, people["support"]).get(propose_url(escalated)).status_code == 302
+    assert signed_in(people["support"], client).get(propose_url(escalated)).status_code == 302
     # when finance of another tenant opens or posts it, the ticket does not exist for them
     other = Tenant.objects.create(slug="other", name="Other")
     stranger = make_user("other-finance", "support", "finance", tenant=other)
-    client = signed_in(client, stranger)
+    client = signed_in(stranger, client)
     assert client.get(propose_url(escalated)).status_code == 404
     assert client.post(propose_url(escalated), body).status_code == 404
     assert client.get(reverse("admin:refundagent_escalatedticket_propose", args=["x1"])).status_code == 404

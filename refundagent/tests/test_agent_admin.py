@@ -1,12 +1,12 @@
 """The agent's records in the admin: readable, read-only, tenant-scoped, trace exportable."""
 
 import pytest
-from django.test import Client
 
 from refundagent.agent.loop import agent_run_ticket
 from refundagent.agent.providers.offline import OfflineProvider
 from refundagent.models import AgentRun, Ticket, TraceEvent
 from refundagent.services import ticket_create
+from tests.helpers import signed_in
 
 
 @pytest.fixture
@@ -18,15 +18,9 @@ def tickets(user):
     return acme, globex
 
 
-def admin_client(user, username):
-    client = Client()
-    client.force_login(user(username))
-    return client
-
-
 def test_finance_reads_its_tenants_tickets_and_traces_only(user, tickets):
     acme, globex = tickets
-    client = admin_client(user, "acme-finance")
+    client = signed_in(user("acme-finance"))
 
     listing = client.get("/admin/refundagent/ticket/")
     assert listing.status_code == 200
@@ -41,7 +35,7 @@ def test_finance_reads_its_tenants_tickets_and_traces_only(user, tickets):
 
 def test_the_trace_exports_as_json(user, tickets):
     acme, globex = tickets
-    client = admin_client(user, "acme-finance")
+    client = signed_in(user("acme-finance"))
 
     response = client.get(f"/admin/refundagent/ticket/{acme.pk}/trace.json")
 
@@ -54,7 +48,7 @@ def test_the_trace_exports_as_json(user, tickets):
 
 def test_the_export_action_returns_the_selected_traces(user, tickets):
     acme, _ = tickets
-    client = admin_client(user, "acme-finance")
+    client = signed_in(user("acme-finance"))
 
     response = client.post("/admin/refundagent/ticket/", {"action": "export_traces", "_selected_action": [acme.pk]})
 
@@ -64,7 +58,7 @@ def test_the_export_action_returns_the_selected_traces(user, tickets):
 
 def test_agent_output_cannot_be_edited_in_the_admin(user, tickets):
     acme, _ = tickets
-    client = admin_client(user, "ops")  # a superuser
+    client = signed_in(user("ops"))  # a superuser
     run = AgentRun.objects.get(ticket=acme)
 
     page = client.get(f"/admin/refundagent/agentrun/{run.pk}/change/")
@@ -83,7 +77,7 @@ def test_an_action_on_a_selected_id_that_is_not_a_number_is_a_400_and_does_nothi
     # given an escalated acme ticket nobody owns, and finance in the admin
     acme, _ = tickets
     Ticket.objects.filter(pk=acme.pk).update(status=Ticket.Status.ESCALATED, owner=None)
-    client = admin_client(user, "acme-finance")
+    client = signed_in(user("acme-finance"))
     client.raise_request_exception = False
     events = TraceEvent.objects.count()
 
@@ -105,7 +99,7 @@ def test_an_action_on_a_selected_id_that_is_not_a_number_is_a_400_and_does_nothi
     ],
 )
 def test_a_lookup_that_cannot_run_is_the_admins_bad_filter_redirect(user, tickets, url, query):
-    client = admin_client(user, "acme-finance")
+    client = signed_in(user("acme-finance"))
     client.raise_request_exception = False
 
     response = client.get(f"{url}?{query}")

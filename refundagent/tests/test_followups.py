@@ -27,25 +27,28 @@ from refundagent.sweep import outbox_sweep, outbox_sweep_task
 from refundagent.tests.payments_support import approve, ticket_awaiting_approval
 from refundagent.tests.test_receivers import decide, spans, ticket_with_request
 from tests.factories import manual_payout_record
+from tests.helpers import signed_in
 
 pytestmark = pytest.mark.django_db
 
 
 class Fault:
-    """ticket_events.<name> raises on its first `times` calls, then works (set `times` to 0 to
-    mend it). The receiver looks the service up on the module at each call, as production does."""
+    """The ticket's follow-up of the approval event `event` (a signal's name) raises on its first
+    `times` calls, then works (set `times` to 0 to mend it); the other events follow as ever. The
+    receiver looks `ticket_events.ticket_follow` up on the module at each call, as production does."""
 
-    def __init__(self, monkeypatch, name: str, times: int = 1):
-        self.name, self.times, self.calls = name, times, 0
-        real = getattr(ticket_events, name)
+    def __init__(self, monkeypatch, event: str, times: int = 1):
+        self.event, self.times, self.calls = event, times, 0
+        real = ticket_events.ticket_follow
 
-        def broken(**kwargs):
-            self.calls += 1
-            if self.calls <= self.times:
-                raise RuntimeError(f"{name} broke (call {self.calls})")
-            return real(**kwargs)
+        def broken(*, signal, **kwargs):
+            if signal.name == self.event:
+                self.calls += 1
+                if self.calls <= self.times:
+                    raise RuntimeError(f"{event} follow-up broke (call {self.calls})")
+            return real(signal=signal, **kwargs)
 
-        monkeypatch.setattr(ticket_events, name, broken)
+        monkeypatch.setattr(ticket_events, "ticket_follow", broken)
 
 
 @contextmanager
@@ -78,18 +81,12 @@ def health(client: Client) -> tuple[int, dict]:
     return response.status_code, response.json()
 
 
-def staff(user) -> Client:
-    client = Client()
-    client.force_login(user("ops"))
-    return client
-
-
 def test_the_verified_follow_up_fails_once_and_the_sweep_makes_the_ticket_refunded(
     user, api_client, monkeypatch, django_capture_on_commit_callbacks, caplog
 ):
     # given a ticket waiting for finance, and its follow-up of the evaluator's verdict failing once
     ticket, request = ticket_with_request(user)
-    fault = Fault(monkeypatch, "ticket_follow_verified")
+    fault = Fault(monkeypatch, "refund_verified")
     # when finance approves (the execution runs on commit, eagerly)
     with caplog.at_level(logging.ERROR), django_capture_on_commit_callbacks(execute=True):
         response = api_client("acme-finance").post(
@@ -108,13 +105,13 @@ def test_the_verified_follow_up_fails_once_and_the_sweep_makes_the_ticket_refund
     # but the ticket is behind its money, and the failure is logged at ERROR and kept
     ticket.refresh_from_db()
     assert ticket.status == Ticket.Status.APPROVED
-    assert "refund_verified of approval" in caplog.text and "ticket_follow_verified broke" in caplog.text
+    assert "refund_verified of approval" in caplog.text and "refund_verified follow-up broke" in caplog.text
     assert followups(request) == [("refund_verified", 1, False)]
     kept = ApprovalFollowUp.objects.get(request=request, receiver="refundagent.ticket_follow")
-    assert kept.last_error == "RuntimeError: ticket_follow_verified broke (call 1)"
+    assert kept.last_error == "RuntimeError: refund_verified follow-up broke (call 1)"
     assert kept.arguments["values"]["verdict"]["ok"] is True
     # and staff see it counted in health (the threshold not reached yet: still ok)
-    status, body = health(staff(user))
+    status, body = health(signed_in(user("ops")))
     assert (status, body["ticket_followups"]) == (200, "ok")
     assert body["details"]["ticket_followups"] | {"oldest_age_seconds": 0} == {
         "count": 1,
@@ -145,7 +142,7 @@ def test_the_verified_follow_up_fails_once_and_the_sweep_makes_the_ticket_refund
     with at(timezone.now() + timedelta(hours=2)):
         assert outbox_sweep()["approval_followups"] == 0
     assert fault.calls == 2
-    status, body = health(staff(user))
+    status, body = health(signed_in(user("ops")))
     assert status == 200 and body["details"]["ticket_followups"]["count"] == 0
 
 
@@ -154,7 +151,7 @@ def test_the_approved_follow_up_fails_once_and_the_later_events_wait_for_it(
 ):
     # given a ticket waiting for finance, and its follow-up of the approval failing once
     ticket, request = ticket_with_request(user)
-    fault = Fault(monkeypatch, "ticket_follow_approved")
+    fault = Fault(monkeypatch, "approval_approved")
     # when finance approves, the execution writes the refund, finance records the payout made by hand
     # (the manual gateway) and the execution verifies it
     with django_capture_on_commit_callbacks(execute=True):
@@ -212,7 +209,7 @@ def test_the_payment_failed_follow_up_fails_once_and_the_ticket_goes_back_to_fin
 ):
     # given the provider refuses the refund, and the ticket's follow-up of the refusal fails once
     fake_stripe.fail_next("402")
-    fault = Fault(monkeypatch, "ticket_follow_payment_failed")
+    fault = Fault(monkeypatch, "refund_payment_failed")
     ticket, request = ticket_awaiting_approval(order=shop["order"], filer=shop["support"], amount="40.00", key="fu-1")
     # when finance approves and the payout is refused
     with django_capture_on_commit_callbacks(execute=True):
@@ -255,7 +252,7 @@ def test_the_changes_requested_follow_up_fails_once_and_the_sweep_runs_the_agent
 ):
     # given a ticket waiting for finance, and its follow-up of "request changes" failing once
     ticket, request = ticket_with_request(user)
-    fault = Fault(monkeypatch, "ticket_follow_changes_requested")
+    fault = Fault(monkeypatch, "approval_changes_requested")
     # when finance asks for changes
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         decide(user, request, decision="request_changes", note="only the headphones", wanted_amount="50.00")
@@ -284,7 +281,7 @@ def test_a_follow_up_that_keeps_failing_stays_visible_and_is_tried_once_per_back
     settings.APPROVAL_FOLLOWUP_RETRY_SECONDS = 60
     settings.APPROVAL_FOLLOWUP_RETRY_MAX_SECONDS = 3600
     ticket, request = ticket_with_request(user)
-    fault = Fault(monkeypatch, "ticket_follow_verified", times=10**6)
+    fault = Fault(monkeypatch, "refund_verified", times=10**6)
     with django_capture_on_commit_callbacks(execute=True):
         decide(user, request)
     with django_capture_on_commit_callbacks(execute=True):
@@ -303,7 +300,7 @@ def test_a_follow_up_that_keeps_failing_stays_visible_and_is_tried_once_per_back
     gaps = [later - earlier for earlier, later in pairwise([0, *tried_at])]
     assert gaps[:7] == [1, 2, 4, 8, 16, 32, 60] and set(gaps[7:]) == {60}
     assert kept.attempts == fault.calls == len(tried_at) + 1 and kept.attempts <= 12
-    assert kept.delivered_at is None and "ticket_follow_verified broke" in kept.last_error
+    assert kept.delivered_at is None and "refund_verified follow-up broke" in kept.last_error
     # and the money and the decision stand, the ticket is still behind
     request.refresh_from_db()
     ticket.refresh_from_db()
@@ -312,7 +309,7 @@ def test_a_follow_up_that_keeps_failing_stays_visible_and_is_tried_once_per_back
 
     # and health fails, naming the check; the numbers are for staff only
     with at(start + timedelta(hours=6)):
-        status, body = health(staff(user))
+        status, body = health(signed_in(user("ops")))
         anonymous_status, anonymous = health(Client())
     assert status == anonymous_status == 503
     assert body["ticket_followups"].startswith("error: an approval event has waited 21")
@@ -325,25 +322,25 @@ def test_a_follow_up_that_keeps_failing_stays_visible_and_is_tried_once_per_back
         "threshold_seconds": 300,
     }
     # and the operator dashboard lists it with its ticket, attempts and error
-    page = staff(user).get("/evals/operations/").content.decode()
+    page = signed_in(user("ops")).get("/evals/operations/").content.decode()
     assert f'data-followup="{kept.pk}"' in page and f"#{ticket.pk}</a>" in page
-    assert "refund_verified" in page and "ticket_follow_verified broke" in page
+    assert "refund_verified" in page and "refund_verified follow-up broke" in page
 
     # when the bug is fixed, the next attempt (within the hour) delivers it
     fault.times = 0
     with at(start + timedelta(hours=7, minutes=1)):
         assert outbox_sweep()["approval_followups"] == 1
-        status, body = health(staff(user))
+        status, body = health(signed_in(user("ops")))
     ticket.refresh_from_db()
     assert ticket.status == Ticket.Status.REFUNDED
     assert status == 200 and body["ticket_followups"] == "ok"
-    assert "Every ticket has taken every event" in staff(user).get("/evals/operations/").content.decode()
+    assert "Every ticket has taken every event" in signed_in(user("ops")).get("/evals/operations/").content.decode()
 
 
 def test_a_kept_event_waits_only_for_its_own_ticket(user, monkeypatch, django_capture_on_commit_callbacks):
     # given one ticket whose approval follow-up failed
     first, first_request = ticket_with_request(user, order="ORD-5001")
-    fault = Fault(monkeypatch, "ticket_follow_approved")
+    fault = Fault(monkeypatch, "approval_approved")
     with django_capture_on_commit_callbacks(execute=True):
         decide(user, first_request)
     assert fault.calls == 1

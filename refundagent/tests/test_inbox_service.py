@@ -96,6 +96,34 @@ def test_one_message_id_is_stored_once(tenant, customer):
     assert Ticket.objects.count() == 1 and TicketMessage.objects.count() == 1
 
 
+def test_a_repeat_files_nothing_and_queues_no_second_agent_run(tenant, customer, django_capture_on_commit_callbacks):
+    # Given Ada's message, filed and queued
+    first = receive(tenant)
+    events = TraceEvent.objects.count()
+
+    # When the provider posts it again (nothing looks for it first: the insert's constraint finds it)
+    with django_capture_on_commit_callbacks() as queued:
+        again = receive(tenant)
+
+    # Then the filing it began is rolled back whole: no ticket, no event, no agent run handed over
+    assert again.duplicate and again.ticket == first.ticket
+    assert queued == []
+    assert Ticket.objects.count() == 1 and TicketMessage.objects.count() == 1
+    assert TraceEvent.objects.count() == events
+
+
+def test_a_repeat_of_a_reply_writes_no_second_event(tenant, customer):
+    ticket = receive(tenant).ticket
+    reply = dict(message_id="<m2@x>", in_reply_to="<m1@mail.example.com>", subject="Re: kettle")
+    receive(tenant, **reply)
+    events = TraceEvent.objects.filter(ticket=ticket).count()
+
+    again = receive(tenant, **reply)
+
+    assert again.duplicate and again.ticket == ticket
+    assert ticket.messages.count() == 2 and TraceEvent.objects.filter(ticket=ticket).count() == events
+
+
 def test_one_external_ref_is_one_ticket(tenant, customer):
     first = receive(tenant, source="zendesk", message_id="", external_ref="5001")
     again = receive(tenant, source="zendesk", message_id="", external_ref="5001")

@@ -5,12 +5,12 @@ from a confirmation step that shows the latest replay of exactly that draft."""
 import json
 
 import pytest
-from django.test import Client
 
 from approvals.models import PolicyPublication, PolicyReplay, RefundPolicy
 from ledger.models import Tenant
 from refundagent.agent.loop import agent_run_ticket
 from refundagent.agent.providers.offline import OfflineProvider
+from tests.helpers import signed_in
 
 CHANGELIST = "/admin/approvals/refundpolicy/"
 
@@ -30,12 +30,7 @@ def decided(file_ticket):
 
 @pytest.fixture
 def admin_as(user):
-    def make(username):
-        client = Client()
-        client.force_login(user(username))
-        return client
-
-    return make
+    return lambda username: signed_in(user(username))
 
 
 def test_finance_drafts_replays_and_publishes_a_policy_in_the_admin(

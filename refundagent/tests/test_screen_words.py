@@ -3,7 +3,6 @@ asked, no "investigating" over a finished result, a closed ticket that says clos
 that name only the rules broken, labels from the one table, and no "0 minutes ago"."""
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 
 from approvals.models import ApprovalRequest
@@ -12,14 +11,9 @@ from refundagent.agent.loop import agent_run_ticket
 from refundagent.agent.providers.scripted import ScriptedProvider
 from refundagent.models import Ticket
 from tests.factories import refund_draft
+from tests.helpers import signed_in
 
 pytestmark = pytest.mark.django_db
-
-
-def logged_in(user, username):
-    client = Client()
-    client.force_login(user(username))
-    return client
 
 
 @pytest.fixture
@@ -38,14 +32,14 @@ def refunded(file_ticket, user, fake_stripe, django_capture_on_commit_callbacks)
 
 
 def test_the_ticket_list_shows_what_was_refunded_beside_what_was_asked(refunded, user):
-    html = logged_in(user, "acme-support").get(reverse("tickets")).content.decode()
+    html = signed_in(user("acme-support")).get(reverse("tickets")).content.decode()
     assert '<th class="num">Refunded</th>' in html
     row = html.split(f'href="/tickets/{refunded.pk}/"', 1)[1].split("</tr>", 1)[0]
     assert "200.00 USD" in row and "120.00 USD" in row
 
 
 def test_no_investigating_flash_over_a_finished_result(user, demo, django_capture_on_commit_callbacks):
-    support = logged_in(user, "acme-support")
+    support = signed_in(user("acme-support"))
     with django_capture_on_commit_callbacks(execute=True):
         response = support.post(
             reverse("ticket_new"),
@@ -61,7 +55,7 @@ def test_a_closed_ticket_says_closed_not_escalated(file_ticket, user, django_cap
         ticket = file_ticket(order="ORD-5002", message="The lamp flickers.")
     ticket.refresh_from_db()
     assert ticket.status == Ticket.Status.ESCALATED
-    support = logged_in(user, "acme-support")
+    support = signed_in(user("acme-support"))
     support.post(reverse("ticket_close", args=[ticket.pk]), {"note": "Sent a replacement"})
     html = support.get(reverse("ticket", args=[ticket.pk])).content.decode()
     head = html.split('class="page-head"', 1)[1].split('class="actions"', 1)[0]
@@ -73,7 +67,7 @@ def test_an_exception_names_only_the_rule_that_was_broken(file_ticket, user, dja
     # ORD-5002 is delivered (status fine) and 45 days old: only the window is broken
     with django_capture_on_commit_callbacks(execute=True):
         ticket = file_ticket(order="ORD-5002", message="The lamp flickers.")
-    lead = logged_in(user, "acme-lead")
+    lead = signed_in(user("acme-lead"))
     response = lead.post(
         reverse("ticket_propose", args=[ticket.pk]), {"amount": "40.00", "reason": "Goodwill", "exception": "on"}
     )
@@ -85,14 +79,14 @@ def test_an_exception_names_only_the_rule_that_was_broken(file_ticket, user, dja
 
 
 def test_the_status_filter_uses_the_badges_words(user, demo):
-    html = logged_in(user, "acme-support").get(reverse("tickets")).content.decode()
+    html = signed_in(user("acme-support")).get(reverse("tickets")).content.decode()
     select = html.split('name="status"', 1)[1].split("</select>", 1)[0]
     assert "Waiting for finance" in select and "approval required" not in select.lower()
 
 
 def test_a_ticket_list_without_an_amount_says_not_stated_and_never_0_minutes_ago(file_ticket, user):
     file_ticket(order="ORD-5002", message="The lamp flickers.", hold_agent=True)
-    html = logged_in(user, "acme-support").get(reverse("tickets")).content.decode()
+    html = signed_in(user("acme-support")).get(reverse("tickets")).content.decode()
     assert "not stated" in html and ">any<" not in html
     assert "0\xa0minutes ago" not in html and "0 minutes ago" not in html
     assert "just now" in html
@@ -105,7 +99,7 @@ def test_the_review_page_says_votes_and_title_in_words(file_ticket, user, django
     approval_request_decide(
         request_id=request.pk, user=user("acme-finance"), decision="approve", args_hash=request.args_hash
     )
-    finance2 = logged_in(user, "acme-finance2")
+    finance2 = signed_in(user("acme-finance2"))
     html = finance2.get(f"/admin/approvals/approvalrequest/{request.pk}/change/").content.decode()
     assert "acme-finance: approve at" not in html and "acme-finance approved" in html
     title = html.split("<title>", 1)[1].split("</title>", 1)[0]
@@ -133,7 +127,7 @@ def test_the_gates_reason_for_an_escalating_draft_reads_as_a_sentence_on_every_s
     ticket.refresh_from_db()
     assert ticket.status == Ticket.Status.ESCALATED
     assert ticket.drafts.get().gate_verdict["codes"] == ["model_recommends_escalate"]  # the code is unchanged
-    client = logged_in(user, "acme-support")
+    client = signed_in(user("acme-support"))
     # then the ticket page (stop detail, the gate's reasons) and the queue say it in words
     for html in (
         client.get(reverse("ticket", args=[ticket.pk])).content.decode(),

@@ -3,21 +3,15 @@ requests that share an order, and after one pays out the other says why it can n
 approved instead of offering Approve."""
 
 import pytest
-from django.test import Client
 from django.urls import reverse
 
 from approvals.models import ApprovalRequest, RefundPolicy
 from approvals.services.decisions import approval_request_decide
+from tests.helpers import signed_in
 
 pytestmark = pytest.mark.django_db
 
 QUEUE = "/admin/approvals/approvalrequest/"
-
-
-def logged_in(user, username):
-    client = Client()
-    client.force_login(user(username))
-    return client
 
 
 @pytest.fixture
@@ -39,7 +33,7 @@ def two(file_ticket, django_capture_on_commit_callbacks):
 
 def test_filing_a_second_ticket_on_an_order_warns_and_links_the_open_one(file_ticket, user, demo):
     first = file_ticket(order="ORD-5001", amount="120.00")
-    support = logged_in(user, "acme-support")
+    support = signed_in(user("acme-support"))
     response = support.post(
         reverse("ticket_new"),
         {"order": "ORD-5001", "customer": "CUST-1001", "message": "Refund again", "requested_amount": "120.00"},
@@ -52,7 +46,7 @@ def test_filing_a_second_ticket_on_an_order_warns_and_links_the_open_one(file_ti
 
 def test_the_queue_marks_requests_that_share_an_order(two, user):
     (_, first), (_, second) = two
-    html = logged_in(user, "acme-finance").get(QUEUE).content.decode()
+    html = signed_in(user("acme-finance")).get(QUEUE).content.decode()
     assert f"also #{second.pk}" in html and f"also #{first.pk}" in html
 
 
@@ -66,6 +60,6 @@ def test_after_one_pays_out_the_other_says_why_it_cannot_be_approved(
         )
     first.refresh_from_db()
     assert first.status == "executed", first.status
-    html = logged_in(user, "acme-finance").get(f"{QUEUE}{second.pk}/change/").content.decode()
+    html = signed_in(user("acme-finance")).get(f"{QUEUE}{second.pk}/change/").content.decode()
     assert 'id="ra-approve"' not in html
     assert "can no longer be approved" in html and "0.00 USD" in html

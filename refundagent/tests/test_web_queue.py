@@ -10,6 +10,7 @@ from django.utils import timezone
 
 from approvals.models import ApprovalRequest
 from refundagent.models import QUEUE_STATUSES, Ticket
+from tests.helpers import signed_in
 
 pytestmark = pytest.mark.django_db
 
@@ -59,11 +60,6 @@ def ticket_filed(*, order, customer, by, status, since, stop_reason=None, detail
     return made
 
 
-def login(client, user):
-    client.force_login(user)
-    return client
-
-
 def queue_ids(html: str, tickets) -> list[int]:
     return sorted(
         (t.pk for t in tickets if f'data-ticket="{t.pk}"' in html), key=lambda pk: html.index(f'data-ticket="{pk}"')
@@ -73,7 +69,7 @@ def queue_ids(html: str, tickets) -> list[int]:
 def test_the_queue_lists_what_a_person_must_finish_oldest_first_with_reason_age_and_owner(queue, people, client):
     # given three queued tickets and a refunded one, the failed one taken by support2
     Ticket.objects.filter(pk=queue["failed"].pk).update(owner=people["support2"])
-    client = login(client, people["support"])
+    client = signed_in(people["support"], client)
     # when support opens the queue
     response = client.get(reverse("ticket_queue"))
     html = response.content.decode()
@@ -86,7 +82,7 @@ def test_the_queue_lists_what_a_person_must_finish_oldest_first_with_reason_age_
     assert reverse("ticket_queue") in client.get(reverse("tickets")).content.decode()  # linked from the nav
     # when filtered by reason, by "mine" and by "nobody yet"
     by_reason = client.get(reverse("ticket_queue"), {"reason": "payment_failed"}).content.decode()
-    mine = login(client, people["support2"]).get(reverse("ticket_queue"), {"owner": "me"}).content.decode()
+    mine = signed_in(people["support2"], client).get(reverse("ticket_queue"), {"owner": "me"}).content.decode()
     nobody = client.get(reverse("ticket_queue"), {"owner": "none"}).content.decode()
     # then each shows only its tickets
     assert queue_ids(by_reason, queue.values()) == [queue["payment_failed"].pk]
@@ -95,7 +91,7 @@ def test_the_queue_lists_what_a_person_must_finish_oldest_first_with_reason_age_
 
 
 def test_take_hand_back_propose_and_close_through_the_ui_are_traced(queue, people, client):
-    client = login(client, people["support"])
+    client = signed_in(people["support"], client)
     escalated, failed = queue["escalated"], queue["failed"]
     # when support takes the escalated ticket from the queue page
     response = client.post(
@@ -105,7 +101,7 @@ def test_take_hand_back_propose_and_close_through_the_ui_are_traced(queue, peopl
     assert response.status_code == 200
     escalated.refresh_from_db()
     assert escalated.owner == people["support"]
-    other = login(client.__class__(), people["support2"])
+    other = signed_in(people["support2"])
     assert "owner: <strong>support</strong>" in other.get(reverse("ticket", args=[escalated.pk])).content.decode()
     # when they hand it back
     client.post(reverse("ticket_assign", args=[escalated.pk]), {"to": ""})
@@ -159,7 +155,7 @@ def test_take_hand_back_propose_and_close_through_the_ui_are_traced(queue, peopl
 
 def test_a_refused_proposal_in_the_ui_shows_why_and_writes_nothing(queue, people, client):
     # given an escalated out-of-window ticket
-    client = login(client, people["support"])
+    client = signed_in(people["support"], client)
     ticket = queue["escalated"]
     # when support proposes more than is refundable
     response = client.post(
@@ -175,7 +171,7 @@ def test_a_refused_proposal_in_the_ui_shows_why_and_writes_nothing(queue, people
 def test_an_invalid_queue_filter_lists_nothing_and_says_why(queue, people, client):
     # given three tickets in the queue
     # when the queue is asked for with a reason that is not one of its choices
-    response = login(client, people["support"]).get(reverse("ticket_queue"), {"reason": "refunded", "owner": "me"})
+    response = signed_in(people["support"], client).get(reverse("ticket_queue"), {"reason": "refunded", "owner": "me"})
 
     # then 400 with the error and no ticket listed (before: 200 and the whole queue)
     assert response.status_code == 400
@@ -185,7 +181,7 @@ def test_an_invalid_queue_filter_lists_nothing_and_says_why(queue, people, clien
 
 def test_the_admin_shows_the_queue_and_takes_tickets(queue, people, client):
     # given the queue, and finance in the admin
-    client = login(client, people["finance"])
+    client = signed_in(people["finance"], client)
     url = reverse("admin:refundagent_escalatedticket_changelist")
     # when finance opens the escalation queue in the admin
     html = client.get(url).content.decode()
@@ -216,7 +212,7 @@ def test_the_queue_pages_oldest_first_and_keeps_its_filter_on_the_links(people, 
             since=since,
             stop_reason="escalated",
         )
-    login(client, people["support"])
+    signed_in(people["support"], client)
     first = client.get(reverse("ticket_queue")).content.decode()
     second = client.get(reverse("ticket_queue"), {"page": 2}).content.decode()
     # oldest first: the next page holds the ones that have waited less
@@ -228,7 +224,7 @@ def test_the_queue_pages_oldest_first_and_keeps_its_filter_on_the_links(people, 
 
 def test_a_refused_proposal_keeps_what_was_typed_and_says_why_at_the_field_in_words(queue, people, client):
     # given an escalated ticket on an order placed 60 days ago (outside the 30-day window)
-    client = login(client, people["support"])
+    client = signed_in(people["support"], client)
     ticket = queue["escalated"]
     # when support proposes more than is refundable, with a reason
     too_much = client.post(

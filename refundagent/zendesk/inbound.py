@@ -24,6 +24,8 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from ledger.exceptions import DomainError, InvalidInput
+from ledger.outbox import outbox_publish, publish_on_commit
+from ledger.retry import retry_delay
 from refundagent.inbox.services import inbound_message_receive
 
 from .client import credentials_of, zendesk_user
@@ -197,24 +199,17 @@ def zendesk_webhook_receive(*, body: bytes, signature: str, timestamp: str) -> t
         if inbound.processed_at is None:
             # A repeat of one never filed (its hand-off was lost) is handed over again: filing is
             # idempotent, so this is still one ticket.
-            inbound_id = inbound.pk
-            transaction.on_commit(lambda: zendesk_inbound_publish(inbound_id=inbound_id))
+            publish_on_commit(zendesk_inbound_publish, inbound_id=inbound.pk)
     return inbound, created
 
 
 def zendesk_inbound_publish(*, inbound_id: int, countdown: int | None = None) -> bool:
     """Hand one stored ticket to a worker; never raises (the sweep re-sends what this could not)."""
-    try:
-        current_app.signature(_PROCESS_TASK, args=(inbound_id,)).apply_async(countdown=countdown or None)
-    except Exception as exc:  # noqa: BLE001 - any broker failure; the sweep re-sends it
-        logger.error("zendesk inbound %s: enqueueing failed (%s); the sweep will re-send it", inbound_id, exc)
-        return False
-    ZendeskInbound.objects.filter(pk=inbound_id).update(dispatched_at=timezone.now())
-    return True
-
-
-def _backoff(attempts: int) -> int:
-    return min(settings.ZENDESK_RETRY_SECONDS * 2 ** max(attempts - 1, 0), settings.ZENDESK_RETRY_MAX_SECONDS)
+    return outbox_publish(
+        lambda: current_app.signature(_PROCESS_TASK, args=(inbound_id,)).apply_async(countdown=countdown or None),
+        what=f"zendesk inbound {inbound_id}: its filing",
+        handed_over=lambda: ZendeskInbound.objects.filter(pk=inbound_id).update(dispatched_at=timezone.now()),
+    )
 
 
 def zendesk_inbound_process(*, inbound_id: int) -> ZendeskInbound:
@@ -242,7 +237,12 @@ def zendesk_inbound_process(*, inbound_id: int) -> ZendeskInbound:
             logger.warning("zendesk inbound %s: requester not readable (%s)", inbound_id, exc)
             user = {}
         except ZendeskUnavailable as exc:
-            return _inbound_retry(inbound, error=str(exc), wait=_backoff(inbound.attempts + 1))
+            wait = retry_delay(
+                attempts=inbound.attempts + 1,
+                first=settings.ZENDESK_RETRY_SECONDS,
+                cap=settings.ZENDESK_RETRY_MAX_SECONDS,
+            )
+            return _inbound_retry(inbound, error=str(exc), wait=wait)
         email = str(user.get("email") or "")
         verified = bool(email) and user.get("verified") is True
     with transaction.atomic():

@@ -26,13 +26,14 @@ from datetime import timedelta
 
 from celery import current_app
 from django.conf import settings
-from django.db import transaction
 from django.db.models import Exists, F, OuterRef, Q
 from django.urls import reverse
 from django.utils import timezone
 
 from approvals.reason_words import recommendation_sentence
 from approvals.selectors import approval_latest_for_ticket
+from ledger.outbox import outbox_publish, publish_on_commit
+from ledger.retry import retry_delay
 from refundagent.models import RefundDraft, Ticket
 
 from .client import credentials_of, zendesk_comment_add, zendesk_comments
@@ -103,8 +104,7 @@ def zendesk_outcome_record(*, ticket: Ticket, to: str) -> ZendeskWrite | None:
         ),
     )
     if created:
-        write_id = write.pk
-        transaction.on_commit(lambda: zendesk_write_publish(write_id=write_id))
+        publish_on_commit(zendesk_write_publish, write_id=write.pk)
     return write
 
 
@@ -156,17 +156,11 @@ def _note_body(*, ticket: Ticket, to: str, request, key: str) -> str:
 def zendesk_write_publish(*, write_id: int, countdown: int | None = None) -> bool:
     """Hand one write to a worker; True if the broker took it. Never raises: the row is committed
     and the sweep hands over what this could not."""
-    try:
-        current_app.signature(_DELIVER_TASK, args=(write_id,)).apply_async(countdown=countdown or None)
-    except Exception as exc:  # noqa: BLE001 - any broker failure; the sweep re-sends it
-        logger.error("zendesk write %s: enqueueing failed (%s); the sweep will re-send it", write_id, exc)
-        return False
-    ZendeskWrite.objects.filter(pk=write_id).update(dispatched_at=timezone.now())
-    return True
-
-
-def _backoff(attempts: int) -> int:
-    return min(settings.ZENDESK_RETRY_SECONDS * 2 ** max(attempts - 1, 0), settings.ZENDESK_RETRY_MAX_SECONDS)
+    return outbox_publish(
+        lambda: current_app.signature(_DELIVER_TASK, args=(write_id,)).apply_async(countdown=countdown or None),
+        what=f"zendesk write {write_id}: its delivery",
+        handed_over=lambda: ZendeskWrite.objects.filter(pk=write_id).update(dispatched_at=timezone.now()),
+    )
 
 
 def _lease() -> timedelta:
@@ -217,7 +211,10 @@ def zendesk_write_deliver(*, write_id: int) -> ZendeskWrite:
     except ZendeskRefused as exc:
         return _write_record(write, status=ZendeskWrite.Status.FAILED, error=str(exc))
     except ZendeskUnavailable as exc:
-        return _write_retry(write, error=str(exc), wait=_backoff(write.attempts))
+        wait = retry_delay(
+            attempts=write.attempts, first=settings.ZENDESK_RETRY_SECONDS, cap=settings.ZENDESK_RETRY_MAX_SECONDS
+        )
+        return _write_retry(write, error=str(exc), wait=wait)
     write = _write_record(write, status=ZendeskWrite.Status.SENT, sent_at=timezone.now(), zendesk_comment_id=comment_id)
     _publish_next(write)
     return write

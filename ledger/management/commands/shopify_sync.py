@@ -47,12 +47,14 @@ class Command(BaseCommand):
         if isinstance(result, BackfillResult):
             self.stdout.write(
                 f"bulk_operation={result.operation_id} lines={result.lines} batches={result.pages} "
-                f"polls={result.polls} reread={result.reread} external_refunds={result.external_refunds}"
+                f"polls={result.polls} reread={result.reread} external_refunds={result.external_refunds} "
+                f"payments_added={result.payments_added} skipped={result.skipped}"
                 + (" resumed" if result.resumed else "")
             )
         else:
             self.stdout.write(
-                f"pages={result.pages} waits={result.waits} external_refunds={result.external_refunds}"
+                f"pages={result.pages} waits={result.waits} external_refunds={result.external_refunds} "
+                f"payments_added={result.payments_added} skipped={result.skipped}"
                 + (" resumed" if result.resumed else "")
             )
         self.stdout.write(f"shopify_sync orders={result.orders} created={result.created} updated={result.updated}")

@@ -21,8 +21,9 @@ the same key and input answer the first result again, the same key with another 
 Shopify's IDEMPOTENCY_KEY_PARAMETER_MISMATCH error. refunds.py has the checks and userErrors.
 
 Test controls: `add_shop`, `add_order`, `add_transaction`, `refund_in_admin`, `cancel_order`,
-`void_transaction`, `update_order`, `expire_tokens`, `fail_next` (500/502/503, "drop": do the work
-then close the connection unanswered, "slow": answer after `seconds`), `delay` on every call;
+`void_transaction`, `update_order`, `expire_tokens`, `drain_bucket`, `fail_next` (500/502/503,
+"drop": do the work then close the connection unanswered, "slow": answer after `seconds`,
+"drain": empty the shop's bucket first), `delay` on every call;
 records in `calls`, `refund_creates`, `webhooks`, `tokens_issued`, `throttled`. `send_webhook`
 signs and posts a webhook as Shopify does, with REST-shaped payloads from `order_webhook_payload`
 and `refund_webhook_payload`.
@@ -45,7 +46,6 @@ import uuid
 from collections import defaultdict
 from datetime import UTC, datetime
 from decimal import Decimal
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
@@ -61,6 +61,8 @@ from graphql import (
     validate,
 )
 from graphql.execution.values import get_variable_values
+
+from ledger.tests.fake_server import FakeServer, QuietHandler
 
 from . import cost as query_costs
 from .bulk import BulkOperations
@@ -185,7 +187,7 @@ class _Root:
         return self.fake.bulk.current(self.shop_.domain, type)
 
 
-class FakeShopify:
+class FakeShopify(FakeServer):
     def __init__(
         self,
         *,
@@ -217,15 +219,9 @@ class FakeShopify:
         self._counters = defaultdict(lambda: itertools.count(1))
         self._counters["Order"] = itertools.count(1001)
         self.bulk = BulkOperations(execute=self._bulk_execute, file_url=self.bulk_file_url)
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
-        self.server.daemon_threads = True
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        super().__init__()
 
-    # -- lifecycle and URLs ------------------------------------------------------------------
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
+    # -- URLs (started and stopped as every fake: FakeServer) ------------------------------
 
     @property
     def api_base(self) -> str:
@@ -244,14 +240,6 @@ class FakeShopify:
 
     def token_url(self, domain: str) -> str:
         return f"{self.base_for(domain)}/admin/oauth/access_token"
-
-    def start(self):
-        self.thread.start()
-        return self
-
-    def stop(self):
-        self.server.shutdown()
-        self.server.server_close()
 
     def now(self) -> datetime:
         return now_seconds()
@@ -473,13 +461,21 @@ class FakeShopify:
             order.shop.touch(order)
             return order
 
+    def drain_bucket(self, domain: str, *, left: float = 0.0):
+        """Another app on the shop spent the bucket: `left` points remain, refilling as usual."""
+        with self.lock:
+            bucket = self.shops[domain].bucket
+            bucket.refill()
+            bucket.available = float(left)
+
     def expire_tokens(self):
         with self.lock:
             self.tokens.clear()
 
     def fail_next(self, n: int = 1, status=500, *, seconds: float = 5.0, on: str = "graphql"):
         """The next `n` calls to `on` fail: with HTTP `status` (500, 502, 503, ...), "drop" (the
-        work is done, the connection closed unanswered) or "slow" (answered after `seconds`).
+        work is done, the connection closed unanswered), "slow" (answered after `seconds`) or
+        "drain" (another app empties the shop's bucket just before the call: it is THROTTLED).
         `on`: "graphql" (any GraphQL call), "mutation" or "query" (GraphQL calls of that kind),
         "token" (the token endpoint), "download" (a bulk operation's file; status "cut" sends half
         the body, then closes the connection) or "any"."""
@@ -742,12 +738,7 @@ class FakeShopify:
     def _handler(self):
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args):
-                pass
-
+        class Handler(QuietHandler):
             def _send(self, status: int, body, content_type="application/json"):
                 data = body if isinstance(body, bytes) else json.dumps(body).encode()
                 self.send_response(status)
@@ -821,6 +812,8 @@ class FakeShopify:
                 if fake.delay:
                     time.sleep(fake.delay)
                 status = fault["status"] if fault else None
+                if status == "drain" and domain in fake.shops:
+                    fake.drain_bucket(domain)
                 if status == "slow":
                     time.sleep(fault["seconds"])
                 elif isinstance(status, int):

@@ -10,9 +10,10 @@ marker does not exist yet creates the marker and SIGKILLs the whole worker (its 
 the main process too, so nothing requeues the message) after the provider answered and before
 the ledger recorded the answer.
 
-With TICKET_FOLLOW_VERIFIED_FAIL_ONCE_MARKER set to a path, the first call of
-`ticket_events.ticket_follow_verified` in a worker whose marker does not exist yet creates the
-marker and raises (a bug or a lock timeout in the ticket's follow-up, after the money moved).
+With TICKET_FOLLOW_VERIFIED_FAIL_ONCE_MARKER set to a path, the first follow-up of a
+`refund_verified` event (`ticket_events.ticket_follow`) in a worker whose marker does not exist
+yet creates the marker and raises (a bug or a lock timeout in the ticket's follow-up, after the
+money moved).
 """
 
 import os
@@ -78,16 +79,16 @@ FOLLOW_VERIFIED_FAIL_ONCE_ENV = "TICKET_FOLLOW_VERIFIED_FAIL_ONCE_MARKER"
 def _connect_follow_verified_failure(**kwargs):
     from refundagent import ticket_events
 
-    follow = ticket_events.ticket_follow_verified
+    follow = ticket_events.ticket_follow
 
-    def fail_once(**follow_kwargs):
+    def fail_once(*, signal, **follow_kwargs):
         marker = Path(os.environ[FOLLOW_VERIFIED_FAIL_ONCE_ENV])
-        if not marker.exists():
+        if signal.name == "refund_verified" and not marker.exists():
             marker.write_text(str(os.getpid()))
-            raise RuntimeError("ticket_follow_verified failed (fault injected once)")
-        return follow(**follow_kwargs)
+            raise RuntimeError("refund_verified follow-up failed (fault injected once)")
+        return follow(signal=signal, **follow_kwargs)
 
-    ticket_events.ticket_follow_verified = fail_once
+    ticket_events.ticket_follow = fail_once
 
 
 if os.environ.get(FOLLOW_VERIFIED_FAIL_ONCE_ENV):
