@@ -1,17 +1,21 @@
 """The Shopify sync against the fake Shopify (ledger/tests/fake_shopify/) on the Standard plan's
 bucket (1,000 points, refilled at 100 a second), and the webhook's answer time.
 
-    DATABASE_URL=postgres://postgres@127.0.0.1:5432/refundagent python benchmarks/shopify_sync.py [--orders 10000]
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/refundagent python benchmarks/shopify_sync.py \
+        [--orders 10000] [--paged-orders N]
 
 Works in "<DATABASE_URL's name>_shopify" (created and migrated when missing; each run adds its
-own tenant and shop, so runs never collide). Places --orders orders in the fake (one line item,
-one card sale each, every tenth paid card + gift card), connects a tenant, runs `shopify_sync`
-once, then delivers --webhooks signed `orders/updated` webhooks through Django's test client
+own tenants and shops, so runs never collide). Places --orders orders in each of two shops of the
+fake (one line item, one card sale each, every tenth paid card + gift card; --paged-orders for
+the second, default the same), connects a tenant to each, and reads them side by side: the first
+through the backfill's bulk operation (`shopify_sync --full`), the second through paged `orders`
+queries. Then delivers --webhooks signed `orders/updated` webhooks through Django's test client
 with the broker set (CELERY_BROKER_URL, so the answer only stores and enqueues; the queue is
-purged afterwards). Prints orders per second, database queries per order, GraphQL calls, how
-often and how long the sync waited on the bucket, and the webhook answer time (median, p90).
-Asserts nothing. Goals: >= 50 orders/s with a constant number of queries per page; a webhook
-answered in under 50 ms at the median.
+purged afterwards). Prints, for each path, orders per second, database queries per order and per
+batch or page, GraphQL calls, how often and how long it waited (on the bucket, or polling the
+operation); then the webhook answer time (median, p90). Asserts nothing. Goals: >= 50 orders/s
+for 10,000 orders with a constant number of queries per page; a webhook answered in under 50 ms
+at the median.
 """
 
 import argparse
@@ -31,6 +35,7 @@ from _bench import database_ensure, database_url, db_name, django_setup, p90, ur
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--orders", type=int, default=10_000)
+    parser.add_argument("--paged-orders", type=int, default=None, help="orders read by pages (default: --orders)")
     parser.add_argument("--webhooks", type=int, default=200)
     args = parser.parse_args()
     base = database_url()
@@ -50,25 +55,28 @@ def main():
     fake = FakeShopify(bucket_size=1000, restore_rate=100).start()
     settings.SHOPIFY_API_BASE = fake.api_base
     run = uuid.uuid4().hex[:8]
-    domain, secret = f"bench-{run}.myshopify.com", f"shpss_{run}"
-    fake.add_shop(domain, "bench-client", secret)
-    placed = []
-    for n in range(args.orders):
-        transactions = [{"kind": "SALE", "gateway": "shopify_payments", "amount": "50.00"}]
-        if n % 10 == 0:
-            transactions.append({"kind": "SALE", "gateway": "gift_card", "amount": "10.00"})
-        placed.append(
-            fake.add_order(
-                domain,
-                email=f"customer{n % 3000}@example.com",
-                line_items=[{"title": "Item", "sku": f"SKU-{n % 50}", "quantity": 1, "price": "50.00"}],
-                transactions=transactions,
+
+    def store(label: str, orders: int):
+        domain, secret = f"bench-{label}-{run}.myshopify.com", f"shpss_{run}"
+        fake.add_shop(domain, "bench-client", secret)
+        placed = []
+        for n in range(orders):
+            transactions = [{"kind": "SALE", "gateway": "shopify_payments", "amount": "50.00"}]
+            if n % 10 == 0:
+                transactions.append({"kind": "SALE", "gateway": "gift_card", "amount": "10.00"})
+            placed.append(
+                fake.add_order(
+                    domain,
+                    email=f"customer{n % 3000}@example.com",
+                    line_items=[{"title": "Item", "sku": f"SKU-{n % 50}", "quantity": 1, "price": "50.00"}],
+                    transactions=transactions,
+                )
             )
+        tenant = Tenant.objects.create(slug=f"shopify-bench-{label}-{run}", name=f"Shopify bench {label}")
+        row = shopify_connection_connect(
+            tenant_slug=tenant.slug, shop=domain, client_id="bench-client", client_secret=secret
         )
-    tenant = Tenant.objects.create(slug=f"shopify-bench-{run}", name="Shopify bench")
-    connection_row = shopify_connection_connect(
-        tenant_slug=tenant.slug, shop=domain, client_id="bench-client", client_secret=secret
-    )
+        return domain, secret, placed, row
 
     # Counted by a wrapper, not CaptureQueriesContext (its log keeps only the last 9,000 queries).
     executed = [0]
@@ -77,18 +85,35 @@ def main():
         executed[0] += 1
         return execute(sql, params, many, context)
 
-    started = time.perf_counter()
-    with connection.execute_wrapper(count):
-        result = shopify_sync(connection_id=connection_row.pk)
-    seconds = time.perf_counter() - started
-    print(f"orders={result.orders} created={result.created} pages={result.pages} seconds={seconds:.1f}")
-    print(f"orders_per_second={result.orders / seconds:.1f}")
-    print(
-        f"db_queries={executed[0]} queries_per_order={executed[0] / max(result.orders, 1):.2f} "
-        f"queries_per_page={executed[0] / max(result.pages, 1):.1f}"
-    )
-    print(f"graphql_and_token_calls={result.calls} waits={result.waits} throttled_at_shopify={fake.throttled}")
-    print(f"orders_per_page={result.orders / max(result.pages, 1):.1f}")
+    def measure(label: str, row, **options):
+        executed[0] = 0
+        throttled = fake.throttled
+        started = time.perf_counter()
+        with connection.execute_wrapper(count):
+            result = shopify_sync(connection_id=row.pk, **options)
+        seconds = time.perf_counter() - started
+        unit = "batches" if label == "bulk" else "pages"
+        waited = f"polls={result.polls}" if label == "bulk" else f"bucket_waits={result.waits}"
+        print(f"[{label}] orders={result.orders} created={result.created} {unit}={result.pages} seconds={seconds:.1f}")
+        print(f"[{label}] orders_per_second={result.orders / seconds:.1f}")
+        print(
+            f"[{label}] db_queries={executed[0]} queries_per_order={executed[0] / max(result.orders, 1):.2f} "
+            f"queries_per_{unit[:-1] if unit == 'pages' else 'batch'}={executed[0] / max(result.pages, 1):.1f} "
+            f"orders_per_{unit[:-1] if unit == 'pages' else 'batch'}={result.orders / max(result.pages, 1):.1f}"
+        )
+        print(
+            f"[{label}] graphql_and_token_calls={result.calls} {waited} "
+            f"throttled_at_shopify={fake.throttled - throttled}"
+        )
+        return result.orders / seconds
+
+    bulk_store = store("bulk", args.orders)
+    paged_store = store("paged", args.paged_orders or args.orders)
+    bulk_rate = measure("bulk", bulk_store[3], full=True)
+    # A bound makes it the paged sync (never synced and no bound would be the backfill).
+    paged_rate = measure("paged", paged_store[3], since=datetime(2000, 1, 1, tzinfo=UTC))
+    print(f"bulk_vs_paged={bulk_rate / paged_rate:.1f}x")
+    domain, secret, placed, _ = bulk_store
 
     # Webhooks: answered by storing and enqueueing (a broker set), never by doing the work inline.
     from refundagent.config.celery import app

@@ -455,6 +455,9 @@ class ShopifyConnectionAdmin(TenantScopedAdminMixin, ReadOnlyAdminMixin, admin.M
         "last_synced_at",
         "sync_started_at",
         "refused",
+        "bulk_operation_id",
+        "bulk_started_at",
+        "bulk_lines_applied",
     )
     readonly_fields = fields
 

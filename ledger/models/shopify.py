@@ -24,6 +24,11 @@ class ShopifyConnection(models.Model):
     sync_since = models.DateTimeField(null=True, blank=True)
     sync_cursor = models.TextField(blank=True, default="")
     sync_started_at = models.DateTimeField(null=True, blank=True)
+    # The running backfill's checkpoint (ledger/shopify/bulk.py): its bulk operation, when it was
+    # started, and how many lines of the operation's file are applied.
+    bulk_operation_id = models.CharField(max_length=100, blank=True, default="")
+    bulk_started_at = models.DateTimeField(null=True, blank=True)
+    bulk_lines_applied = models.PositiveIntegerField(default=0)
     last_synced_at = models.DateTimeField(null=True, blank=True, help_text="Start of the last complete sync.")
     # Orders the sync or a webhook skipped ({gid: {"order", "reason", "at"}}), until applied again.
     refused_orders = models.JSONField(default=dict, blank=True)

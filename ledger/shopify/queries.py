@@ -60,10 +60,9 @@ fragment RefundFields on Refund {
 }
 """.replace("{transactions}", str(REFUND_TRANSACTIONS_FIRST))
 
-# Everything the mapping reads of an order (ledger/shopify/mapping.py).
-ORDER_FIELDS = (
-    """
-fragment OrderFields on Order {
+# What the mapping reads of the order itself (the paged read and the bulk one share it).
+ORDER_OWN_FIELDS = """
+fragment OrderOwnFields on Order {
   id
   name
   createdAt
@@ -77,6 +76,14 @@ fragment OrderFields on Order {
   customer { id email displayName }
   totalPriceSet { shopMoney { amount currencyCode } }
   totalRefundedSet { shopMoney { amount currencyCode } }
+}
+"""
+
+# Everything the mapping reads of an order (ledger/shopify/mapping.py).
+ORDER_FIELDS = (
+    """
+fragment OrderFields on Order {
+  ...OrderOwnFields
   lineItems(first: {line_items}) {
     nodes { ...LineItemFields }
     pageInfo { hasNextPage endCursor }
@@ -87,6 +94,7 @@ fragment OrderFields on Order {
 """.replace("{line_items}", str(LINE_ITEMS_FIRST))
     .replace("{transactions}", str(TRANSACTIONS_FIRST))
     .replace("{refunds}", str(REFUNDS_FIRST))
+    + ORDER_OWN_FIELDS
     + LINE_ITEM_FIELDS
     + TRANSACTION_FIELDS
     + REFUND_FIELDS
@@ -215,6 +223,59 @@ query OrderRefunds($id: ID!) {
 }
 """
 
+# The backfill's bulk query (ledger/shopify/bulk.py): what ORDER_FIELDS reads, with no `first` (a
+# bulk operation reads every row). Shopify refuses a connection inside a list in a bulk query, so
+# the refunds come without `transactions`; the refund transactions are among the order's own
+# `transactions` (kind REFUND) and bulk.py puts them back under their refund.
+BULK_ORDERS = (
+    """
+{
+  orders(sortKey: UPDATED_AT) {
+    edges {
+      node {
+        ...OrderOwnFields
+        lineItems { edges { node { ...LineItemFields } } }
+        transactions { ...TransactionFields }
+        refunds { id createdAt note totalRefundedSet { shopMoney { amount currencyCode } } }
+      }
+    }
+  }
+}
+"""
+    + ORDER_OWN_FIELDS
+    + LINE_ITEM_FIELDS
+    + TRANSACTION_FIELDS
+)
+
+BULK_OPERATION_FIELDS = """
+fragment BulkOperationFields on BulkOperation {
+  id status errorCode objectCount rootObjectCount url partialDataUrl createdAt completedAt
+}
+"""
+
+# groupObjects: a parent's line items follow it directly, so an order is complete when the next
+# order starts, and the file can be applied while it streams.
+BULK_RUN = (
+    """
+mutation BulkRun($query: String!) {
+  bulkOperationRunQuery(query: $query, groupObjects: true) {
+    bulkOperation { ...BulkOperationFields }
+    userErrors { code field message }
+  }
+}
+"""
+    + BULK_OPERATION_FIELDS
+)
+
+BULK_OPERATION = (
+    """
+query BulkOperation($id: ID!) {
+  bulkOperation(id: $id) { ...BulkOperationFields }
+}
+"""
+    + BULK_OPERATION_FIELDS
+)
+
 ALL = {
     "SHOP": SHOP,
     "ORDERS_PAGE": ORDERS_PAGE,
@@ -225,4 +286,7 @@ ALL = {
     "SUGGESTED_REFUND": SUGGESTED_REFUND,
     "REFUND_CREATE": REFUND_CREATE,
     "ORDER_REFUNDS": ORDER_REFUNDS,
+    "BULK_ORDERS": BULK_ORDERS,
+    "BULK_RUN": BULK_RUN,
+    "BULK_OPERATION": BULK_OPERATION,
 }

@@ -921,3 +921,71 @@ def test_a_fault_can_wait_for_the_mutation(shopify):
     assert len(order.refund_list) == 1
     with pytest.raises(ValueError):
         shopify.fail_next(on="refunds")
+
+
+BULK_RUN = """
+mutation Run($query: String!) {
+  bulkOperationRunQuery(query: $query, groupObjects: true) {
+    bulkOperation { id status }
+    userErrors { code field message }
+  }
+}
+"""
+BULK_STATUS = "query B($id: ID!) { bulkOperation(id: $id) { id status errorCode objectCount url partialDataUrl } }"
+
+
+@pytest.mark.parametrize(
+    "query,message",
+    [
+        ("{ shop { name } }", "at least one connection"),
+        ("{ orders { nodes { id refunds { id transactions { nodes { id } } } } } }", "within a list field"),
+        ("{ orders { nodes { id misspelt } } }", "Cannot query field 'misspelt'"),
+        ("{ orders { nodes { name lineItems { nodes { id } } } } }", "must select `id`"),
+        ("fragment F on Order { refunds { transactions { nodes { id } } } } { orders { nodes { id ...F } } }", "list"),
+    ],
+)
+def test_a_bulk_query_breaking_shopifys_rules_is_refused_with_user_errors(shopify, query, message):
+    answer = Client(shopify).query(BULK_RUN, {"query": query})["data"]["bulkOperationRunQuery"]
+    assert answer["bulkOperation"] is None and answer["userErrors"][0]["code"] == "INVALID"
+    assert message in answer["userErrors"][0]["message"]
+    assert shopify.bulk.operations == {}
+
+
+def test_a_bulk_operation_writes_nested_nodes_as_lines_with_their_parent_id(shopify):
+    # given two orders of two lines in one shop and one in another
+    first, second = split_order(shopify), split_order(shopify)
+    split_order(shopify, OTHER)
+    client = Client(shopify)
+    query = "{ orders { edges { node { id name transactions { kind } lineItems { nodes { id sku } } } } } }"
+    operation = client.query(BULK_RUN, {"query": query})["data"]["bulkOperationRunQuery"]["bulkOperation"]
+    assert operation["status"] == "CREATED"
+
+    # when it is polled until it is finished
+    seen = [client.query(BULK_STATUS, {"id": operation["id"]})["data"]["bulkOperation"] for _ in range(2)]
+
+    # then it ran, then completed, its file one line per object, each line item after its order
+    assert [s["status"] for s in seen] == ["RUNNING", "COMPLETED"] and seen[1]["objectCount"] == "4"
+    lines = [json.loads(line) for line in requests.get(seen[1]["url"], timeout=5).text.splitlines()]
+    assert [(line["id"], line.get("__parentId")) for line in lines] == [
+        (first.id, None),
+        (first.lines[0].id, first.id),
+        (second.id, None),
+        (second.lines[0].id, second.id),
+    ]
+    assert lines[0]["transactions"] == [{"kind": "SALE"}, {"kind": "SALE"}]  # a list stays inline
+    # and another shop does not see the operation
+    assert Client(shopify, OTHER, "client-other", "secret-other").query(BULK_STATUS, {"id": operation["id"]})[
+        "data"
+    ] == {"bulkOperation": None}
+
+
+def test_a_failed_bulk_operation_has_its_code_and_partial_data(shopify):
+    for _ in range(4):
+        split_order(shopify)
+    shopify.bulk.fail_next("TIMEOUT", partial=True)
+    client = Client(shopify)
+    operation = client.query(BULK_RUN, {"query": "{ orders { nodes { id } } }"})["data"]["bulkOperationRunQuery"]
+    for _ in range(2):
+        status = client.query(BULK_STATUS, {"id": operation["bulkOperation"]["id"]})["data"]["bulkOperation"]
+    assert (status["status"], status["errorCode"], status["url"]) == ("FAILED", "TIMEOUT", None)
+    assert len(requests.get(status["partialDataUrl"], timeout=5).text.splitlines()) == 2

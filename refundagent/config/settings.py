@@ -499,9 +499,17 @@ SHOPIFY_MAX_ATTEMPTS = envint("SHOPIFY_MAX_ATTEMPTS", "4")
 SHOPIFY_WEBHOOK_MAX_AGE_SECONDS = envint("SHOPIFY_WEBHOOK_MAX_AGE_SECONDS", "3600")
 # Beat's sync (missed webhooks) starts this long before the last sync, to overlap.
 SHOPIFY_SYNC_OVERLAP_SECONDS = envint("SHOPIFY_SYNC_OVERLAP_SECONDS", "600")
-if SHOPIFY_TIMEOUT_SECONDS <= 0 or SHOPIFY_MAX_ATTEMPTS < 1 or SHOPIFY_WEBHOOK_MAX_AGE_SECONDS <= 0:
+# A backfill waits this long for its bulk operation to finish, then stops (a new run resumes it).
+SHOPIFY_BULK_TIMEOUT_SECONDS = envint("SHOPIFY_BULK_TIMEOUT_SECONDS", "3600")
+if (
+    SHOPIFY_TIMEOUT_SECONDS <= 0
+    or SHOPIFY_MAX_ATTEMPTS < 1
+    or SHOPIFY_WEBHOOK_MAX_AGE_SECONDS <= 0
+    or SHOPIFY_BULK_TIMEOUT_SECONDS <= 0
+):
     raise ImproperlyConfigured(
-        "SHOPIFY_TIMEOUT_SECONDS and SHOPIFY_WEBHOOK_MAX_AGE_SECONDS must be > 0, SHOPIFY_MAX_ATTEMPTS >= 1"
+        "SHOPIFY_TIMEOUT_SECONDS, SHOPIFY_WEBHOOK_MAX_AGE_SECONDS and SHOPIFY_BULK_TIMEOUT_SECONDS must be > 0, "
+        "SHOPIFY_MAX_ATTEMPTS >= 1"
     )
 # Daily reconciliation looks this far back (overlapping days, so a late refund is not missed).
 RECONCILE_LOOKBACK_DAYS = envint("RECONCILE_LOOKBACK_DAYS", "3")

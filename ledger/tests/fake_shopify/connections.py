@@ -6,6 +6,7 @@ import base64
 import bisect
 import json
 import re
+import sys
 from datetime import datetime
 from decimal import Decimal
 
@@ -32,8 +33,11 @@ def decode_cursor(cursor: str) -> dict:
         ) from exc
 
 
-def page_size(first, last) -> tuple[int, bool]:
-    """How many rows and whether from the end; Shopify's errors for a missing or too large size."""
+def page_size(first, last, *, bulk=False) -> tuple[int, bool]:
+    """How many rows and whether from the end; Shopify's errors for a missing or too large size.
+    Inside a bulk operation a connection without `first`/`last` has every row."""
+    if bulk and first is None and last is None:
+        return sys.maxsize, False
     if first is None and last is None:
         raise GraphQLError("you must provide one of first or last", extensions={"code": "BAD_REQUEST"})
     if first is not None and last is not None:
@@ -63,9 +67,9 @@ def _connection(rows: list, keys: list, has_next: bool, has_previous: bool) -> d
     }
 
 
-def list_connection(items: list, *, first=None, after=None, last=None, before=None, reverse=False) -> dict:
+def list_connection(items: list, *, first=None, after=None, last=None, before=None, reverse=False, bulk=False) -> dict:
     """A page of a short list of objects with a `num` (line items, a refund's transactions)."""
-    size, from_end = page_size(first, last)
+    size, from_end = page_size(first, last, bulk=bulk)
     rows = list(reversed(items)) if reverse else list(items)
     nums = [row.num for row in rows]
     if after:
@@ -163,11 +167,20 @@ def _value_from_cursor(sort_key: str, value):
 
 
 def orders_connection(
-    shop: Shop, *, first=None, after=None, last=None, before=None, query=None, sort_key="ID", reverse=False
+    shop: Shop,
+    *,
+    first=None,
+    after=None,
+    last=None,
+    before=None,
+    query=None,
+    sort_key="ID",
+    reverse=False,
+    bulk=False,
 ) -> dict:
     """A page of the shop's orders. Sorted by UPDATED_AT it bisects the shop's index, so a page
     costs what the page holds, not what the shop holds; other sort keys sort on each call."""
-    size, from_end = page_size(first, last)
+    size, from_end = page_size(first, last, bulk=bulk)
     if from_end:
         # `last` pages from the end: the same as `first` on the reversed order.
         reverse, after = not reverse, before

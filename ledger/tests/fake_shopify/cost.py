@@ -30,7 +30,7 @@ MUTATION_COST = 10
 _MISSING = object()
 
 
-class _Walker:
+class SelectionWalker:
     def __init__(self, schema: GraphQLSchema, document: DocumentNode, variables: dict):
         self.schema = schema
         self.variables = variables
@@ -49,21 +49,27 @@ class _Walker:
                 fragment_type = self.schema.get_type(condition.name.value) if condition else parent_type
                 yield from self.fields(fragment.selection_set, fragment_type)
 
-    def cost(self, selection_set, parent_type, data=_MISSING) -> int:
-        """Requested cost when `data` is missing, else the actual cost of `data` (the result)."""
-        actual = data is not _MISSING
-        total = 0
+    def object_fields(self, selection_set, parent_type):
+        """(field node, schema field, named type) of each selected field with a selection of its
+        own: scalars, enums and introspection left out."""
         for node, owner in self.fields(selection_set, parent_type):
             name = node.name.value
             if name.startswith("__"):
                 continue
             field = owner.fields[name]
             named = get_named_type(field.type)
-            if is_leaf_type(named):
-                continue
+            if not is_leaf_type(named):
+                yield node, field, named
+
+    def cost(self, selection_set, parent_type, data=_MISSING) -> int:
+        """Requested cost when `data` is missing, else the actual cost of `data` (the result)."""
+        actual = data is not _MISSING
+        total = 0
+        for node, field, named in self.object_fields(selection_set, parent_type):
             value = None
             if actual:
-                value = data.get(node.alias.value if node.alias else name) if isinstance(data, dict) else None
+                key = node.alias.value if node.alias else node.name.value
+                value = data.get(key) if isinstance(data, dict) else None
                 if value is None:
                     continue
             if named.name.endswith("Connection"):
@@ -112,7 +118,7 @@ def _root(schema: GraphQLSchema, operation: OperationDefinitionNode):
 
 
 def requested_cost(schema, document, operation, variables) -> int:
-    walker = _Walker(schema, document, variables)
+    walker = SelectionWalker(schema, document, variables)
     if operation.operation == OperationType.MUTATION:
         return sum(
             MUTATION_COST + walker.cost(node.selection_set, get_named_type(owner.fields[node.name.value].type))
@@ -123,7 +129,7 @@ def requested_cost(schema, document, operation, variables) -> int:
 
 
 def actual_cost(schema, document, operation, variables, data) -> int:
-    walker = _Walker(schema, document, variables)
+    walker = SelectionWalker(schema, document, variables)
     if data is None:
         return 0
     if operation.operation == OperationType.MUTATION:

@@ -59,6 +59,11 @@ def parse_moment(value) -> datetime:
     return moment.astimezone(UTC).replace(microsecond=0)
 
 
+def in_bulk(info) -> bool:
+    """Whether this field is resolved inside a bulk operation (connections need no `first`)."""
+    return info is not None and isinstance(info.context, dict) and bool(info.context.get("bulk"))
+
+
 def gid(kind: str, num: int) -> str:
     return f"gid://shopify/{kind}/{num}"
 
@@ -415,7 +420,9 @@ class Order:
     def line_items(self, info=None, first=None, after=None, last=None, before=None, reverse=False):
         from .connections import list_connection
 
-        return list_connection(self.lines, first=first, after=after, last=last, before=before, reverse=reverse)
+        return list_connection(
+            self.lines, first=first, after=after, last=last, before=before, reverse=reverse, bulk=in_bulk(info)
+        )
 
     def transactions(self, info=None, first=None, capturable=None, manually_resolvable=None):
         txns = self.txns

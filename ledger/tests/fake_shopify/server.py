@@ -27,6 +27,10 @@ Test controls: `add_shop`, `add_order`, `add_transaction`, `refund_in_admin`, `c
 records in `calls`, `refund_creates`, `webhooks`, `tokens_issued`, `throttled`. `send_webhook`
 signs and posts a webhook as Shopify does, with REST-shaped payloads from `order_webhook_payload`
 and `refund_webhook_payload`.
+
+Bulk operations (`bulkOperationRunQuery`, `bulkOperation(id:)`, `currentBulkOperation`) are
+bulk.py's, reached as `fake.bulk`; their JSONL files are served at `GET /__bulk/KEY.jsonl`, outside
+any shop's path and without a token, like the signed storage URL Shopify gives.
 """
 
 import base64
@@ -61,6 +65,7 @@ from graphql.execution.values import get_variable_values
 from ledger.tests.fake_server import FakeServer, QuietHandler
 
 from . import cost as query_costs
+from .bulk import BulkOperations
 from .connections import orders_connection
 from .models import (
     ZERO,
@@ -70,6 +75,7 @@ from .models import (
     Order,
     Shop,
     Transaction,
+    in_bulk,
     now_seconds,
     parse_moment,
 )
@@ -165,10 +171,20 @@ class _Root:
             query=query,
             sort_key=sort_key,
             reverse=reverse,
+            bulk=in_bulk(info),
         )
 
     def refund_create(self, info, input):
         return self.fake._refund_create(self.shop_, info, input)
+
+    def bulk_operation_run_query(self, info, query, group_objects=False):
+        return self.fake.bulk.run(self.fake.schema, self.shop_.domain, query)
+
+    def bulk_operation(self, info, id):
+        return self.fake.bulk.by_id(self.shop_.domain, id)
+
+    def current_bulk_operation(self, info, type="QUERY"):
+        return self.fake.bulk.current(self.shop_.domain, type)
 
 
 class FakeShopify(FakeServer):
@@ -202,6 +218,7 @@ class FakeShopify(FakeServer):
         self._documents: dict[str, tuple] = {}
         self._counters = defaultdict(lambda: itertools.count(1))
         self._counters["Order"] = itertools.count(1001)
+        self.bulk = BulkOperations(execute=self._bulk_execute, file_url=self.bulk_file_url)
         super().__init__()
 
     # -- URLs (started and stopped as every fake: FakeServer) ------------------------------
@@ -216,6 +233,10 @@ class FakeShopify(FakeServer):
 
     def graphql_url(self, domain: str) -> str:
         return f"{self.base_for(domain)}/admin/api/{API_VERSION}/graphql.json"
+
+    def bulk_file_url(self, key: str) -> str:
+        """Where a bulk operation's JSONL file is served (a signed storage URL at Shopify: no token)."""
+        return f"{self.url}/__bulk/{key}.jsonl"
 
     def token_url(self, domain: str) -> str:
         return f"{self.base_for(domain)}/admin/oauth/access_token"
@@ -456,8 +477,9 @@ class FakeShopify(FakeServer):
         work is done, the connection closed unanswered), "slow" (answered after `seconds`) or
         "drain" (another app empties the shop's bucket just before the call: it is THROTTLED).
         `on`: "graphql" (any GraphQL call), "mutation" or "query" (GraphQL calls of that kind),
-        "token" (the token endpoint) or "any"."""
-        if on not in ("graphql", "mutation", "query", "token", "any"):
+        "token" (the token endpoint), "download" (a bulk operation's file; status "cut" sends half
+        the body, then closes the connection) or "any"."""
+        if on not in ("graphql", "mutation", "query", "token", "download", "any"):
             raise ValueError(f"unknown fault target {on!r}")
         with self.lock:
             self.faults.extend({"status": status, "seconds": seconds, "on": on} for _ in range(n))
@@ -579,6 +601,13 @@ class FakeShopify(FakeServer):
             record["refund"] = refund
         shop.idempotency[key] = (canonical, payload)
         return payload
+
+    def _bulk_execute(self, domain: str, document):
+        """A bulk operation's query on the shop, with every row of each connection."""
+        result = execute(
+            self.schema, document, root_value=_Root(self, self.shops[domain]), context_value={"bulk": True}
+        )
+        return result.data
 
     def _document(self, query: str):
         cached = self._documents.get(query)
@@ -728,7 +757,29 @@ class FakeShopify(FakeServer):
                     pass
 
             def do_GET(self):
-                self._send(404, {"errors": "Not Found"})
+                path = urlsplit(self.path).path
+                key = path.removeprefix("/__bulk/").removesuffix(".jsonl")
+                with fake.lock:
+                    body = fake.bulk.files.get(key) if path.startswith("/__bulk/") else None
+                    fake.calls.append({"endpoint": "download", "shop": "", "path": path, "status": None})
+                    fault = next((f for f in fake.faults if f["on"] in ("download", "any")), None)
+                    if fault is not None and body is not None:
+                        fake.faults.remove(fault)
+                if body is None:
+                    return self._send(404, b"<Error><Code>NoSuchKey</Code></Error>", "application/xml")
+                status = fault["status"] if fault else None
+                if isinstance(status, int):
+                    return self._send(status, b"<Error><Code>InternalError</Code></Error>", "application/xml")
+                if status == "cut":
+                    # The whole length announced, half of it sent: the download dies mid-file.
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/jsonl")
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body[: len(body) // 2])
+                    self.wfile.flush()
+                    return self._drop()
+                self._send(200, body, "application/jsonl")
 
             def do_POST(self):
                 length = int(self.headers.get("Content-Length") or 0)
