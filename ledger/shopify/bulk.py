@@ -3,7 +3,8 @@
 A paged `orders` query with its line items, transactions and refunds costs about 14 points per
 order, and the Standard plan's bucket refills 100 points a second: paged, a first sync cannot go
 faster than about 7 orders a second. A bulk operation does not draw on the bucket: Shopify runs
-the query in the background and hands over a JSONL file. So a first sync (or `--full`) is:
+the query in the background and hands over a JSONL file. So `shopify_sync --full` (a large
+store's first import, asked for by name) is:
 
 1. start `bulkOperationRunQuery` with `queries.BULK_ORDERS` (its id and start time are the
    connection's checkpoint, stored before anything else);

@@ -52,13 +52,14 @@ def shopify_sync(
     """Read every order updated since `since` (default: the last complete sync, less an overlap;
     never synced: everything). An unfinished run for the same bound resumes at its cursor.
 
-    Everything (never synced, `full`, or a backfill under way) goes through a bulk operation
-    (bulk.py): it does not draw on the query-cost bucket, which holds a paged read of nested
-    orders near 7 a second on the Standard plan. A window after the last sync stays paged: a
-    handful of orders, read in a few calls, where a bulk operation's start, polls and file would
-    cost more than the pages and lag by its polling."""
+    `full` (or a `full` backfill under way) goes through a bulk operation (bulk.py): it does not
+    draw on the query-cost bucket, which holds a paged read of nested orders near 7 a second on
+    the Standard plan. Everything else, a first sync included, is the paged read the command
+    promises: an operator asks for a bulk operation by name, since it is a separate Shopify
+    feature with its own limits (one file, polled, five at a time per shop), and a window after
+    the last sync is a handful of orders where its start, polls and file would cost more."""
     connection = ShopifyConnection.objects.select_related("tenant").get(pk=connection_id)
-    if full or (since is None and (connection.last_synced_at is None or connection.bulk_operation_id)):
+    if full or (since is None and connection.bulk_operation_id):
         return shopify_backfill(connection_id=connection.pk, client=client)
     client = client or shopify_client_for(connection)
     if since is None and connection.last_synced_at is not None:

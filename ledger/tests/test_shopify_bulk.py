@@ -74,7 +74,7 @@ def bulk_runs(fake, domain=DOMAIN):
     return [r for r in fake.bulk.runs if r["shop"] == domain]
 
 
-def test_a_first_sync_reads_every_order_through_one_bulk_operation_with_nested_lines(fake, tenant):
+def test_a_full_sync_reads_every_order_through_one_bulk_operation_with_nested_lines(fake, tenant):
     # given a split-tender order with two lines and a refund in the admin, an order refunded
     # twice (the file cannot say which refund returned which transaction), and 300 plain orders
     connect(fake, tenant)
@@ -97,8 +97,8 @@ def test_a_first_sync_reads_every_order_through_one_bulk_operation_with_nested_l
     add_orders(fake, DOMAIN, 300)
     graphql_before = len(fake.graphql_calls())
 
-    # when the store is synced for the first time
-    lines, _ = sync(tenant)
+    # when the store is synced for the first time with --full
+    lines, _ = sync(tenant, full=True)
 
     # then one bulk operation, no `first` in it, and a handful of GraphQL calls for 302 orders
     assert lines[-1] == "shopify_sync orders=302 created=302 updated=0"
@@ -188,12 +188,12 @@ def test_a_failed_operation_is_reported_clears_the_checkpoint_and_the_next_run_s
 
     # when the store is synced: exit 1 with the reason, nothing half-recorded
     with pytest.raises(CommandError, match="FAILED.*ACCESS_DENIED"):
-        sync(tenant)
+        sync(tenant, full=True)
     conn = ShopifyConnection.objects.get(tenant=tenant)
     assert (conn.bulk_operation_id, conn.last_synced_at) == ("", None) and Order.objects.count() == 0
 
     # when it is run again: a new operation, everything in
-    lines, _ = sync(tenant)
+    lines, _ = sync(tenant, full=True)
     assert len(bulk_runs(fake)) == 2 and lines[-1] == "shopify_sync orders=5 created=5 updated=0"
 
 
@@ -206,7 +206,7 @@ def test_an_operation_still_running_at_the_timeout_is_resumed_by_the_next_run(fa
 
     # when the store is synced: exit 1, the operation kept
     with pytest.raises(CommandError, match="still RUNNING.*run again"):
-        sync(tenant)
+        sync(tenant, full=True)
     conn.refresh_from_db()
     assert conn.bulk_operation_id == "gid://shopify/BulkOperation/1"
 
@@ -222,7 +222,7 @@ def test_a_full_rerun_duplicates_nothing_and_later_syncs_stay_paged(fake, tenant
     connect(fake, tenant)
     placed = add_orders(fake, DOMAIN, 12)
     fake.refund_in_admin(placed[0], "10.00")
-    sync(tenant)
+    sync(tenant, full=True)
     counts = (Order.objects.count(), Payment.objects.count(), RefundEntry.objects.count())
 
     # when it is backfilled again with --full
@@ -304,7 +304,7 @@ def test_hostile_lines_in_the_file_are_warnings_not_a_stopped_backfill(fake, ten
     fake.bulk.tamper = tamper
 
     # when the store is synced
-    lines, warnings = sync(tenant)
+    lines, warnings = sync(tenant, full=True)
 
     # then the good orders and the odd gateway are in, each problem a warning, the sync complete
     assert lines[-1].startswith("shopify_sync orders=5 created=4")
@@ -335,10 +335,10 @@ def test_a_file_gone_from_storage_clears_the_checkpoint_and_the_next_run_starts_
 
     # when the backfill resumes it: exit 1 with the reason, the checkpoint cleared
     with pytest.raises(CommandError, match="HTTP 404"):
-        sync(tenant)
+        sync(tenant, full=True)
     conn.refresh_from_db()
     assert conn.bulk_operation_id == "" and conn.last_synced_at is None
 
     # and the next run starts a new operation and reads everything
-    lines, _ = sync(tenant)
+    lines, _ = sync(tenant, full=True)
     assert lines[-1] == "shopify_sync orders=4 created=4 updated=0"

@@ -10,7 +10,7 @@ from ledger.models import Order, RefundEntry
 from ledger.shopify import queries
 from ledger.shopify.sync import shopify_order_refresh, shopify_sync
 
-from .shopify_helpers import PAGED, connect
+from .shopify_helpers import connect
 
 pytestmark = pytest.mark.django_db
 DOMAIN = "acme.myshopify.com"
@@ -66,7 +66,7 @@ def test_line_items_page_on_their_connection_until_the_last(fake_shopify, tenant
     placed = fake_shopify.add_order(DOMAIN, email="bolts@example.com", line_items=lines)
 
     # when the store is synced
-    shopify_sync(connection_id=conn.pk, since=PAGED)
+    shopify_sync(connection_id=conn.pk)
 
     # then every line is there once, in Shopify's order
     order = Order.objects.get(tenant=tenant, external_id=placed.name)
@@ -91,7 +91,7 @@ def test_an_order_with_more_transactions_than_can_be_read_is_refused_by_name(fak
     fake_shopify.add_order(DOMAIN, email="ok@example.com")
 
     # when the store is synced
-    result = shopify_sync(connection_id=conn.pk, since=PAGED)
+    result = shopify_sync(connection_id=conn.pk)
 
     # then the other order is stored, the huge one refused with the reason, nothing of it stored
     assert (result.created, result.skipped) == (1, 1)

@@ -13,7 +13,7 @@ from ledger.shopify import queries
 from ledger.shopify.connection import shopify_client_for
 from ledger.shopify.sync import shopify_order_refresh, shopify_sync
 
-from .shopify_helpers import PAGED, connect
+from .shopify_helpers import connect
 
 pytestmark = pytest.mark.django_db
 DOMAIN = "acme.myshopify.com"
@@ -45,7 +45,7 @@ def test_one_bad_order_among_good_ones_is_skipped_named_and_the_sync_goes_on(fak
     client.graphql = recording
 
     # when the store is synced
-    result = shopify_sync(connection_id=conn.pk, client=client, since=PAGED)
+    result = shopify_sync(connection_id=conn.pk, client=client)
 
     # then the 7 good orders are stored, the bad one is not, and the warning names it and why
     assert (result.orders, result.created, result.skipped) == (8, 7, 1)

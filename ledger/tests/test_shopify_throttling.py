@@ -13,7 +13,7 @@ from ledger.shopify.client import ShopifyUnavailable
 from ledger.shopify.connection import shopify_client_for
 from ledger.shopify.sync import shopify_sync
 
-from .shopify_helpers import PAGED, connect
+from .shopify_helpers import connect
 
 pytestmark = [pytest.mark.django_db, pytest.mark.timeout(60)]
 DOMAIN = "acme.myshopify.com"
@@ -35,7 +35,7 @@ def test_a_bucket_drained_by_another_app_is_waited_for_and_the_query_asked_again
 
     # when the store is synced
     started = time.monotonic()
-    result = shopify_sync(connection_id=store.pk, client=client, since=PAGED)
+    result = shopify_sync(connection_id=store.pk, client=client)
 
     # then Shopify answered THROTTLED once, the client waited for the bucket and asked again
     assert fake_shopify.throttled == 1 and client.stats.throttled == 1

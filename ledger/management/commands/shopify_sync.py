@@ -10,9 +10,9 @@ from ledger.shopify.sync import shopify_sync
 
 class Command(BaseCommand):
     help = (
-        "Read the tenant's Shopify orders (updated since --since, default: the last sync; the first "
-        "sync or --full: every order, through a bulk operation) into the ledger; a killed run resumes "
-        "where it stopped, twice changes nothing."
+        "Read the tenant's Shopify orders in pages (updated since --since, default: the last sync, "
+        "else every order; --full: every order, through a bulk operation) into the ledger; a killed "
+        "run resumes where it stopped, twice changes nothing."
     )
 
     def add_arguments(self, parser):
@@ -21,7 +21,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--full",
             action="store_true",
-            help="read every order again through a Shopify bulk operation (what a first sync does)",
+            help="read every order through a Shopify bulk operation (a large store's first import)",
         )
 
     def handle(self, *args, tenant, since=None, full=False, **options):

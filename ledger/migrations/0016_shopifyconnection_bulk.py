@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("ledger", "0016_shopifyconnection_refused_orders"),
+        ("ledger", "0015_shopifyconnection_refused_orders"),
     ]
 
     operations = [
