@@ -1,6 +1,9 @@
 """Fixtures shared by every app's tests. Given/when/then tests build their data from these."""
 
+import fcntl
 import os
+import tempfile
+from pathlib import Path
 from urllib.parse import quote, urlencode
 
 import pytest
@@ -9,6 +12,70 @@ from django.db import connection, connections
 from ledger.tests.fake_shopify import FakeShopify
 from ledger.tests.fake_stripe import FakeStripe, payments_follow_ledger
 from tests.helpers import signed_in
+
+
+def _redis_database_per_xdist_worker():
+    """Under pytest-xdist (pyproject's `-n`) every worker process runs its tests on a test
+    database of its own (pytest-django names it test_<name>_gw<N>), so it needs a Redis database
+    of its own too: workers sharing a broker would take each other's tasks, run them against the
+    wrong test database, and purge each other's queues. Worker gw<N> uses the configured Redis
+    database + N (CI's redis/0: 0 to 3 with four workers). The settings loaded before this file
+    (pytest-django loads them first): Celery reads CELERY_BROKER_URL from the environment before
+    its setting, the real workers the tests start inherit it, and the one setting derived from
+    it (the model-call slots') is derived again here."""
+    from urllib.parse import urlsplit
+
+    from django.conf import settings
+
+    worker = os.getenv("PYTEST_XDIST_WORKER", "")
+    configured = os.getenv("CELERY_BROKER_URL", "")
+    if not worker.startswith("gw") or not configured.startswith(("redis://", "rediss://")):
+        return
+    parts = urlsplit(configured)
+    database = int(parts.path.strip("/") or 0) + int(worker.removeprefix("gw"))
+    url = parts._replace(path=f"/{database}").geturl()
+    os.environ["CELERY_BROKER_URL"] = settings.CELERY_BROKER_URL = url
+    if settings.AGENT_MODEL_SLOTS_REDIS_URL == configured:
+        settings.AGENT_MODEL_SLOTS_REDIS_URL = url
+
+
+_redis_database_per_xdist_worker()
+
+# Worker processes of `-n auto` (pyproject.toml's addopts) for the whole suite or most of it: its
+# tests mostly wait (on real Celery workers, fake HTTP servers, PostgreSQL's locks), so four
+# share two cores well. Each worker migrates a test database of its own first.
+XDIST_WORKERS = 4
+# A selection of fewer test modules runs in one process, as without xdist: there the workers'
+# test databases would cost more than they save.
+XDIST_MIN_MODULES = 10
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config):
+    modules = 0
+    for arg in config.args:
+        path = Path(arg.split("::")[0])
+        modules += sum(1 for _ in path.rglob("test*.py")) if path.is_dir() else 1
+    return XDIST_WORKERS if modules >= XDIST_MIN_MODULES else 0
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Under xdist, a test marked `serial` runs with no other test beside it: its assertion is
+    on wall-clock time, which the other workers' load would stretch. Every other test holds a
+    shared lock while it runs, a serial test the exclusive one; the gate makes a waiting serial
+    test first in line (no new shared holder passes it)."""
+    run = os.getenv("PYTEST_XDIST_TESTRUNUID")
+    if not run:
+        return (yield)
+    alone = item.get_closest_marker("serial") is not None
+    locks = Path(tempfile.gettempdir()) / f"refundagent-tests-{run}"
+    with open(f"{locks}.gate", "a") as gate, open(f"{locks}.lock", "a") as lock:
+        fcntl.flock(gate, fcntl.LOCK_EX)
+        fcntl.flock(lock, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+        if not alone:
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        return (yield)  # closing the files releases what they still hold
 
 
 def pytest_collection_modifyitems(config, items):

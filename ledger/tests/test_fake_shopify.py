@@ -772,6 +772,7 @@ def test_admin_changes_show_in_the_order(shopify):
 # -- scale ------------------------------------------------------------------------------------
 
 
+@pytest.mark.serial  # a wall-clock bound
 def test_ten_thousand_orders_are_quick_to_build_and_to_page(fake_shopify):
     # given a bucket that never throttles, so only the fake's own work is timed
     fake_shopify.max_query_cost = 100_000

@@ -500,6 +500,7 @@ def test_a_number_too_long_to_convert_is_refused(good_file, tmp_path):
     assert not Customer.objects.exists() and not Order.objects.exists()
 
 
+@pytest.mark.serial  # a wall-clock bound
 def test_a_thousand_orders_import_quickly(tenant):
     # given a shop file of 1,000 orders of 100 customers, with 3 lines each and a refund on every tenth
     data = {

@@ -18,6 +18,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 THREADS = 16
 
 
+@pytest.mark.serial  # a wall-clock bound
 def test_concurrent_payouts_never_take_the_order_above_its_total(fake_stripe, make_order, run_concurrently):
     # given a 100.00 order, a provider that takes 1 s per call, and 16 approved refunds of 15.00
     order = make_order("100.00", payment_ref="pi_busy")

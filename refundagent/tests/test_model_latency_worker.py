@@ -74,6 +74,7 @@ def test_a_429_storm_fails_no_ticket(celery_workers, demo, user):
     assert {e.data["wait_seconds"] for e in waits} == {1.0}
 
 
+@pytest.mark.serial  # a wall-clock bound
 @pytest.mark.worker
 def test_an_approval_decided_during_a_burst_of_200_tickets_starts_its_payout_within_seconds(celery_workers, demo, user):
     # given the two workers of a deployment: the agent's (a slow model: 1 s a turn) and money's

@@ -148,6 +148,7 @@ def test_other_events_of_the_account_are_200_and_ignored(client, zendesk_connect
     assert nothing_stored()
 
 
+@pytest.mark.serial  # a wall-clock bound
 @pytest.mark.django_db
 def test_the_webhook_answers_before_any_call_to_a_slow_zendesk(client, zendesk_connection, requester, fake_zendesk):
     # Given a Zendesk that takes 3 s per call
