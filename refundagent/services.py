@@ -132,9 +132,7 @@ def ticket_file(*, ticket: Ticket, reason: str, escalate: str = "") -> Ticket:
     stop detail in words) the ticket goes to the human queue in the same transaction instead,
     and no agent run is queued."""
     ticket.trace_id = _trace_id_new()
-    # No savepoint of its own inside a caller's transaction (the inbox's): a failure here fails
-    # the caller's block as well, which lets it propagate, and the inbox saves two round trips.
-    with transaction.atomic(savepoint=False):
+    with transaction.atomic():
         ticket.save(force_insert=True)
         # The filed event names only the filer (no customer data to redact by value; the
         # patterns still apply): no read of the customer's payment values at filing. Nobody
