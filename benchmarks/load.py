@@ -147,6 +147,21 @@ def api_token() -> str:
     return out.getvalue().strip().splitlines()[-1].strip()
 
 
+def ticket_post(session, base: str, token: str, order: str, customer: str) -> tuple[int | None, str]:
+    """POST one benchmark ticket on `session`: (its id, "") when filed, else (None, the error)."""
+    import requests
+
+    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json", "X-Forwarded-Proto": "https"}
+    body = {"order": order, "customer": customer, "message": MESSAGE, "requested_amount": "120.00"}
+    try:
+        response = session.post(f"{base}/api/tickets", data=json.dumps(body), headers=headers, timeout=30)
+    except requests.RequestException as exc:
+        return None, f"{order}: {type(exc).__name__}: {exc}"
+    if response.status_code == 201:
+        return response.json()["id"], ""
+    return None, f"{order}: HTTP {response.status_code} {response.text[:200]}"
+
+
 def file_tickets(
     base: str, token: str, orders: list[tuple[str, str]], clients: int, deadline: float
 ) -> tuple[list, list]:
@@ -155,7 +170,6 @@ def file_tickets(
 
     filed, errors, lock = [], [], threading.Lock()
     todo = list(enumerate(orders))
-    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json", "X-Forwarded-Proto": "https"}
 
     def worker():
         session = requests.Session()
@@ -164,19 +178,13 @@ def file_tickets(
                 if not todo:
                     return
                 _, (order, customer) = todo.pop(0)
-            body = {"order": order, "customer": customer, "message": MESSAGE, "requested_amount": "120.00"}
             sent = time.time()
-            try:
-                response = session.post(f"{base}/api/tickets", data=json.dumps(body), headers=headers, timeout=30)
-            except requests.RequestException as exc:
-                with lock:
-                    errors.append(f"{order}: {type(exc).__name__}: {exc}")
-                continue
+            ticket_id, error = ticket_post(session, base, token, order, customer)
             with lock:
-                if response.status_code == 201:
-                    filed.append((response.json()["id"], sent))
+                if ticket_id is not None:
+                    filed.append((ticket_id, sent))
                 else:
-                    errors.append(f"{order}: HTTP {response.status_code} {response.text[:200]}")
+                    errors.append(error)
 
     threads = [threading.Thread(target=worker) for _ in range(clients)]
     for t in threads:

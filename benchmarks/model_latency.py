@@ -35,7 +35,6 @@ end, and every wait is bounded. It asserts nothing.
 """
 
 import argparse
-import json
 import os
 import signal
 import statistics
@@ -110,11 +109,10 @@ def file_at_rate(
     import threading
 
     import requests
-    from load import MESSAGE
+    from load import ticket_post
 
     filed, errors, late, lock = [], [], [], threading.Lock()
     todo = list(todo)
-    headers = {"Authorization": f"Bearer {token}", "Content-Type": "application/json", "X-Forwarded-Proto": "https"}
 
     def client():
         session = requests.Session()
@@ -127,21 +125,15 @@ def file_at_rate(
             time.sleep(max(0.0, due - time.time()))
             if time.time() > deadline:
                 return
-            body = {"order": order, "customer": customer, "message": MESSAGE, "requested_amount": "120.00"}
             sent = time.time()
             with lock:
                 late.append(sent - due)
-            try:
-                response = session.post(f"{base}/api/tickets", data=json.dumps(body), headers=headers, timeout=30)
-            except requests.RequestException as exc:
-                with lock:
-                    errors.append(f"{order}: {type(exc).__name__}: {exc}")
-                continue
+            ticket_id, error = ticket_post(session, base, token, order, customer)
             with lock:
-                if response.status_code == 201:
-                    filed.append((response.json()["id"], sent))
+                if ticket_id is not None:
+                    filed.append((ticket_id, sent))
                 else:
-                    errors.append(f"{order}: HTTP {response.status_code} {response.text[:200]}")
+                    errors.append(error)
 
     # Enough clients that a few slow answers never hold back the schedule.
     threads = [threading.Thread(target=client) for _ in range(max(4, int(rate * 2)))]

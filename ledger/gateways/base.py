@@ -31,6 +31,19 @@ class ProviderRefund:
     created: datetime | None = None
     account: str = ""
 
+    @classmethod
+    def refused(cls, request: "RefundRequest", reason: str, *, account: str = "") -> "ProviderRefund":
+        """The provider's refusal of `request` (no refund made there): failed, for the asked amount."""
+        return cls(
+            provider_ref="",
+            status="failed",
+            amount=request.amount,
+            currency=request.currency,
+            payment_ref=request.payment_ref,
+            reason=reason,
+            account=account,
+        )
+
     @property
     def payment_refs(self) -> list[str]:
         return [ref for ref in (self.payment_ref, self.charge) if ref]

@@ -102,13 +102,13 @@ class ShopifyGateway(PaymentGateway):
     def refund_create(self, request: RefundRequest) -> ProviderRefund:
         payment = self._payment(request.payment_ref, request.metadata.get("tenant", ""))
         if payment is None:
-            return self._refused(
+            return ProviderRefund.refused(
                 request, f"payment_ref_unknown: no order of this shop was paid by {request.payment_ref}."
             )
         try:
             connection, order_gid = self._order_gid(payment)
         except ShopifyRefused as exc:
-            return self._refused(request, f"shopify_not_connected: {exc.message}")
+            return ProviderRefund.refused(request, f"shopify_not_connected: {exc.message}")
         client = self._client_for(connection)
         entry = RefundEntry.objects.filter(pk=request.metadata.get("ledger_entry") or 0).first()
         line_items = []
@@ -131,12 +131,12 @@ class ShopifyGateway(PaymentGateway):
             None,
         )
         if own is None:
-            return self._refused(
+            return ProviderRefund.refused(
                 request, f"payment_not_refundable: Shopify suggests no refund on {request.payment_ref} for this order."
             )
         limit = shop_money(own.get("maximumRefundableSet")) if own.get("maximumRefundableSet") else None
         if limit is not None and limit < request.amount:
-            return self._refused(
+            return ProviderRefund.refused(
                 request,
                 f"payment_ref_exceeds: Shopify can return only {limit} on {request.payment_ref}, not {request.amount}.",
             )
@@ -160,26 +160,17 @@ class ShopifyGateway(PaymentGateway):
         try:
             data = client.graphql(queries.REFUND_CREATE, {"input": refund_input, "key": request.idempotency_key})
         except ShopifyRefused as exc:
-            return self._refused(request, f"shopify_refused: {exc.message}")
+            return ProviderRefund.refused(request, f"shopify_refused: {exc.message}")
         answer = data.get("refundCreate") or {}
         errors = answer.get("userErrors") or []
         if errors:
-            return self._refused(request, "shopify_user_error: " + "; ".join(e.get("message", "") for e in errors))
+            return ProviderRefund.refused(
+                request, "shopify_user_error: " + "; ".join(e.get("message", "") for e in errors)
+            )
         refund = answer.get("refund")
         if not refund:
-            return self._refused(request, "shopify_no_refund: Shopify answered without a refund.")
+            return ProviderRefund.refused(request, "shopify_no_refund: Shopify answered without a refund.")
         return provider_refund_from_shopify(refund, request.currency)
-
-    @staticmethod
-    def _refused(request: RefundRequest, reason: str) -> ProviderRefund:
-        return ProviderRefund(
-            provider_ref="",
-            status="failed",
-            amount=request.amount,
-            currency=request.currency,
-            payment_ref=request.payment_ref,
-            reason=reason,
-        )
 
     def refund_get(self, *, provider_ref: str, account: str = "") -> ProviderRefund | None:
         entry = RefundEntry.objects.filter(gateway=RefundEntry.Gateway.SHOPIFY, provider_ref=provider_ref).first()

@@ -145,15 +145,7 @@ class StripeGateway(PaymentGateway):
 
     @staticmethod
     def _refused(request: RefundRequest, code: str, message: str) -> ProviderRefund:
-        return ProviderRefund(
-            provider_ref="",
-            status="failed",
-            amount=request.amount,
-            currency=request.currency,
-            payment_ref=request.payment_ref,
-            reason=f"{code}: {message}",
-            account=request.account,
-        )
+        return ProviderRefund.refused(request, f"{code}: {message}", account=request.account)
 
     def _list(self, params: dict, account: str):
         try:
