@@ -286,6 +286,9 @@ def main() -> int:
     parser.add_argument(
         "--py-spy", default="", help="write a py-spy profile of the agent worker here (.txt: collapsed)"
     )
+    parser.add_argument(
+        "--py-spy-web", default="", help="write a py-spy profile of gunicorn's workers here (.txt: collapsed)"
+    )
     parser.add_argument("--timeout", type=float, default=900, help="seconds for the whole run, at most")
     args = parser.parse_args()
 
@@ -384,15 +387,21 @@ def main() -> int:
         roots = {name: proc.pid for name, proc in procs.procs}
         cpu_before = {name: cpu_seconds(pid) for name, pid in roots.items()}
         load_before = os.getloadavg()
-        spy = None
-        if args.py_spy:
+        spies = []
+        for target, output, extra in (("agent", args.py_spy, []), ("gunicorn", args.py_spy_web, ["--subprocesses"])):
+            if not output:
+                continue
             import subprocess
 
-            spy = subprocess.Popen(
-                [str(PYTHON_BIN / "py-spy"), "record", "--pid", str(roots["agent"]), "--format", "raw", "--nonblocking"]
-                + ["-o", args.py_spy, "--rate", "50"],
-                stdout=subprocess.DEVNULL,
-                stderr=open(logs / "py-spy.log", "w"),
+            spies.append(
+                subprocess.Popen(
+                    # --gil: only the thread holding the GIL is sampled, so the shares are of the
+                    # process's Python CPU, not of threads waiting on a socket or a lock.
+                    [str(PYTHON_BIN / "py-spy"), "record", "--pid", str(roots[target]), "--format", "raw"]
+                    + ["--nonblocking", "--gil", "-o", output, "--rate", "100", *extra],
+                    stdout=subprocess.DEVNULL,
+                    stderr=open(logs / f"py-spy-{target}.log", "w"),
+                )
             )
         t0 = time.time()
         if args.rate > 0:
@@ -407,7 +416,7 @@ def main() -> int:
         cpu_used = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in roots.items()}
         model_stats = fake.ask("stats")
         load_after = os.getloadavg()
-        if spy is not None:
+        for spy in spies:
             spy.send_signal(signal.SIGINT)
             try:
                 spy.wait(timeout=30)
