@@ -32,6 +32,8 @@ from .risk_rules import DEFAULT_WINDOW_DAYS, risk_rules_validate
 
 # Requests whose money may still go out without a ledger entry yet.
 _IN_FLIGHT = ("pending", "approved")
+# The types of the outer query's aliases (risk_check), made once rather than at every check.
+_CURRENCY, _SINCE, _METHOD = CharField(), DateTimeField(), BigIntegerField()
 
 
 def _scalar(queryset) -> Subquery:
@@ -95,9 +97,9 @@ def risk_check(
     row = (
         Customer.objects.filter(pk=order.customer_id)
         .alias(
-            risk_currency=Value(order.currency, output_field=CharField()),
-            risk_since=Value(since, output_field=DateTimeField()),
-            risk_method=Value(method.pk if method else None, output_field=BigIntegerField()),
+            risk_currency=Value(order.currency, output_field=_CURRENCY),
+            risk_since=Value(since, output_field=_SINCE),
+            risk_method=Value(method.pk if method else None, output_field=_METHOD),
         )
         .annotate(
             **_figures(),
