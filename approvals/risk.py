@@ -37,8 +37,9 @@ _CURRENCY, _SINCE, _METHOD = CharField(), DateTimeField(), BigIntegerField()
 
 
 def _scalar(queryset) -> Subquery:
-    """An aggregate of `queryset` as a subquery of one value (its `value` annotation over all rows)."""
-    return Subquery(queryset.order_by().values("value")[:1])
+    """An aggregate of `queryset` as a subquery of one value (its `value` annotation over all rows:
+    one row whatever matches, so no LIMIT)."""
+    return Subquery(queryset.order_by().values("value"))
 
 
 @functools.cache
