@@ -228,7 +228,10 @@ def order_open_tickets(*, order, ticket):
     included even while it names no order yet: what the risk rule on open tickets per order
     reads. An expression, so the gate counts them in its own query of the risk figures."""
     others = _unfinished_tickets_count().filter(~Q(pk=ticket.pk), order=order)
-    return Subquery(others, output_field=IntegerField()) + Value(1)
+    return Subquery(others, output_field=_COUNT) + Value(1)
+
+
+_COUNT = IntegerField()
 
 
 @functools.cache
