@@ -11,7 +11,7 @@ one decision already recorded again: recording them would count it twice in a re
 from datetime import datetime
 from decimal import Decimal
 
-from django.db.models import DecimalField, ExpressionWrapper, Subquery, Sum, Value
+from django.db.models import DecimalField, ExpressionWrapper, F, Func, Subquery, Value
 from django.db.models.functions import Coalesce
 
 from ledger.models import Order, PaymentMethod
@@ -21,6 +21,8 @@ from ledger.selectors import RefundPosition
 from .gate import GateVerdict, Outcome, Proposal
 from .models import DecisionRecord, RefundPolicy
 from .services.requests import order_refund_exposure, order_requests_in_flight
+
+_MONEY = DecimalField(max_digits=12, decimal_places=2)
 
 
 def verdict_risk(verdict: GateVerdict) -> dict:
@@ -33,17 +35,15 @@ def _exposure(*, order: Order, exclude_pk: int | None, refunded: Decimal | None)
     """order_refund_exposure as an expression of the record's INSERT (one statement, not two)."""
     if refunded is None:
         return order_refund_exposure(order=order, exclude_pk=exclude_pk)
+    # One row whatever matches (NULL on none, as a GROUP BY on the order gave): no grouping to compile.
     in_flight = (
         order_requests_in_flight(order=order, exclude_pk=exclude_pk)
         .order_by()
-        .values("order_id")
-        .annotate(total=Sum("amount"))
-        .values("total")[:1]
+        .values(total=Func(F("amount"), function="SUM", output_field=_MONEY))
     )
-    money = DecimalField(max_digits=12, decimal_places=2)
     return ExpressionWrapper(
-        Coalesce(Subquery(in_flight, output_field=money), Value(ZERO), output_field=money) + Value(refunded),
-        output_field=money,
+        Coalesce(Subquery(in_flight, output_field=_MONEY), Value(ZERO), output_field=_MONEY) + Value(refunded),
+        output_field=_MONEY,
     )
 
 

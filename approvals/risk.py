@@ -32,11 +32,14 @@ from .risk_rules import DEFAULT_WINDOW_DAYS, risk_rules_validate
 
 # Requests whose money may still go out without a ledger entry yet.
 _IN_FLIGHT = ("pending", "approved")
+# The types of the outer query's aliases (risk_check), made once rather than at every check.
+_CURRENCY, _SINCE, _METHOD = CharField(), DateTimeField(), BigIntegerField()
 
 
 def _scalar(queryset) -> Subquery:
-    """An aggregate of `queryset` as a subquery of one value (its `value` annotation over all rows)."""
-    return Subquery(queryset.order_by().values("value")[:1])
+    """An aggregate of `queryset` as a subquery of one value (its `value` annotation over all rows:
+    one row whatever matches, so no LIMIT)."""
+    return Subquery(queryset.order_by().values("value"))
 
 
 @functools.cache
@@ -95,9 +98,9 @@ def risk_check(
     row = (
         Customer.objects.filter(pk=order.customer_id)
         .alias(
-            risk_currency=Value(order.currency, output_field=CharField()),
-            risk_since=Value(since, output_field=DateTimeField()),
-            risk_method=Value(method.pk if method else None, output_field=BigIntegerField()),
+            risk_currency=Value(order.currency, output_field=_CURRENCY),
+            risk_since=Value(since, output_field=_SINCE),
+            risk_method=Value(method.pk if method else None, output_field=_METHOD),
         )
         .annotate(
             **_figures(),

@@ -1,9 +1,10 @@
 """Tenant-scoped reads of tickets, their drafts and approvals."""
 
+import functools
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import F, Func, IntegerField, OuterRef, QuerySet, Subquery, Sum, Value
+from django.db.models import F, Func, IntegerField, OuterRef, Q, QuerySet, Subquery, Sum, Value
 from django.utils import timezone
 
 from approvals.models import ApprovalRequest
@@ -226,12 +227,15 @@ def order_open_tickets(*, order, ticket):
     """The number of tickets on `order` not yet finished, `ticket` (the one being decided)
     included even while it names no order yet: what the risk rule on open tickets per order
     reads. An expression, so the gate counts them in its own query of the risk figures."""
-    others = (
-        Ticket.objects.filter(order=order)
-        .exclude(pk=ticket.pk)
-        .exclude(status__in=FINISHED_STATUSES)
-        .order_by()
-        .annotate(value=Func(F("id"), function="COUNT"))
-        .values("value")[:1]
-    )
-    return Subquery(others, output_field=IntegerField()) + Value(1)
+    others = _unfinished_tickets_count().filter(~Q(pk=ticket.pk), order=order)
+    return Subquery(others, output_field=_COUNT) + Value(1)
+
+
+_COUNT = IntegerField()
+
+
+@functools.cache
+def _unfinished_tickets_count():
+    """COUNT of the unfinished tickets, one row whatever matches: built once per process and
+    filtered per order, as the decision counts them every time."""
+    return Ticket.objects.exclude(status__in=FINISHED_STATUSES).order_by().values(value=Func(F("id"), function="COUNT"))

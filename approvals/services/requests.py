@@ -131,12 +131,16 @@ def order_refund_exposure(*, order: Order, exclude_pk: int | None = None, refund
     return (order_refunded_total(order) if refunded is None else refunded) + pending
 
 
+# Pending approval, or approved and not yet in the ledger (being paid out); built once.
+_IN_FLIGHT = Q(status=ApprovalRequest.Status.PENDING) | Q(
+    status=ApprovalRequest.Status.APPROVED, ledger_entry__isnull=True
+)
+
+
 def order_requests_in_flight(*, order: Order, exclude_pk: int | None = None):
     """The requests on `order` that count as on their way out: pending approval, or approved and
     not yet in the ledger (order_refund_exposure)."""
-    in_flight = ApprovalRequest.objects.filter(order=order).filter(
-        Q(status=ApprovalRequest.Status.PENDING) | Q(status=ApprovalRequest.Status.APPROVED, ledger_entry__isnull=True)
-    )
+    in_flight = ApprovalRequest.objects.filter(_IN_FLIGHT, order=order)
     return in_flight if exclude_pk is None else in_flight.exclude(pk=exclude_pk)
 
 

@@ -106,6 +106,8 @@ def agent_draft_decide(
         reply_model_claim=reply_model_claim,
     )
     status = _status_for(verdict, policy)
+    # Made once: the draft keeps it, the policy event records it (redacted into a dict of its own).
+    verdict_data = verdict.as_dict()
 
     events = []
     if trace is None:
@@ -123,7 +125,7 @@ def agent_draft_decide(
             policy_version=args.policy_version,
             rationale=args.rationale,
             customer_reply=args.customer_reply,
-            gate_verdict=verdict.as_dict(),
+            gate_verdict=verdict_data,
         )
         trace(
             span="draft",
@@ -141,7 +143,7 @@ def agent_draft_decide(
             decision=verdict.outcome,
             reason=verdict.reason[:200],
             tool=CREATE_DRAFT,
-            data=verdict.as_dict(),
+            data=verdict_data,
         )
         result = {
             "draft": draft.pk,
