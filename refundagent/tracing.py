@@ -18,10 +18,11 @@ persist, so a step and its trace commit together (refundagent.agent.loop).
 from collections import Counter
 
 from django.db import transaction
-from django.db.models import Expression, Subquery, Value
+from django.db.models import Subquery, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from .expressions import CompiledOnce
 from .models import AgentRun, Ticket, TraceEvent
 from .redaction import redact, redact_text, sensitive_values_for_ticket
 
@@ -73,28 +74,6 @@ def trace_lock(ticket_ids) -> None:
     list(runs.exclude(status=AgentRun.Status.STOPPED).order_by("pk").values_list("pk", flat=True))
 
 
-class _BuiltOnce(Expression):
-    """`expression`, resolved and compiled once for all the rows of an INSERT that reuse it: the
-    ORM would otherwise build the same subquery's SQL anew for every row. Same SQL, same params."""
-
-    def __init__(self, expression):
-        super().__init__(output_field=expression.output_field)
-        self.expression = expression
-        self.resolved = None
-        self.compiled: dict[str, tuple] = {}
-
-    def resolve_expression(self, *args, **kwargs):
-        if self.resolved is None:
-            self.resolved = self.expression.resolve_expression(*args, **kwargs)
-        return self
-
-    def as_sql(self, compiler, connection):
-        if connection.alias not in self.compiled:
-            sql, params = compiler.compile(self.resolved)
-            self.compiled[connection.alias] = sql, tuple(params)
-        return self.compiled[connection.alias]
-
-
 def trace_events_write(events: list[TraceEvent], *, locked: bool = False) -> None:
     """Append `events` (of one ticket or several) to their traces, in the order given, in one
     INSERT, inside the caller's transaction if there is one. `locked`: the caller's transaction
@@ -108,12 +87,13 @@ def trace_events_write(events: list[TraceEvent], *, locked: bool = False) -> Non
             trace_lock({event.ticket_id for event in events})
         # Each ticket's last seq is read by the INSERT itself, once the lock is held: no other
         # writer can take a number meanwhile.
-        last: dict[int, _BuiltOnce] = {}
+        last: dict[int, CompiledOnce] = {}
         places: Counter[int] = Counter()
         for event in events:
             if event.ticket_id not in last:
                 seqs = TraceEvent.objects.filter(ticket_id=event.ticket_id).order_by("-seq").values("seq")
-                last[event.ticket_id] = _BuiltOnce(Coalesce(Subquery(seqs[:1]), Value(0)))
+                # One expression for all of the ticket's rows, compiled once (not once a row).
+                last[event.ticket_id] = CompiledOnce(Coalesce(Subquery(seqs[:1]), Value(0)))
             places[event.ticket_id] += 1
             event.seq = last[event.ticket_id] + places[event.ticket_id]
         TraceEvent.objects.bulk_create(events)
