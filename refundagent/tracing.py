@@ -15,6 +15,7 @@ own transaction (`trace_events_write`): the agent loop writes a step's events wi
 persist, so a step and its trace commit together (refundagent.agent.loop).
 """
 
+import functools
 from collections import Counter
 
 from django.db import transaction
@@ -74,6 +75,15 @@ def trace_lock(ticket_ids) -> None:
     list(runs.exclude(status=AgentRun.Status.STOPPED).order_by("pk").values_list("pk", flat=True))
 
 
+@functools.lru_cache(maxsize=1024)
+def _last_seq(ticket_id: int) -> CompiledOnce:
+    """The ticket's last seq, as an INSERT reads it: one expression for all of the ticket's rows
+    and writes (a run writes its ticket's trace at every step), compiled once, not once a row.
+    Its SQL reads the last seq anew each time it runs."""
+    seqs = TraceEvent.objects.filter(ticket_id=ticket_id).order_by("-seq").values("seq")
+    return CompiledOnce(Coalesce(Subquery(seqs[:1]), Value(0)))
+
+
 def trace_events_write(events: list[TraceEvent], *, locked: bool = False) -> None:
     """Append `events` (of one ticket or several) to their traces, in the order given, in one
     INSERT, inside the caller's transaction if there is one. `locked`: the caller's transaction
@@ -91,9 +101,7 @@ def trace_events_write(events: list[TraceEvent], *, locked: bool = False) -> Non
         places: Counter[int] = Counter()
         for event in events:
             if event.ticket_id not in last:
-                seqs = TraceEvent.objects.filter(ticket_id=event.ticket_id).order_by("-seq").values("seq")
-                # One expression for all of the ticket's rows, compiled once (not once a row).
-                last[event.ticket_id] = CompiledOnce(Coalesce(Subquery(seqs[:1]), Value(0)))
+                last[event.ticket_id] = _last_seq(event.ticket_id)
             places[event.ticket_id] += 1
             event.seq = last[event.ticket_id] + places[event.ticket_id]
         TraceEvent.objects.bulk_create(events)
