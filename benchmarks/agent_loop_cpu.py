@@ -47,7 +47,9 @@ def old_modules(rev: str) -> dict[str, types.ModuleType]:
         module.__file__ = str(ROOT / path)
         exec(compile(source.stdout, f"{rev}:{path}", "exec"), module.__dict__)
         loaded[name] = module
-    tracing, state, loop = (loaded[n] for n in ("refundagent.tracing", "refundagent.ticket_state", "refundagent.agent.loop"))
+    tracing, state, loop = (
+        loaded[n] for n in ("refundagent.tracing", "refundagent.ticket_state", "refundagent.agent.loop")
+    )
     loop.trace_events_write = tracing.trace_events_write
     loop.trace_event_build = tracing.trace_event_build
     loop.ticket_transition = state.ticket_transition
