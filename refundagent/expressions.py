@@ -8,7 +8,9 @@ class CompiledOnce(Expression):
     wherever the same object appears again: in every row of one INSERT, or in every run of a
     queryset kept for the life of the process. The ORM would otherwise compile it anew each
     time, which for a subquery costs far more than running it. Only for an expression whose SQL
-    cannot change between uses: no parameter of its own that differs from one use to the next."""
+    cannot change between uses: no parameter of its own that differs from one use to the next,
+    and used in one kind of query only (it is resolved against the first). Threads that race
+    to resolve or compile it first compute the same thing."""
 
     def __init__(self, expression):
         super().__init__(output_field=expression.output_field)

@@ -75,13 +75,21 @@ def trace_lock(ticket_ids) -> None:
     list(runs.exclude(status=AgentRun.Status.STOPPED).order_by("pk").values_list("pk", flat=True))
 
 
-@functools.lru_cache(maxsize=1024)
+# ~16 KB each (a resolved subquery), kept by the _seq_at entries too: ~4 MB at most, room for
+# a worker's runs in flight.
+@functools.lru_cache(maxsize=256)
 def _last_seq(ticket_id: int) -> CompiledOnce:
-    """The ticket's last seq, as an INSERT reads it: one expression for all of the ticket's rows
-    and writes (a run writes its ticket's trace at every step), compiled once, not once a row.
-    Its SQL reads the last seq anew each time it runs."""
+    """The ticket's last seq, as an INSERT reads it. A run writes its ticket's trace at every
+    step: built and compiled once, not once a row. Its SQL reads the last seq anew each time."""
     seqs = TraceEvent.objects.filter(ticket_id=ticket_id).order_by("-seq").values("seq")
     return CompiledOnce(Coalesce(Subquery(seqs[:1]), Value(0)))
+
+
+@functools.lru_cache(maxsize=256)
+def _seq_at(ticket_id: int, place: int) -> CompiledOnce:
+    """The seq of the `place`-th event (from 1) of one write to the ticket's trace (1-3 a step),
+    compiled once too."""
+    return CompiledOnce(_last_seq(ticket_id) + place)
 
 
 def trace_events_write(events: list[TraceEvent], *, locked: bool = False) -> None:
@@ -97,13 +105,10 @@ def trace_events_write(events: list[TraceEvent], *, locked: bool = False) -> Non
             trace_lock({event.ticket_id for event in events})
         # Each ticket's last seq is read by the INSERT itself, once the lock is held: no other
         # writer can take a number meanwhile.
-        last: dict[int, CompiledOnce] = {}
         places: Counter[int] = Counter()
         for event in events:
-            if event.ticket_id not in last:
-                last[event.ticket_id] = _last_seq(event.ticket_id)
             places[event.ticket_id] += 1
-            event.seq = last[event.ticket_id] + places[event.ticket_id]
+            event.seq = _seq_at(event.ticket_id, places[event.ticket_id])
         TraceEvent.objects.bulk_create(events)
 
 
