@@ -15,6 +15,7 @@ own transaction (`trace_events_write`): the agent loop writes a step's events wi
 persist, so a step and its trace commit together (refundagent.agent.loop).
 """
 
+import functools
 from collections import Counter
 
 from django.db import transaction
@@ -22,6 +23,7 @@ from django.db.models import Subquery, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from .expressions import CompiledOnce
 from .models import AgentRun, Ticket, TraceEvent
 from .redaction import redact, redact_text, sensitive_values_for_ticket
 
@@ -73,6 +75,23 @@ def trace_lock(ticket_ids) -> None:
     list(runs.exclude(status=AgentRun.Status.STOPPED).order_by("pk").values_list("pk", flat=True))
 
 
+# ~16 KB each (a resolved subquery), kept by the _seq_at entries too: ~4 MB at most, room for
+# a worker's runs in flight.
+@functools.lru_cache(maxsize=256)
+def _last_seq(ticket_id: int) -> CompiledOnce:
+    """The ticket's last seq, as an INSERT reads it. A run writes its ticket's trace at every
+    step: built and compiled once, not once a row. Its SQL reads the last seq anew each time."""
+    seqs = TraceEvent.objects.filter(ticket_id=ticket_id).order_by("-seq").values("seq")
+    return CompiledOnce(Coalesce(Subquery(seqs[:1]), Value(0)))
+
+
+@functools.lru_cache(maxsize=256)
+def _seq_at(ticket_id: int, place: int) -> CompiledOnce:
+    """The seq of the `place`-th event (from 1) of one write to the ticket's trace (1-3 a step),
+    compiled once too."""
+    return CompiledOnce(_last_seq(ticket_id) + place)
+
+
 def trace_events_write(events: list[TraceEvent], *, locked: bool = False) -> None:
     """Append `events` (of one ticket or several) to their traces, in the order given, in one
     INSERT, inside the caller's transaction if there is one. `locked`: the caller's transaction
@@ -86,14 +105,10 @@ def trace_events_write(events: list[TraceEvent], *, locked: bool = False) -> Non
             trace_lock({event.ticket_id for event in events})
         # Each ticket's last seq is read by the INSERT itself, once the lock is held: no other
         # writer can take a number meanwhile.
-        last: dict[int, Coalesce] = {}
         places: Counter[int] = Counter()
         for event in events:
-            if event.ticket_id not in last:
-                seqs = TraceEvent.objects.filter(ticket_id=event.ticket_id).order_by("-seq").values("seq")
-                last[event.ticket_id] = Coalesce(Subquery(seqs[:1]), Value(0))
             places[event.ticket_id] += 1
-            event.seq = last[event.ticket_id] + places[event.ticket_id]
+            event.seq = _seq_at(event.ticket_id, places[event.ticket_id])
         TraceEvent.objects.bulk_create(events)
 
 

@@ -48,6 +48,7 @@ from approvals.models import ApprovalRequest
 from ledger.retry import retry_delay
 
 from ..exceptions import TicketStateConflict
+from ..expressions import CompiledOnce
 from ..models import AgentRun, Ticket, TraceEvent
 from ..redaction import sensitive_values_annotations, sensitive_values_for_ticket
 from ..ticket_state import ticket_transition
@@ -87,10 +88,17 @@ last_approval_status = Subquery(
 def _tickets_for_run():
     """The run's one read of its ticket: its order, customer, tenant and filer, finance's last
     word, the values to redact and the capability registry, in one query. Built once per
-    process and filtered per run: building its subqueries costs more than running them."""
+    process and filtered per run: building its subqueries costs more than running them, and so
+    does compiling them, so each is compiled once too (they refer to the ticket's row, not to
+    its id)."""
+    annotations = {
+        "last_approval_status": last_approval_status,
+        **sensitive_values_annotations(),
+        **capabilities_annotation(),
+    }
     return Ticket.objects.select_related(
         "tenant", "order__tenant", "order__customer", "customer", "created_by"
-    ).annotate(last_approval_status=last_approval_status, **sensitive_values_annotations(), **capabilities_annotation())
+    ).annotate(**{name: CompiledOnce(expression) for name, expression in annotations.items()})
 
 
 @dataclass

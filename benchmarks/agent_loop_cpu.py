@@ -1,0 +1,169 @@
+"""CPU per ticket of the agent loop's own persistence: this checkout against an older revision.
+
+    DATABASE_URL=postgres://postgres@127.0.0.1:5432/refundagent \
+        .venv/bin/python benchmarks/agent_loop_cpu.py --against <rev> [--tickets 40]
+
+Works in a scratch database (created and dropped here). Files queued tickets (their agent run is
+not enqueued) and runs the agent on each through `agent_run_ticket` with the offline provider,
+the old code (refundagent/agent/loop.py, tracing.py, ticket_state.py as of `--against`, loaded
+from git) and the new taking turns, ticket by ticket. Prints, for each, the median process CPU
+per ticket and the SQL statements per ticket (BEGIN/COMMIT included), then the median CPU of
+one `trace_events_write` of 1 and of 3 events under the run's lock, old against new.
+"""
+
+import argparse
+import importlib
+import os
+import statistics
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "refundagent.config.settings")
+
+import django  # noqa: E402
+
+django.setup()
+
+from django.db import connection, transaction  # noqa: E402
+from django.test.utils import CaptureQueriesContext  # noqa: E402
+
+# The modules whose old and new versions are compared, and what each takes from the others.
+MODULES = ("refundagent.ticket_state", "refundagent.tracing", "refundagent.agent.loop")
+
+
+def old_modules(rev: str) -> dict[str, types.ModuleType]:
+    """The MODULES as of `rev`, loaded beside the current ones, wired to each other."""
+    loaded: dict[str, types.ModuleType] = {}
+    for name in MODULES:
+        path = name.replace(".", "/") + ".py"
+        source = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=ROOT, check=True, capture_output=True, text=True)
+        module = types.ModuleType(name + "_old")
+        module.__package__ = name.rpartition(".")[0]
+        module.__file__ = str(ROOT / path)
+        exec(compile(source.stdout, f"{rev}:{path}", "exec"), module.__dict__)
+        loaded[name] = module
+    tracing, state, loop = (
+        loaded[n] for n in ("refundagent.tracing", "refundagent.ticket_state", "refundagent.agent.loop")
+    )
+    loop.trace_events_write = tracing.trace_events_write
+    loop.trace_event_build = tracing.trace_event_build
+    loop.ticket_transition = state.ticket_transition
+    return loaded
+
+
+def ticket_queued(support):
+    from refundagent import services
+
+    enqueue = services.ticket_run_enqueue
+    services.ticket_run_enqueue = lambda pk: None
+    try:
+        return services.ticket_create(
+            user=support,
+            order="ORD-5001",
+            customer="CUST-1001",
+            message="My headphones arrived broken, please refund $200.",
+            requested_amount="200.00",
+        )
+    finally:
+        services.ticket_run_enqueue = enqueue
+
+
+def ticket_settle(ticket, support):
+    from refundagent.models import Ticket
+    from refundagent.services import ticket_close, ticket_escalate
+
+    ticket.refresh_from_db()
+    assert ticket.status == Ticket.Status.APPROVAL_REQUIRED, (ticket.status, ticket.stop_detail)
+    # The demo policy's risk rules would otherwise escalate the next ticket on the order.
+    ticket_escalate(ticket=ticket, user=support)
+    ticket_close(ticket=Ticket.objects.get(pk=ticket.pk), user=support)
+
+
+def runs(n: int, support, loops: dict) -> dict:
+    from refundagent.agent.providers.offline import OfflineProvider
+
+    cpu = {k: [] for k in loops}
+    statements = {k: [] for k in loops}
+    for i in range(n):
+        order = list(loops) if i % 2 == 0 else list(reversed(loops))
+        for key in order:
+            ticket = ticket_queued(support)
+            with CaptureQueriesContext(connection) as capture:
+                started = time.process_time()
+                loops[key].agent_run_ticket(ticket_id=ticket.pk, provider=OfflineProvider())
+                cpu[key].append(time.process_time() - started)
+            statements[key].append(len(capture.captured_queries))
+            ticket_settle(ticket, support)
+    return {k: (statistics.median(cpu[k]) * 1000, statistics.median(statements[k]), max(statements[k])) for k in loops}
+
+
+def trace_writes(n: int, support, tracings: dict, events: int) -> dict:
+    """One write of `events` events of a running ticket, under its run's lock (as a persist does)."""
+    from refundagent.models import Ticket
+
+    ticket = Ticket.objects.filter(trace_events__isnull=False).order_by("-pk").first()
+    cpu = {k: [] for k in tracings}
+    for i in range(n):
+        order = list(tracings) if i % 2 == 0 else list(reversed(tracings))
+        for key in order:
+            tracing = tracings[key]
+            batch = [
+                tracing.trace_event_build(ticket=ticket, sensitive=[], span="tool", reason=f"bench {k}")
+                for k in range(events)
+            ]
+            with transaction.atomic():
+                started = time.process_time()
+                tracing.trace_events_write(batch, locked=True)
+                cpu[key].append(time.process_time() - started)
+                transaction.set_rollback(True)
+    return {k: statistics.median(v) * 1e6 for k, v in cpu.items()}
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--against", required=True, help="the git revision to compare with")
+    parser.add_argument("--tickets", type=int, default=40, help="tickets run by each version")
+    parser.add_argument("--writes", type=int, default=2000, help="trace writes timed by each version")
+    args = parser.parse_args()
+
+    from django.conf import settings
+
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    settings.AGENT_PROVIDER = "offline"
+    old = old_modules(args.against)
+    new = {name: importlib.import_module(name) for name in MODULES}
+    connection.settings_dict.setdefault("TEST", {})["NAME"] = f"{connection.settings_dict['NAME']}_loop_cpu"
+    old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True, keepdb=False)
+    try:
+        from django.contrib.auth import get_user_model
+
+        from refundagent.demo import demo_seed
+
+        demo_seed()
+        support = get_user_model().objects.get(username="acme-support")
+        loops = {"old": old["refundagent.agent.loop"], "new": new["refundagent.agent.loop"]}
+        tracings = {"old": old["refundagent.tracing"], "new": new["refundagent.tracing"]}
+        runs(3, support, loops)  # warm-up: imports, caches
+        ticket = runs(args.tickets, support, loops)
+        writes = {k: trace_writes(args.writes, support, tracings, k) for k in (1, 3)}
+    finally:
+        connection.creation.destroy_test_db(old_name, verbosity=0)
+
+    print(f"agent loop, offline provider, {args.tickets} tickets each, old = {args.against}, taking turns")
+    print(f"{'':6} {'CPU ms/ticket':>13} {'statements':>10} {'max':>4} | {'write 1 ev us':>13} {'write 3 ev us':>13}")
+    for key in ("old", "new"):
+        ms, q, qmax = ticket[key]
+        print(f"{key:6} {ms:>13.2f} {q:>10.0f} {qmax:>4} | {writes[1][key]:>13.0f} {writes[3][key]:>13.0f}")
+    print(
+        f"new/old {ticket['new'][0] / ticket['old'][0]:>13.3f} {'':>15} | "
+        f"{writes[1]['new'] / writes[1]['old']:>13.3f} {writes[3]['new'] / writes[3]['old']:>13.3f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
