@@ -33,8 +33,9 @@ router = Router(tags=["tickets"])
 @router.post("", response={201: TicketOut})
 def ticket_file(request, payload: TicketIn):
     """File a refund ticket (support). The agent run is queued once the ticket is stored."""
-    # The answer is read before the commit: once the ticket is stored, nothing left to do
-    # (the publish after commit never raises) can turn the answer into an error.
+    # The answer is made before the commit: once the ticket is stored, nothing left to do
+    # (the publish after commit never raises) can turn the answer into an error. It is made from
+    # the ticket as filed, not read back: what GET /api/tickets/{id} answers right after.
     with transaction.atomic():
         ticket = ticket_create(
             user=request.user,
@@ -46,7 +47,7 @@ def ticket_file(request, payload: TicketIn):
             refund_to=payload.refund_to,
             source=Ticket.Source.API,
         )
-        body = ticket_detail_serialize(ticket_get(tenant=ticket.tenant, ticket_id=ticket.pk))
+        body = ticket_detail_serialize(ticket, filed_now=True)
     return Status(201, body)
 
 
