@@ -160,9 +160,9 @@ def ticket_summary_serialize(ticket: Ticket) -> dict:
 
 
 def ticket_detail_serialize(ticket: Ticket, *, filed_now: bool = False) -> dict:
-    """docs/api.md: GET /api/tickets/{id}. `filed_now`: the ticket was filed in this very request
-    and is not committed yet, so nobody else could have drafted, approved, written or replied on
-    it: nothing of it is read (its filing answer is exactly what a GET answers right after)."""
+    """docs/api.md: GET /api/tickets/{id}. `filed_now`: the ticket as this very request filed it
+    (ticket_create's). Nobody could draft, approve, write or reply on it before it was stored,
+    so nothing of it is read: the filing's answer is what a GET answers right after."""
     draft = None if filed_now else ticket_draft_latest(ticket)
     approval = None if filed_now else ticket_approval_latest(ticket)
     return {
