@@ -94,6 +94,16 @@ def api_token_create(*, user) -> str:
 TOKEN_LAST_USED_PRECISION = timedelta(minutes=1)
 
 
+# What authentication reads with a token, built once (every API call clones it, never runs it
+# as such): its user, their tenant, and their roles in the same query, since every API call
+# asks for them (user_roles) and a query of their own cost a statement per request.
+_TOKENS_WITH_USER = ApiToken.objects.select_related("user", "user__membership__tenant").annotate(
+    role_names=ArraySubquery(
+        Group.objects.filter(user=OuterRef("user_id"), name__in=ROLES).values_list("name", flat=True)
+    )
+)
+
+
 def api_token_authenticate(token: str):
     """The active user a token belongs to, or None."""
     if not token:
@@ -101,17 +111,7 @@ def api_token_authenticate(token: str):
     key_hash = hashlib.sha256(token.encode()).hexdigest()
     try:
         # get(), not first(): the hash is unique, so no ORDER BY to build and run.
-        api_token = (
-            ApiToken.objects.select_related("user", "user__membership__tenant")
-            # The user's roles in the same query: every API call asks for them (user_roles),
-            # and a query of their own cost a statement per request.
-            .annotate(
-                role_names=ArraySubquery(
-                    Group.objects.filter(user=OuterRef("user_id"), name__in=ROLES).values_list("name", flat=True)
-                )
-            )
-            .get(key_hash=key_hash, revoked_at__isnull=True, user__is_active=True)
-        )
+        api_token = _TOKENS_WITH_USER.get(key_hash=key_hash, revoked_at__isnull=True, user__is_active=True)
     except ApiToken.DoesNotExist:
         return None
     api_token.user._refundagent_roles = set(api_token.role_names)
