@@ -160,10 +160,12 @@ def ticket_summary_serialize(ticket: Ticket) -> dict:
     }
 
 
-def ticket_detail_serialize(ticket: Ticket) -> dict:
-    """docs/api.md: GET /api/tickets/{id}."""
-    draft = ticket_draft_latest(ticket)
-    approval = ticket_approval_latest(ticket)
+def ticket_detail_serialize(ticket: Ticket, *, filed_now: bool = False) -> dict:
+    """docs/api.md: GET /api/tickets/{id}. `filed_now`: the ticket as this very request filed it
+    (ticket_create's). Nobody could draft, approve, write or reply on it before it was stored,
+    so nothing of it is read: the filing's answer is what a GET answers right after."""
+    draft = None if filed_now else ticket_draft_latest(ticket)
+    approval = None if filed_now else ticket_approval_latest(ticket)
     return {
         **ticket_summary_serialize(ticket),
         "stop_detail": ticket.stop_detail,
@@ -187,11 +189,15 @@ def ticket_detail_serialize(ticket: Ticket) -> dict:
         "trace_id": ticket.trace_id,
         "created_by": ticket.created_by.get_username() if ticket.created_by_id else None,
         "source": ticket.source,
-        "messages": [
+        "messages": []
+        if filed_now
+        else [
             {"direction": m.direction, "from": m.sender, "at": m.at, "text": m.text}
             for m in ticket.messages.order_by("at", "id")
         ],
-        "replies": [
+        "replies": []
+        if filed_now
+        else [
             {"outcome": r.outcome, "sent_at": r.sent_at, "status": r.status, "to": r.to, "error": r.last_error or None}
             for r in ticket.replies.order_by("created_at", "id")
         ],

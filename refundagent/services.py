@@ -104,11 +104,13 @@ def ticket_create(
     method = None
     refund_to = (refund_to or "").strip()
     if refund_to:
-        method = PaymentMethod.objects.filter(customer=found_customer, external_id=refund_to).first()
-        if method is None:
+        try:
+            # get(), not first(): unique per customer, so no ORDER BY to build and run.
+            method = PaymentMethod.objects.get(customer=found_customer, external_id=refund_to)
+        except PaymentMethod.DoesNotExist:
             raise InvalidInput(
                 f"{refund_to} is not a payment method of customer {customer}.", code="unknown_payment_method"
-            )
+            ) from None
 
     ticket = Ticket(
         tenant=tenant,

@@ -141,6 +141,22 @@ def test_a_user_without_a_role_is_refused(demo, django_user_model):
     assert response.json()["code"] == "role_required"
 
 
+def test_a_tokens_roles_are_read_with_it_on_every_request(api_client, demo, user):
+    """The roles come with the token's own query, never from an earlier request: a role taken
+    away counts from the next request on."""
+    from django.contrib.auth.models import Group
+
+    client = api_client("acme-support")
+    body = {"order": "ORD-5001", "customer": "CUST-1001", "message": "Broken."}
+    assert client.post("/api/tickets", body, content_type="application/json").status_code == 201
+
+    user("acme-support").groups.remove(Group.objects.get(name="support"))
+
+    response = client.post("/api/tickets", body, content_type="application/json")
+    assert response.status_code == 403
+    assert response.json()["code"] == "role_required"
+
+
 def test_an_item_refund_shows_its_items(api_client, demo):
     order = Order.objects.get(external_id="ORD-5005")
     ledger_refund_issue(order=order, amount="50.00", currency="USD", idempotency_key="i", item_ids=["ITEM-6", "ITEM-6"])
