@@ -4,10 +4,14 @@ Kept out of the product on purpose: the benchmarks import only the product's pub
 functions and management commands, so that they survive the code being restructured.
 """
 
+import contextlib
+import importlib
 import importlib.util
 import os
 import statistics
+import subprocess
 import sys
+import types
 from pathlib import Path
 from urllib.parse import urlparse, urlunparse
 
@@ -134,3 +138,58 @@ def demo_orders_create(external_ids: list[str], *, total: str, days_old: int, ba
         ],
         batch_size=batch_size,
     )
+
+
+@contextlib.contextmanager
+def scratch_database(suffix: str):
+    """A database of its own beside the configured one (`<name>_<suffix>`, not the test suite's
+    test_<name>), migrated and seeded with the demo, with the offline provider and Celery eager;
+    yields the demo's support user, and drops the database at the end. For the in-process
+    benchmarks, after django.setup()."""
+    from django.conf import settings
+    from django.db import connection
+
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    settings.AGENT_PROVIDER = "offline"
+    from refundagent.config.celery import app
+
+    app.conf.task_always_eager = True
+    connection.settings_dict.setdefault("TEST", {})["NAME"] = f"{connection.settings_dict['NAME']}_{suffix}"
+    old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True, keepdb=False)
+    try:
+        from django.contrib.auth import get_user_model
+
+        from refundagent.demo import demo_seed
+
+        demo_seed()
+        yield get_user_model().objects.get(username="acme-support")
+    finally:
+        connection.creation.destroy_test_db(old_name, verbosity=0)
+
+
+def modules_at(revision: str, paths: tuple[str, ...]) -> dict[str, types.ModuleType]:
+    """The modules at `paths` as they were at `revision`, by dotted name: their sources executed as
+    copies beside the current modules, each copy's imports from the others (the modules, and the
+    functions and classes taken from them) pointed at the copies. For a paired benchmark of old
+    code against new in one process."""
+    copies = {}
+    for path in paths:
+        name = path[:-3].replace("/", ".")
+        source = subprocess.run(
+            ["git", "show", f"{revision}:{path}"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout
+        current = importlib.import_module(name)
+        copy = types.ModuleType(f"{name}@{revision}")
+        copy.__package__, copy.__file__ = name.rpartition(".")[0], current.__file__
+        exec(compile(source, f"{path}@{revision}", "exec"), copy.__dict__)
+        copies[name] = (current, copy)
+    for _, copy in copies.values():
+        for key, value in list(copy.__dict__.items()):
+            for name, (current, other) in copies.items():
+                if value is current:
+                    copy.__dict__[key] = other
+                elif getattr(value, "__module__", None) == name:
+                    same = getattr(current, getattr(value, "__name__", ""), None) is value
+                    if same and hasattr(other, value.__name__):
+                        copy.__dict__[key] = getattr(other, value.__name__)
+    return {name: copy for name, (_, copy) in copies.items()}

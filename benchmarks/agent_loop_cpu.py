@@ -15,7 +15,6 @@ import argparse
 import importlib
 import os
 import statistics
-import subprocess
 import sys
 import time
 import types
@@ -29,6 +28,7 @@ import django  # noqa: E402
 
 django.setup()
 
+from _bench import modules_at, scratch_database  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 
@@ -38,22 +38,7 @@ MODULES = ("refundagent.ticket_state", "refundagent.tracing", "refundagent.agent
 
 def old_modules(rev: str) -> dict[str, types.ModuleType]:
     """The MODULES as of `rev`, loaded beside the current ones, wired to each other."""
-    loaded: dict[str, types.ModuleType] = {}
-    for name in MODULES:
-        path = name.replace(".", "/") + ".py"
-        source = subprocess.run(["git", "show", f"{rev}:{path}"], cwd=ROOT, check=True, capture_output=True, text=True)
-        module = types.ModuleType(name + "_old")
-        module.__package__ = name.rpartition(".")[0]
-        module.__file__ = str(ROOT / path)
-        exec(compile(source.stdout, f"{rev}:{path}", "exec"), module.__dict__)
-        loaded[name] = module
-    tracing, state, loop = (
-        loaded[n] for n in ("refundagent.tracing", "refundagent.ticket_state", "refundagent.agent.loop")
-    )
-    loop.trace_events_write = tracing.trace_events_write
-    loop.trace_event_build = tracing.trace_event_build
-    loop.ticket_transition = state.ticket_transition
-    return loaded
+    return modules_at(rev, tuple(name.replace(".", "/") + ".py" for name in MODULES))
 
 
 def ticket_queued(support):
@@ -131,28 +116,14 @@ def main():
     parser.add_argument("--writes", type=int, default=2000, help="trace writes timed by each version")
     args = parser.parse_args()
 
-    from django.conf import settings
-
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    settings.AGENT_PROVIDER = "offline"
     old = old_modules(args.against)
     new = {name: importlib.import_module(name) for name in MODULES}
-    connection.settings_dict.setdefault("TEST", {})["NAME"] = f"{connection.settings_dict['NAME']}_loop_cpu"
-    old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True, keepdb=False)
-    try:
-        from django.contrib.auth import get_user_model
-
-        from refundagent.demo import demo_seed
-
-        demo_seed()
-        support = get_user_model().objects.get(username="acme-support")
+    with scratch_database("loop_cpu") as support:
         loops = {"old": old["refundagent.agent.loop"], "new": new["refundagent.agent.loop"]}
         tracings = {"old": old["refundagent.tracing"], "new": new["refundagent.tracing"]}
         runs(3, support, loops)  # warm-up: imports, caches
         ticket = runs(args.tickets, support, loops)
         writes = {k: trace_writes(args.writes, support, tracings, k) for k in (1, 3)}
-    finally:
-        connection.creation.destroy_test_db(old_name, verbosity=0)
 
     print(f"agent loop, offline provider, {args.tickets} tickets each, old = {args.against}, taking turns")
     print(f"{'':6} {'CPU ms/ticket':>13} {'statements':>10} {'max':>4} | {'write 1 ev us':>13} {'write 3 ev us':>13}")

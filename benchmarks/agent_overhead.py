@@ -27,6 +27,7 @@ import django  # noqa: E402
 
 django.setup()
 
+from _bench import scratch_database  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 from django.utils import timezone  # noqa: E402
@@ -195,23 +196,10 @@ def main():
 
     from django.conf import settings
 
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    settings.AGENT_PROVIDER = "offline"
-    from refundagent.config.celery import app
-
-    app.conf.task_always_eager = True
-    # A scratch database of its own (not the test suite's test_<name>), dropped at the end.
-    connection.settings_dict.setdefault("TEST", {})["NAME"] = f"{connection.settings_dict['NAME']}_agent_bench"
-    old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True, keepdb=False)
-    try:
-        from django.contrib.auth import get_user_model
-
+    with scratch_database("agent_bench") as support:
         from ledger.models import Order
-        from refundagent.demo import demo_seed
         from refundagent.models import Ticket, TraceEvent
 
-        demo_seed()
-        support = get_user_model().objects.get(username="acme-support")
         measure(2, support)  # warm-up: imports, caches
         rows = [
             (
@@ -226,8 +214,6 @@ def main():
         with connection.cursor() as cursor:
             cursor.execute("ANALYZE")
         rows.append(("many", *sizes, measure(args.tickets, support)))
-    finally:
-        connection.creation.destroy_test_db(old_name, verbosity=0)
 
     database = "embedded PostgreSQL" if settings.DATABASE_EMBEDDED else "PostgreSQL (DATABASE_URL)"
     print(

@@ -14,13 +14,10 @@ or the other in turn.
 """
 
 import argparse
-import importlib
 import os
 import statistics
-import subprocess
 import sys
 import time
-import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -31,6 +28,7 @@ import django  # noqa: E402
 
 django.setup()
 
+from _bench import modules_at, scratch_database  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 
@@ -47,29 +45,8 @@ MODULES = (
 
 
 def decide_at(commit: str):
-    """agent_draft_decide as it was at `commit`: MODULES' sources at that commit, executed as
-    copies beside the current modules, each copy's imports from the others pointed at the copies."""
-    copies = {}
-    for path in MODULES:
-        name = path[:-3].replace("/", ".")
-        source = subprocess.run(
-            ["git", "show", f"{commit}:{path}"], cwd=ROOT, capture_output=True, text=True, check=True
-        ).stdout
-        current = importlib.import_module(name)
-        copy = types.ModuleType(f"{name}@{commit}")
-        copy.__package__, copy.__file__ = name.rpartition(".")[0], current.__file__
-        exec(compile(source, f"{path}@{commit}", "exec"), copy.__dict__)
-        copies[name] = (current, copy)
-    for _, copy in copies.values():
-        for key, value in list(copy.__dict__.items()):
-            for name, (current, other) in copies.items():
-                if value is current:
-                    copy.__dict__[key] = other
-                elif getattr(value, "__module__", None) == name:
-                    same = getattr(current, getattr(value, "__name__", ""), None) is value
-                    if same and hasattr(other, value.__name__):
-                        copy.__dict__[key] = getattr(other, value.__name__)
-    return copies["refundagent.agent.decision"][1].agent_draft_decide
+    """agent_draft_decide as it was at `commit` (MODULES at that commit, beside the current ones)."""
+    return modules_at(commit, MODULES)["refundagent.agent.decision"].agent_draft_decide
 
 
 def main():
@@ -78,26 +55,12 @@ def main():
     parser.add_argument("--base", default="", help="a commit whose decision takes turns with the current one")
     args = parser.parse_args()
 
-    from django.conf import settings
-
-    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    settings.AGENT_PROVIDER = "offline"
-    from refundagent.config.celery import app
-
-    app.conf.task_always_eager = True
-    connection.settings_dict.setdefault("TEST", {})["NAME"] = f"{connection.settings_dict['NAME']}_decision_bench"
-    old_name = connection.creation.create_test_db(verbosity=0, autoclobber=True, keepdb=False)
-    try:
-        from django.contrib.auth import get_user_model
-
+    with scratch_database("decision_bench") as support:
         from refundagent.agent import loop
         from refundagent.agent.providers.offline import OfflineProvider
-        from refundagent.demo import demo_seed
         from refundagent.models import Ticket
         from refundagent.services import ticket_close, ticket_create, ticket_escalate
 
-        demo_seed()
-        support = get_user_model().objects.get(username="acme-support")
         versions = {"current": loop.agent_draft_decide}
         if args.base:
             versions[args.base] = decide_at(args.base)
@@ -144,8 +107,6 @@ def main():
                     one(name)
         finally:
             loop.provider_get, loop.agent_draft_decide = original_provider, original_decide
-    finally:
-        connection.creation.destroy_test_db(old_name, verbosity=0)
 
     print(f"agent_draft_decide, offline provider, {args.tickets} tickets per version, CPU (process_time)")
     for name in versions:
