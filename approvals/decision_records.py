@@ -11,18 +11,16 @@ one decision already recorded again: recording them would count it twice in a re
 from datetime import datetime
 from decimal import Decimal
 
-from django.db.models import DecimalField, ExpressionWrapper, F, Func, Subquery, Value
+from django.db.models import ExpressionWrapper, Value
 from django.db.models.functions import Coalesce
 
 from ledger.models import Order, PaymentMethod
 from ledger.money import ZERO
-from ledger.selectors import RefundPosition
+from ledger.selectors import MONEY_FIELD, RefundPosition, sum_subquery
 
 from .gate import GateVerdict, Outcome, Proposal
 from .models import DecisionRecord, RefundPolicy
 from .services.requests import order_refund_exposure, order_requests_in_flight
-
-_MONEY = DecimalField(max_digits=12, decimal_places=2)
 
 
 def verdict_risk(verdict: GateVerdict) -> dict:
@@ -35,15 +33,10 @@ def _exposure(*, order: Order, exclude_pk: int | None, refunded: Decimal | None)
     """order_refund_exposure as an expression of the record's INSERT (one statement, not two)."""
     if refunded is None:
         return order_refund_exposure(order=order, exclude_pk=exclude_pk)
-    # One row whatever matches (NULL on none, as a GROUP BY on the order gave): no grouping to compile.
-    in_flight = (
-        order_requests_in_flight(order=order, exclude_pk=exclude_pk)
-        .order_by()
-        .values(total=Func(F("amount"), function="SUM", output_field=_MONEY))
-    )
+    in_flight = sum_subquery(order_requests_in_flight(order=order, exclude_pk=exclude_pk), "amount", MONEY_FIELD)
     return ExpressionWrapper(
-        Coalesce(Subquery(in_flight, output_field=_MONEY), Value(ZERO), output_field=_MONEY) + Value(refunded),
-        output_field=_MONEY,
+        Coalesce(in_flight, Value(ZERO), output_field=MONEY_FIELD) + Value(refunded),
+        output_field=MONEY_FIELD,
     )
 
 

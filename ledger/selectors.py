@@ -166,10 +166,11 @@ def items_match(lines: list[LinePosition], item_ids: list[str]) -> ItemsMatch:
     )
 
 
-def _sum_subquery(queryset, name: str, output_field) -> Subquery:
+def sum_subquery(queryset, name: str, output_field) -> Subquery:
     """SUM(`name`) over all of `queryset`'s rows as a subquery of one value, NULL without rows,
     as a GROUP BY on the one outer key gave: without the grouping, the subquery costs the
-    compiler less at every read (the reads below compile it each time)."""
+    compiler less at every read (the reads below, and the decision record's exposure, compile
+    it each time)."""
     total = Func(F(name), function="SUM", output_field=output_field)
     return Subquery(queryset.order_by().values(total=total), output_field=output_field)
 
@@ -186,9 +187,9 @@ def _order_position_rows():
     )
     return (
         OrderItem.objects.annotate(
-            refunded_units=Coalesce(_sum_subquery(refunded_units, "quantity", IntegerField()), 0),
+            refunded_units=Coalesce(sum_subquery(refunded_units, "quantity", IntegerField()), 0),
             order_refunded=Coalesce(
-                _sum_subquery(refunded_total, "effective_amount", MONEY_FIELD), ZERO, output_field=MONEY_FIELD
+                sum_subquery(refunded_total, "effective_amount", MONEY_FIELD), ZERO, output_field=MONEY_FIELD
             ),
         )
         .order_by("line_no")
@@ -260,7 +261,7 @@ def _order_payments_rows():
     order_refunds = RefundEntry.objects.filter(order_id=OuterRef("order_id")).counting()
 
     def refunded(entries) -> Subquery:
-        return _sum_subquery(refund_entries_with_effective_amount(entries), "effective_amount", MONEY_FIELD)
+        return sum_subquery(refund_entries_with_effective_amount(entries), "effective_amount", MONEY_FIELD)
 
     # A refund that names its payment (a tender leg) is that payment's; one written before legs
     # named payments is counted by its method.
