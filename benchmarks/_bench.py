@@ -167,6 +167,33 @@ def scratch_database(suffix: str):
         connection.creation.destroy_test_db(old_name, verbosity=0)
 
 
+def demo_ticket_file(support):
+    """A ticket on the demo's ORD-5001, filed through the service as support files it (with
+    Celery eager, its run goes to approval_required on the offline provider before this returns)."""
+    from refundagent.services import ticket_create
+
+    return ticket_create(
+        user=support,
+        order="ORD-5001",
+        customer="CUST-1001",
+        message="My headphones arrived broken, please refund $200.",
+        requested_amount="200.00",
+    )
+
+
+def demo_ticket_settle(ticket, support) -> None:
+    """Check the ticket stopped at approval_required, then escalate and close it: on the demo
+    policy, the risk rules (open tickets per order, the customer's refunds in flight) would
+    otherwise escalate the next ticket on the order."""
+    from refundagent.models import Ticket
+    from refundagent.services import ticket_close, ticket_escalate
+
+    ticket.refresh_from_db()
+    assert ticket.status == Ticket.Status.APPROVAL_REQUIRED, (ticket.status, ticket.stop_detail)
+    ticket_escalate(ticket=ticket, user=support)
+    ticket_close(ticket=Ticket.objects.get(pk=ticket.pk), user=support)
+
+
 def modules_at(revision: str, paths: tuple[str, ...]) -> dict[str, types.ModuleType]:
     """The modules at `paths` as they were at `revision`, by dotted name: their sources executed as
     copies beside the current modules, each copy's imports from the others (the modules, and the

@@ -28,7 +28,7 @@ import django  # noqa: E402
 
 django.setup()
 
-from _bench import modules_at, scratch_database  # noqa: E402
+from _bench import demo_ticket_file, demo_ticket_settle, modules_at, scratch_database  # noqa: E402
 from django.db import connection, transaction  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 
@@ -42,31 +42,15 @@ def old_modules(rev: str) -> dict[str, types.ModuleType]:
 
 
 def ticket_queued(support):
+    """The demo ticket, filed with its run not handed to Celery: the benchmark runs it itself."""
     from refundagent import services
 
     enqueue = services.ticket_run_enqueue
     services.ticket_run_enqueue = lambda pk: None
     try:
-        return services.ticket_create(
-            user=support,
-            order="ORD-5001",
-            customer="CUST-1001",
-            message="My headphones arrived broken, please refund $200.",
-            requested_amount="200.00",
-        )
+        return demo_ticket_file(support)
     finally:
         services.ticket_run_enqueue = enqueue
-
-
-def ticket_settle(ticket, support):
-    from refundagent.models import Ticket
-    from refundagent.services import ticket_close, ticket_escalate
-
-    ticket.refresh_from_db()
-    assert ticket.status == Ticket.Status.APPROVAL_REQUIRED, (ticket.status, ticket.stop_detail)
-    # The demo policy's risk rules would otherwise escalate the next ticket on the order.
-    ticket_escalate(ticket=ticket, user=support)
-    ticket_close(ticket=Ticket.objects.get(pk=ticket.pk), user=support)
 
 
 def runs(n: int, support, loops: dict) -> dict:
@@ -83,7 +67,7 @@ def runs(n: int, support, loops: dict) -> dict:
                 loops[key].agent_run_ticket(ticket_id=ticket.pk, provider=OfflineProvider())
                 cpu[key].append(time.process_time() - started)
             statements[key].append(len(capture.captured_queries))
-            ticket_settle(ticket, support)
+            demo_ticket_settle(ticket, support)
     return {k: (statistics.median(cpu[k]) * 1000, statistics.median(statements[k]), max(statements[k])) for k in loops}
 
 

@@ -27,7 +27,7 @@ import django  # noqa: E402
 
 django.setup()
 
-from _bench import scratch_database  # noqa: E402
+from _bench import demo_ticket_file, demo_ticket_settle, scratch_database  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 from django.utils import timezone  # noqa: E402
@@ -51,8 +51,6 @@ class Metered:
 def measure(n: int, support) -> dict:
     from refundagent.agent import loop
     from refundagent.agent.providers.offline import OfflineProvider
-    from refundagent.models import Ticket
-    from refundagent.services import ticket_close, ticket_create, ticket_escalate
 
     ticket_ms, ticket_q, step_ms, step_q, setup_q, decision_q = [], [], [], [], [], []
     original_provider, original_step = loop.provider_get, loop._Loop.step
@@ -68,20 +66,9 @@ def measure(n: int, support) -> dict:
 
                 loop._Loop.step = step
                 started = time.perf_counter()
-                ticket = ticket_create(
-                    user=support,
-                    order="ORD-5001",
-                    customer="CUST-1001",
-                    message="My headphones arrived broken, please refund $200.",
-                    requested_amount="200.00",
-                )
+                ticket = demo_ticket_file(support)
                 ended = time.perf_counter()
-            ticket.refresh_from_db()
-            assert ticket.status == Ticket.Status.APPROVAL_REQUIRED, (ticket.status, ticket.stop_detail)
-            # Neither timed nor counted: the demo policy's risk rules (open tickets per order, the
-            # customer's refunds in flight) would otherwise escalate the next ticket on the order.
-            ticket_escalate(ticket=ticket, user=support)
-            ticket_close(ticket=Ticket.objects.get(pk=ticket.pk), user=support)
+            demo_ticket_settle(ticket, support)  # neither timed nor counted
             total = len(capture.captured_queries)
             ticket_ms.append((ended - started) * 1000)
             ticket_q.append(total)

@@ -28,7 +28,7 @@ import django  # noqa: E402
 
 django.setup()
 
-from _bench import modules_at, scratch_database  # noqa: E402
+from _bench import demo_ticket_file, demo_ticket_settle, modules_at, scratch_database  # noqa: E402
 from django.db import connection  # noqa: E402
 from django.test.utils import CaptureQueriesContext  # noqa: E402
 
@@ -58,8 +58,6 @@ def main():
     with scratch_database("decision_bench") as support:
         from refundagent.agent import loop
         from refundagent.agent.providers.offline import OfflineProvider
-        from refundagent.models import Ticket
-        from refundagent.services import ticket_close, ticket_create, ticket_escalate
 
         versions = {"current": loop.agent_draft_decide}
         if args.base:
@@ -80,18 +78,7 @@ def main():
 
         def one(name):
             chosen[0] = name
-            ticket = ticket_create(
-                user=support,
-                order="ORD-5001",
-                customer="CUST-1001",
-                message="My headphones arrived broken, please refund $200.",
-                requested_amount="200.00",
-            )
-            ticket.refresh_from_db()
-            assert ticket.status == Ticket.Status.APPROVAL_REQUIRED, (ticket.status, ticket.stop_detail)
-            # As agent_overhead.py: the demo policy's risk rules would escalate the next ticket.
-            ticket_escalate(ticket=ticket, user=support)
-            ticket_close(ticket=Ticket.objects.get(pk=ticket.pk), user=support)
+            demo_ticket_settle(demo_ticket_file(support), support)
 
         original_provider, original_decide = loop.provider_get, loop.agent_draft_decide
         loop.provider_get, loop.agent_draft_decide = (lambda name=None: OfflineProvider()), timed
